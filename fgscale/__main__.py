@@ -1,0 +1,3 @@
+from fgscale.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""Feature groupings: label vectors, their projections, and banks of them.
+
+A grouping of ``p`` features into ``k`` clusters is stored as an int32 label vector of
+length ``p`` (values ``0..k-1``), never as a dense matrix. Its matrix ``Phi`` (k x p) has
+``Phi[q, j] = 1 / sqrt(|C_q|)`` for ``j`` in cluster ``C_q``; its rows are orthonormal, so
+``Phi x`` is a segment sum scaled by ``1/sqrt(count)`` and ``Phi^T z`` a gather scaled the
+same way. Both cost O(p) per sample.
+
+The functions accept numpy arrays or torch tensors and return the same kind; numpy inputs
+go through torch's ``index_add_``, the fastest CPU path measured (see ``MEASURED.md``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["back_project", "cluster_sizes", "project", "validate_labels"]
+
+
+def validate_labels(labels, n_features: int | None = None, *, name: str = "labels") -> np.ndarray:
+    """Check a label vector and return it as a contiguous int32 array.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_features,)
+        Cluster index of each feature; must cover ``0..k-1`` with no empty cluster.
+    n_features : int, optional
+        Expected length.
+    name : str
+        Name used in error messages.
+
+    Returns
+    -------
+    labels : ndarray of shape (n_features,), dtype int32
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"{name} must be a 1D label vector, got shape {labels.shape}")
+    if n_features is not None and labels.shape[0] != n_features:
+        raise ValueError(f"{name} has {labels.shape[0]} entries, expected {n_features} (one per feature)")
+    if labels.size and not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"{name} must hold integers, got dtype {labels.dtype}")
+    if labels.size:
+        counts = np.bincount(labels.astype(np.int64, copy=False)) if labels.min() >= 0 else None
+        if counts is None or counts.min() == 0:
+            raise ValueError(f"{name} must use every cluster index 0..k-1 at least once")
+    return np.ascontiguousarray(labels, dtype=np.int32)
+
+
+def cluster_sizes(labels, n_clusters: int | None = None):
+    """Number of features in each cluster, shape (n_clusters,), same kind as ``labels``."""
+    if isinstance(labels, torch.Tensor):
+        k = int(labels.max()) + 1 if n_clusters is None else n_clusters
+        return torch.bincount(labels.long(), minlength=k)
+    labels = np.asarray(labels)
+    k = int(labels.max()) + 1 if n_clusters is None else n_clusters
+    return np.bincount(labels, minlength=k)
+
+
+def _scale(labels: torch.Tensor, n_clusters: int, dtype) -> torch.Tensor:
+    return cluster_sizes(labels, n_clusters).to(dtype).rsqrt()
+
+
+def _as_tensor(a):
+    if isinstance(a, torch.Tensor):
+        return a, False
+    return torch.from_numpy(np.ascontiguousarray(a)), True
+
+
+def project(X, labels, n_clusters: int | None = None):
+    """Reduce features with a grouping: ``Z = X Phi^T``.
+
+    Parameters
+    ----------
+    X : ndarray or Tensor of shape (n_samples, n_features) or (n_features,)
+    labels : ndarray or Tensor of shape (n_features,)
+        The grouping, cluster index per feature.
+    n_clusters : int, optional
+        Number of clusters k; defaults to ``labels.max() + 1``.
+
+    Returns
+    -------
+    Z : ndarray or Tensor of shape (n_samples, n_clusters) or (n_clusters,)
+        Each value is the sum of a cluster's features divided by ``sqrt(|C_q|)``.
+    """
+    X_t, was_numpy = _as_tensor(X)
+    lab = _as_tensor(labels)[0].to(device=X_t.device, dtype=torch.long)
+    k = int(lab.max()) + 1 if n_clusters is None else n_clusters
+    Z = X_t.new_zeros(X_t.shape[:-1] + (k,)).index_add_(-1, lab, X_t)
+    Z *= _scale(lab, k, X_t.dtype)
+    return Z.numpy() if was_numpy else Z
+
+
+def back_project(Z, labels):
+    """Expand reduced values back to features: ``X = Z Phi``.
+
+    Parameters
+    ----------
+    Z : ndarray or Tensor of shape (n_samples, n_clusters) or (n_clusters,)
+    labels : ndarray or Tensor of shape (n_features,)
+
+    Returns
+    -------
+    X : ndarray or Tensor of shape (n_samples, n_features) or (n_features,)
+        Piecewise constant: feature ``j`` gets ``Z[..., labels[j]] / sqrt(|C_labels[j]|)``.
+    """
+    Z_t, was_numpy = _as_tensor(Z)
+    lab = _as_tensor(labels)[0].to(device=Z_t.device, dtype=torch.long)
+    X = (Z_t * _scale(lab, Z_t.shape[-1], Z_t.dtype)).index_select(-1, lab)
+    return X.numpy() if was_numpy else X
