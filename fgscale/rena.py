@@ -1,0 +1,243 @@
+"""Recursive Nearest Agglomeration (ReNA): fast, exact-k feature grouping on a graph.
+
+ReNA (Hoyos-Idrobo et al., TPAMI 2019) starts with one cluster per feature and the adjacency graph of
+the features (the voxel grid of a mask, or an explicit sparse graph). Each round, every cluster links
+to its nearest neighbour over the graph (squared Euclidean distance between cluster means over the
+samples); the connected components of that 1-NN graph are merged and the graph is contracted. It stops
+when exactly ``n_clusters`` clusters remain.
+
+Exactness of the final round rests on one fact: with a strict total order on edges (weight, then a
+unique tie-break rank), the 1-NN graph has no cycle other than mutual pairs, so once its edges are
+deduplicated every subset of them is a forest. Merging the ``m`` smallest of them removes exactly ``m``
+clusters, and the last round merges just enough to land on ``n_clusters``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse import csgraph
+
+logger = logging.getLogger(__name__)
+
+_NO_EDGE = np.iinfo(np.int64).max
+_LOW_BITS = np.int64(0xFFFFFFFF)
+_CHUNK = 16384  # edges per block when computing weights: keeps the gathered rows in cache
+
+
+def grid_edges(mask: np.ndarray) -> np.ndarray:
+    """Edges of the face-connectivity graph between the in-mask features of a grid.
+
+    Parameters
+    ----------
+    mask : ndarray of bool, any number of dimensions
+        Features are ``vol[mask]`` in C order (the nilearn convention).
+
+    Returns
+    -------
+    edges : ndarray of int64, shape (2, n_edges)
+        Undirected edges ``i < j`` between features that are neighbours along one axis (a chain in 1D,
+        4 neighbours in 2D, 6 in 3D), sorted by ``(i, j)``.
+    """
+    mask = _check_mask(mask)
+    p = int(mask.sum())
+    index = np.full(tuple(s + 1 for s in mask.shape), -1, dtype=np.int64)
+    index[tuple(slice(0, s) for s in mask.shape)][mask] = np.arange(p)
+    # In C order the forward neighbour along the last axis has the smallest index, so stacking the
+    # axes last-to-first yields edges already sorted by (i, j) without a sort.
+    forward = np.empty((p, mask.ndim), dtype=np.int64)
+    for col, axis in enumerate(reversed(range(mask.ndim))):
+        shifted = tuple(slice(1, s + 1) if d == axis else slice(0, s)
+                        for d, s in enumerate(mask.shape))
+        forward[:, col] = index[shifted][mask]
+    heads = np.repeat(np.arange(p, dtype=np.int64), mask.ndim)
+    tails = forward.ravel()
+    keep = tails >= 0
+    return np.stack([heads[keep], tails[keep]])
+
+
+def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters: int, *,
+         n_iter: int | None = None,
+         random_state: int | np.random.Generator | None = None) -> np.ndarray:
+    """Group features with Recursive Nearest Agglomeration.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Samples the distances are computed from (e.g. r bootstrap samples). Must be finite.
+    mask : ndarray of bool, any number of dimensions, or sparse matrix of shape \
+(n_features, n_features)
+        Either a boolean mask whose True count is ``n_features`` (features are ``vol[mask]`` in C
+        order; neighbours share a face, see :func:`grid_edges`), or an explicit adjacency matrix whose
+        nonzero pattern (symmetrised, diagonal ignored) gives the edges.
+    n_clusters : int
+        Number of clusters, ``1 <= n_clusters <= n_features``.
+    n_iter : int or None, default=None
+        Maximum number of agglomeration rounds. None runs until exactly ``n_clusters`` clusters
+        remain; with a limit the result may have more clusters than asked.
+    random_state : int, numpy Generator or None, default=None
+        Seeds the order in which exactly equal distances are broken (a random rank per edge,
+        redrawn each round). None breaks ties by edge position, which is deterministic too.
+
+    Returns
+    -------
+    labels : ndarray of int32, shape (n_features,)
+        Cluster of each feature, values ``0 .. n_clusters - 1``; every cluster is connected in the
+        graph.
+
+    Raises
+    ------
+    ValueError
+        On bad shapes, non-finite ``X``, a non-boolean mask, ``n_clusters`` out of range, or a graph
+        with more than ``n_clusters`` connected components.
+    """
+    data = _feature_major(X)
+    p = data.shape[0]
+    edges = _graph_edges(mask, p)
+    if not 1 <= n_clusters <= p:
+        raise ValueError(f"n_clusters must be in [1, {p}] (the number of features), got {n_clusters}")
+    if n_iter is not None and n_iter < 1:
+        raise ValueError(f"n_iter must be a positive integer or None, got {n_iter}")
+    rng = None if random_state is None else np.random.default_rng(random_state)
+
+    labels = np.arange(p, dtype=np.int64)
+    sums, sizes = data, np.ones(p, dtype=np.float32)
+    n_rounds = 0
+    while len(sizes) > n_clusters and (n_iter is None or n_rounds < n_iter):
+        n_nodes = len(sizes)
+        if edges.shape[1] == 0:
+            raise ValueError(f"the graph has {n_nodes} connected components, more than "
+                             f"n_clusters={n_clusters}; each component needs its own cluster")
+        means = sums if n_rounds == 0 else sums / sizes[:, None]
+        keys = _edge_keys(_edge_weights(means, edges), rng)
+        nn_edges = _nearest_neighbours(keys, edges, n_nodes)
+        merged = _select_merges(nn_edges, keys, n_nodes - n_clusters)
+        n_new, node_labels = _merge(edges[:, merged], n_nodes)
+        sums, sizes = _reduce(sums, sizes, node_labels, n_new)
+        edges = _contract(edges, node_labels, n_new)
+        labels = node_labels[labels]
+        n_rounds += 1
+        logger.debug("ReNA round %d: %d -> %d clusters, %d edges", n_rounds, n_nodes, n_new,
+                     edges.shape[1])
+    return labels.astype(np.int32)
+
+
+def _feature_major(X) -> np.ndarray:
+    """Validate ``X`` and return it as a (n_features, n_samples) float32 C-contiguous array."""
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2D (n_samples, n_features), got shape {X.shape}")
+    if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
+        raise ValueError(f"X must hold real numbers, got dtype {X.dtype}")
+    if not np.isfinite(X).all():
+        raise ValueError("X contains NaN or infinite values")
+    peak = float(np.abs(X).max()) if X.size else 0.0
+    if peak > 2.0**60:
+        # Squared distances would overflow float32; a power-of-two scale keeps the order exactly.
+        X = X * 2.0 ** -np.ceil(np.log2(peak))
+    return np.ascontiguousarray(X.T, dtype=np.float32)
+
+
+def _check_mask(mask) -> np.ndarray:
+    mask = np.asarray(mask)
+    if mask.dtype != bool:
+        raise ValueError(f"mask must be a boolean array, got dtype {mask.dtype}")
+    if mask.ndim == 0:
+        raise ValueError("mask must have at least one dimension")
+    return mask
+
+
+def _graph_edges(mask, p: int) -> np.ndarray:
+    """Edges (2, n_edges) of the feature graph, ``i < j``, sorted by (i, j)."""
+    if sp.issparse(mask):
+        if mask.shape != (p, p):
+            raise ValueError(f"adjacency matrix must have shape ({p}, {p}) to match X, "
+                             f"got {mask.shape}")
+        pattern = sp.csr_matrix(mask, dtype=bool)
+        upper = sp.triu(pattern + pattern.T, k=1, format="csr")
+        upper.sum_duplicates()
+        upper.sort_indices()
+        heads = np.repeat(np.arange(p, dtype=np.int64), np.diff(upper.indptr))
+        return np.stack([heads, upper.indices.astype(np.int64)])
+    mask = _check_mask(mask)
+    if int(mask.sum()) != p:
+        raise ValueError(f"X has {p} features but the mask has {int(mask.sum())} True values")
+    return grid_edges(mask)
+
+
+def _edge_weights(means: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distance (n_edges,) float32 between the two ends of each edge."""
+    heads, tails = edges
+    weights = np.empty(len(heads), dtype=np.float32)
+    for start in range(0, len(heads), _CHUNK):
+        block = slice(start, start + _CHUNK)
+        diff = means[heads[block]] - means[tails[block]]
+        np.einsum("ij,ij->i", diff, diff, out=weights[block])
+    return weights
+
+
+def _edge_keys(weights: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+    """Unique int64 sort keys: the weight's bits, then a tie-break rank that encodes the edge.
+
+    Non-negative float32 values order like their bit patterns, so ``bits << 32 | rank`` is a strict
+    total order on edges consistent with the weights.
+    """
+    n_edges = len(weights)
+    ranks = np.arange(n_edges, dtype=np.int64) if rng is None else rng.permutation(n_edges)
+    bits = (weights + np.float32(0.0)).view(np.uint32).astype(np.int64)  # + 0 turns -0 into +0
+    return (bits << 32) | ranks
+
+
+def _nearest_neighbours(keys: np.ndarray, edges: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Sorted unique indices of the edges that are some node's nearest-neighbour edge."""
+    best = np.full(n_nodes, _NO_EDGE, dtype=np.int64)
+    np.minimum.at(best, edges[0], keys)
+    np.minimum.at(best, edges[1], keys)
+    ranks = best[best != _NO_EDGE] & _LOW_BITS
+    edge_of_rank = np.empty(len(keys), dtype=np.int64)
+    edge_of_rank[keys & _LOW_BITS] = np.arange(len(keys))
+    chosen = np.zeros(len(keys), dtype=bool)
+    chosen[edge_of_rank[ranks]] = True
+    return np.flatnonzero(chosen)
+
+
+def _select_merges(nn_edges: np.ndarray, keys: np.ndarray, max_merges: int) -> np.ndarray:
+    """Keep the ``max_merges`` closest 1-NN edges when merging them all would overshoot."""
+    if len(nn_edges) <= max_merges:
+        return nn_edges
+    closest = np.argpartition(keys[nn_edges], max_merges - 1)[:max_merges]
+    return np.sort(nn_edges[closest])
+
+
+def _merge(merge_edges: np.ndarray, n_nodes: int) -> tuple[int, np.ndarray]:
+    """Connected components (count, node labels) of the graph made of ``merge_edges``."""
+    graph = sp.coo_matrix((np.ones(merge_edges.shape[1], dtype=np.int8), tuple(merge_edges)),
+                          shape=(n_nodes, n_nodes))
+    n_new, node_labels = csgraph.connected_components(graph, directed=False)
+    return n_new, node_labels.astype(np.int64)
+
+
+def _reduce(sums: np.ndarray, sizes: np.ndarray, node_labels: np.ndarray,
+            n_new: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster sums (n_new, n_samples) and sizes (n_new,) after merging."""
+    n_nodes = len(node_labels)
+    pooling = sp.csr_matrix((np.ones(n_nodes, dtype=np.float32), (node_labels, np.arange(n_nodes))),
+                            shape=(n_new, n_nodes))
+    new_sizes = np.bincount(node_labels, weights=sizes, minlength=n_new).astype(np.float32)
+    return np.ascontiguousarray(pooling @ sums), new_sizes
+
+
+def _contract(edges: np.ndarray, node_labels: np.ndarray, n_new: int) -> np.ndarray:
+    """Edges between merged clusters: relabelled, self loops dropped, deduplicated, sorted."""
+    heads, tails = node_labels[edges[0]], node_labels[edges[1]]
+    keep = heads != tails
+    heads, tails = heads[keep], tails[keep]
+    pair_keys = np.sort(np.minimum(heads, tails) * n_new + np.maximum(heads, tails))
+    if len(pair_keys):
+        first = np.empty(len(pair_keys), dtype=bool)
+        first[0] = True
+        np.not_equal(pair_keys[1:], pair_keys[:-1], out=first[1:])
+        pair_keys = pair_keys[first]
+    return np.stack([pair_keys // n_new, pair_keys % n_new])

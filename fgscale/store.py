@@ -1,0 +1,373 @@
+"""The fgscale Zarr v3 store: one group holding a masked NIfTI cohort, and its reader.
+
+Layout of a store (a directory ``STORE.zarr``, one Zarr v3 group)::
+
+    X        float32 (n_samples, n_features)  rows are ``vol[mask]`` in C order (as nilearn)
+    y        int32   (n_samples,)             class index per row
+    classes  str     (n_classes,)             class names, ``classes[y]`` is the label
+    mask     bool    grid_shape               the 3D mask on the store's grid
+    affine   float64 (4, 4)                   voxel -> world of the grid
+    source   str     (n_samples,)             provenance: file each row came from
+    volume   int32   (n_samples,)             volume index inside that file (0 for 3D)
+    group    str     (n_samples,)             subject / study ("" when none)
+    split    str     (n_samples,)             "train", "test" or "" (unassigned)
+    done     uint8   (n_blocks,)              1 once row block i of X is written
+    bank     int32   (b, n_features)          added later by the bank step (not written here)
+
+Group attributes: ``fgscale_format_version``, ``complete`` (set last), ``grid_shape``,
+``block_rows``, ``synthetic``, ``params`` (conversion parameters) and ``summary``.
+
+Why this layout of ``X`` (measured by ``scripts/bench_store.py``, see its docstring): every row is
+its own chunk of shape (1, p), and rows are packed into shards of shape (block_rows, p), one file
+per shard, with no compression. A random 200-row minibatch then reads exactly the 200 rows it
+needs (one byte range each, located through the shard index) instead of decoding every multi-row
+chunk it touches (64-row chunks made each random batch decode nearly the whole store). Shards
+keep the number of files small and give the writers whole, independent units: conversion block
+i writes shard i and nothing else, so no two tasks ever write the same object. Compression is off
+because masked float32 maps are noise-like: zstd saved little space and cost decode time on
+every minibatch.
+
+Atomicity and resumability: :func:`write_store` writes under a temporary name and renames it at
+the end. :mod:`fgscale.convert` writes in place instead, block by block, setting ``done[i]``
+(its own chunk) after shard i is fully written, and sets ``complete`` only when every block is
+done; :func:`open_store` refuses a store that is not complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import zarr
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+_TARGET_SHARD_BYTES = 64 * 2**20  # one shard of X is one conversion task's output
+_MAX_BLOCK_ROWS = 1024
+
+
+class StoreError(ValueError):
+    """A path that is not a usable fgscale store (missing, foreign, wrong version, incomplete)."""
+
+
+def default_block_rows(n_features: int) -> int:
+    """Rows per shard of ``X`` (and per conversion task): about 64 MiB, at most 1024 rows."""
+    return int(np.clip(_TARGET_SHARD_BYTES // (4 * max(n_features, 1)), 1, _MAX_BLOCK_ROWS))
+
+
+def _str_array(values, n: int | None, name: str) -> np.ndarray:
+    # Variable-length strings: the one string type with a Zarr v3 specification.
+    if values is None:
+        values = [""] * n
+    out = np.asarray(values).astype(str).astype(np.dtypes.StringDType())
+    if n is None:
+        return out
+    if out.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {out.shape}")
+    return out
+
+
+def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, y: np.ndarray,
+                 classes: Sequence[str], source=None, volume=None, groups=None, split=None,
+                 attrs: dict | None = None, block_rows: int | None = None) -> zarr.Group:
+    """Create an empty, not yet complete store: all metadata arrays, ``X`` unwritten.
+
+    Parameters
+    ----------
+    path : str or Path
+        Store directory; overwritten if it exists.
+    n_samples : int
+    mask : ndarray of shape grid_shape, bool
+    affine : ndarray of shape (4, 4)
+    y : ndarray of shape (n_samples,), int
+        Class indices into ``classes``.
+    classes : sequence of str of length n_classes
+    source, groups, split : array-like of shape (n_samples,) of str, optional
+    volume : array-like of shape (n_samples,) of int, optional
+    attrs : dict, optional
+        Extra group attributes (``params``, ``synthetic``...).
+    block_rows : int, optional
+        Rows per shard of ``X``; default :func:`default_block_rows`.
+
+    Returns
+    -------
+    group : zarr.Group
+        Opened read-write.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    if mask.ndim != 3:
+        raise ValueError(f"mask must be 3D, got shape {mask.shape}")
+    n_features = int(mask.sum())
+    if n_features == 0:
+        raise ValueError("mask is empty: no voxel to store")
+    affine = np.asarray(affine, dtype=np.float64)
+    if affine.shape != (4, 4):
+        raise ValueError(f"affine must have shape (4, 4), got {affine.shape}")
+    y = np.asarray(y)
+    classes = _str_array(classes, None, "classes")
+    if y.shape != (n_samples,):
+        raise ValueError(f"y must have shape ({n_samples},), got {y.shape}")
+    if n_samples and (y.min() < 0 or y.max() >= len(classes)):
+        raise ValueError(f"y must hold class indices in [0, {len(classes)}), got {y.min()}..{y.max()}")
+    split = _str_array(split, n_samples, "split")
+    bad = sorted(set(split) - {"train", "test", ""})
+    if bad:
+        raise ValueError(f"split values must be 'train', 'test' or '', got {bad[:5]}")
+    volume = np.zeros(n_samples, np.int32) if volume is None else np.asarray(volume, np.int32)
+    block_rows = int(block_rows or default_block_rows(n_features))
+    n_blocks = -(-n_samples // block_rows)
+
+    g = zarr.open_group(str(path), mode="w")
+    g.create_array("X", shape=(n_samples, n_features), dtype="float32",
+                   chunks=(1, n_features), shards=(block_rows, n_features),
+                   compressors=None, fill_value=0.0)
+    small = {
+        "y": y.astype(np.int32), "classes": classes, "mask": mask, "affine": affine,
+        "source": _str_array(source, n_samples, "source"), "volume": volume,
+        "group": _str_array(groups, n_samples, "groups"), "split": split,
+        "done": np.zeros(n_blocks, np.uint8),
+    }
+    for name, data in small.items():
+        chunks = (1,) if name == "done" else data.shape  # one flag per chunk: writers never share
+        g.create_array(name, data=data, chunks=tuple(max(c, 1) for c in chunks))
+    g.attrs.update({
+        "fgscale_format_version": FORMAT_VERSION, "complete": False,
+        "grid_shape": list(mask.shape), "block_rows": block_rows, "synthetic": False,
+        **(attrs or {}),
+    })
+    return g
+
+
+def block_range(block: int, block_rows: int, n_samples: int) -> tuple[int, int]:
+    """Row range ``[start, stop)`` of block (shard) ``block``."""
+    return block * block_rows, min((block + 1) * block_rows, n_samples)
+
+
+def write_block(path, block: int, X_block: np.ndarray) -> None:
+    """Write one whole shard of ``X`` then set its ``done`` flag (run by conversion tasks).
+
+    Parameters
+    ----------
+    path : str or Path
+    block : int
+    X_block : ndarray of shape (stop - start, n_features)
+    """
+    g = zarr.open_group(str(path), mode="r+")
+    start, stop = block_range(block, g.attrs["block_rows"], g["X"].shape[0])
+    g["X"][start:stop] = np.asarray(X_block, dtype=np.float32)
+    g["done"][block] = 1  # after the data: a flag never claims a half-written shard
+
+
+def mark_complete(path, **attrs) -> None:
+    """Mark a store complete (after checking every block is done) and record ``attrs``."""
+    g = zarr.open_group(str(path), mode="r+")
+    missing = np.flatnonzero(g["done"][:] == 0)
+    if missing.size:
+        raise StoreError(f"{path}: cannot mark complete, blocks {missing[:10].tolist()} not written")
+    g.attrs.update({**attrs, "complete": True})
+
+
+def write_store(path, X, y, mask, affine, *, classes=None, split=None, groups=None,
+                attrs: dict | None = None, block_rows: int | None = None) -> Store:
+    """Write a complete store from in-memory arrays, atomically (temporary name, then rename).
+
+    Parameters
+    ----------
+    path : str or Path
+        Store directory; replaced if it exists.
+    X : ndarray of shape (n_samples, n_features)
+        Rows in mask order, ``n_features == mask.sum()``.
+    y : array-like of shape (n_samples,)
+        Class labels: indices into ``classes`` if given, else any labels (sorted to classes).
+    mask : ndarray of shape grid_shape, bool
+    affine : ndarray of shape (4, 4)
+    classes : sequence of str, optional
+    split, groups : array-like of shape (n_samples,) of str, optional
+    attrs : dict, optional
+    block_rows : int, optional
+
+    Returns
+    -------
+    store : Store
+    """
+    path = Path(path)
+    X = np.asarray(X, dtype=np.float32)
+    mask = np.asarray(mask, dtype=bool)
+    if X.ndim != 2 or X.shape[1] != mask.sum():
+        raise ValueError(f"X must have shape (n_samples, {int(mask.sum())}), got {X.shape}")
+    if classes is None:
+        classes, y = np.unique(np.asarray(y).astype(str), return_inverse=True)
+    tmp = path.with_name(path.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    g = create_store(tmp, n_samples=X.shape[0], mask=mask, affine=affine, y=np.asarray(y),
+                     classes=classes, groups=groups, split=split,
+                     attrs=attrs, block_rows=block_rows)
+    rows = g.attrs["block_rows"]
+    for b in range(g["done"].shape[0]):
+        start, stop = block_range(b, rows, X.shape[0])
+        write_block(tmp, b, X[start:stop])
+    mark_complete(tmp)
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+    return open_store(path)
+
+
+def _read_str(array: zarr.Array) -> np.ndarray:
+    return np.asarray(array[:].tolist(), dtype=str)
+
+
+class Store:
+    """Read view over a complete fgscale store; use :func:`open_store` to build one.
+
+    Attributes
+    ----------
+    path : Path
+    X : zarr.Array of shape (n_samples, n_features), float32
+    y : ndarray of shape (n_samples,), int32
+    classes : ndarray of shape (n_classes,), str
+    split, groups, source : ndarray of shape (n_samples,), str
+    volume : ndarray of shape (n_samples,), int32
+    mask : ndarray of shape grid_shape, bool
+    affine : ndarray of shape (4, 4)
+    n_samples, n_features, block_rows : int
+    attrs : dict
+        Group attributes: ``params`` of the conversion, ``synthetic``, ``summary``...
+    """
+
+    def __init__(self, path: Path, group: zarr.Group):
+        self.path = path
+        self.group = group
+        self.X = group["X"]
+        self.y = group["y"][:]
+        self.classes = _read_str(group["classes"])
+        self.split = _read_str(group["split"])
+        self.groups = _read_str(group["group"])
+        self.source = _read_str(group["source"])
+        self.volume = group["volume"][:]
+        self.mask = group["mask"][:]
+        self.affine = group["affine"][:]
+        self.attrs = dict(group.attrs)
+        self.n_samples, self.n_features = self.X.shape
+        self.block_rows = int(self.attrs["block_rows"])
+
+    def __repr__(self) -> str:
+        return (f"Store({str(self.path)!r}, n_samples={self.n_samples}, "
+                f"n_features={self.n_features}, classes={len(self.classes)})")
+
+    def read_rows(self, rows) -> np.ndarray:
+        """Rows of ``X`` in the order given (duplicates allowed).
+
+        Parameters
+        ----------
+        rows : array-like of shape (m,), int
+
+        Returns
+        -------
+        X_rows : ndarray of shape (m, n_features), float32
+        """
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if rows.size == 0:
+            return np.empty((0, self.n_features), np.float32)
+        if rows.min() < 0 or rows.max() >= self.n_samples:
+            raise IndexError(f"rows must be in [0, {self.n_samples}), got {rows.min()}..{rows.max()}")
+        # One sorted, duplicate-free orthogonal read lets zarr fetch each (1, p) chunk once.
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        data = self.X.get_orthogonal_selection((uniq, slice(None)))
+        return data[inverse]
+
+    def iter_blocks(self, rows=None, block_size: int | None = None
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Iterate over rows in sequential, shard-aligned blocks.
+
+        Parameters
+        ----------
+        rows : array-like of int, optional
+            Rows to visit (sorted and deduplicated); default all rows.
+        block_size : int, optional
+            Rows per block, rounded up to whole shards; default one shard.
+
+        Yields
+        ------
+        row_indices : ndarray of shape (m,), int64
+        X_block : ndarray of shape (m, n_features), float32
+        """
+        span = self.block_rows * max(1, -(-(block_size or self.block_rows) // self.block_rows))
+        if rows is None:
+            for start in range(0, self.n_samples, span):
+                stop = min(start + span, self.n_samples)
+                yield np.arange(start, stop, dtype=np.int64), self.X[start:stop]
+            return
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        keys = rows // span
+        cuts = np.flatnonzero(np.diff(keys)) + 1
+        for part in np.split(rows, cuts):
+            if part.size:
+                yield part, self.read_rows(part)
+
+    def train_rows(self) -> np.ndarray:
+        """Rows whose split is "train" or unassigned, shape (n_train,), int64."""
+        return np.flatnonzero(self.split != "test").astype(np.int64)
+
+    def test_rows(self) -> np.ndarray:
+        """Rows whose split is "test", shape (n_test,), int64."""
+        return np.flatnonzero(self.split == "test").astype(np.int64)
+
+    def mask_img(self) -> nib.Nifti1Image:
+        """The mask as a uint8 NIfTI image on the store's grid."""
+        return nib.Nifti1Image(self.mask.astype(np.uint8), self.affine)
+
+
+def open_group_checked(path, mode: str = "r") -> zarr.Group:
+    """Open an fgscale store group and check its format version (complete or not)."""
+    path = Path(path)
+    if not path.exists():
+        raise StoreError(f"{path}: no such store (create one with fgscale convert)")
+    try:
+        g = zarr.open_group(str(path), mode=mode)
+    except Exception as exc:  # zarr raises several types for a foreign directory
+        raise StoreError(f"{path}: not a Zarr group ({exc})") from exc
+    version = g.attrs.get("fgscale_format_version")
+    if version is None or "X" not in g:
+        raise StoreError(f"{path}: not an fgscale store (no fgscale_format_version attribute)")
+    if version != FORMAT_VERSION:
+        raise StoreError(f"{path}: store format version {version}, this fgscale reads "
+                         f"version {FORMAT_VERSION}; re-run fgscale convert")
+    return g
+
+
+def open_store(path, mode: str = "r") -> Store:
+    """Open a complete store.
+
+    Parameters
+    ----------
+    path : str or Path
+    mode : {"r", "r+"}
+        "r+" lets a caller add arrays (the bank) to the group.
+
+    Returns
+    -------
+    store : Store
+
+    Raises
+    ------
+    StoreError
+        If the path is missing, not an fgscale store, of another format version, or not
+        marked complete.
+    """
+    if mode not in ("r", "r+"):
+        raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
+    path = Path(path)
+    g = open_group_checked(path, mode)
+    if not g.attrs.get("complete", False):
+        done = g["done"][:]
+        raise StoreError(f"{path}: store is not complete ({int(done.sum())} of {done.size} "
+                         "blocks written); re-run fgscale convert to finish it")
+    return Store(path, g)
