@@ -234,6 +234,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         """Predicted class labels, shape (n_samples,)."""
+        check_is_fitted(self)
         return self.classes_[self._logits(X).argmax(axis=1)]
 
 
@@ -242,7 +243,7 @@ def _validation_split(y: np.ndarray, fraction: float, seed: int):
     rows = np.arange(len(y))
     n_val = max(1, int(round(fraction * len(y))))
     if len(y) - n_val < 1:
-        raise ValueError(f"too few samples ({len(y)}) for a validation split with early stopping")
+        raise ValueError(f"early stopping needs a validation split: got {len(y)} sample(s), too few")
     counts = np.bincount(y)
     stratify = y if counts.min() >= 2 and n_val >= len(counts) else None
     return train_test_split(rows, test_size=n_val, random_state=seed, stratify=stratify)

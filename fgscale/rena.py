@@ -1,15 +1,15 @@
 """Recursive Nearest Agglomeration (ReNA): fast, exact-k feature grouping on a graph.
 
-ReNA (Hoyos-Idrobo et al., TPAMI 2019) starts with one cluster per feature and the adjacency graph of
-the features (the voxel grid of a mask, or an explicit sparse graph). Each round, every cluster links
-to its nearest neighbour over the graph (squared Euclidean distance between cluster means over the
-samples); the connected components of that 1-NN graph are merged and the graph is contracted. It stops
-when exactly ``n_clusters`` clusters remain.
+ReNA (Hoyos-Idrobo et al., TPAMI 2019) starts with one cluster per feature and the adjacency graph
+of the features (the voxel grid of a mask, or an explicit sparse graph). Each round, every cluster
+links to its nearest neighbour over the graph (squared Euclidean distance between cluster means over
+the samples); the connected components of that 1-NN graph are merged and the graph is contracted.
+It stops when exactly ``n_clusters`` clusters remain.
 
 Exactness of the final round rests on one fact: with a strict total order on edges (weight, then a
 unique tie-break rank), the 1-NN graph has no cycle other than mutual pairs, so once its edges are
-deduplicated every subset of them is a forest. Merging the ``m`` smallest of them removes exactly ``m``
-clusters, and the last round merges just enough to land on ``n_clusters``.
+deduplicated every subset of them is a forest. Merging the ``m`` smallest of them removes exactly
+``m`` clusters, and the last round merges just enough to land on ``n_clusters``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def grid_edges(mask: np.ndarray) -> np.ndarray:
     Returns
     -------
     edges : ndarray of int64, shape (2, n_edges)
-        Undirected edges ``i < j`` between features that are neighbours along one axis (a chain in 1D,
-        4 neighbours in 2D, 6 in 3D), sorted by ``(i, j)``.
+        Undirected edges ``i < j`` between features that are neighbours along one axis (a chain in
+        1D, 4 neighbours in 2D, 6 in 3D), sorted by ``(i, j)``.
     """
     mask = _check_mask(mask)
     p = int(mask.sum())
@@ -70,8 +70,8 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
     mask : ndarray of bool, any number of dimensions, or sparse matrix of shape \
 (n_features, n_features)
         Either a boolean mask whose True count is ``n_features`` (features are ``vol[mask]`` in C
-        order; neighbours share a face, see :func:`grid_edges`), or an explicit adjacency matrix whose
-        nonzero pattern (symmetrised, diagonal ignored) gives the edges.
+        order; neighbours share a face, see :func:`grid_edges`), or an explicit adjacency matrix
+        whose nonzero pattern (symmetrised, diagonal ignored) gives the edges.
     n_clusters : int
         Number of clusters, ``1 <= n_clusters <= n_features``.
     n_iter : int or None, default=None
@@ -90,14 +90,16 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
     Raises
     ------
     ValueError
-        On bad shapes, non-finite ``X``, a non-boolean mask, ``n_clusters`` out of range, or a graph
-        with more than ``n_clusters`` connected components.
+        On bad shapes, non-finite ``X``, a non-boolean mask, ``n_clusters`` not an integer in range,
+        or a graph with more than ``n_clusters`` connected components (found when the rounds run
+        out of edges, so not with an ``n_iter`` limit that stops earlier).
     """
     data = _feature_major(X)
     p = data.shape[0]
     edges = _graph_edges(mask, p)
-    if not 1 <= n_clusters <= p:
-        raise ValueError(f"n_clusters must be in [1, {p}] (the number of features), got {n_clusters}")
+    if not isinstance(n_clusters, (int, np.integer)) or not 1 <= n_clusters <= p:
+        raise ValueError(f"n_clusters must be an integer in [1, {p}] (the number of features), "
+                         f"got {n_clusters}")
     if n_iter is not None and n_iter < 1:
         raise ValueError(f"n_iter must be a positive integer or None, got {n_iter}")
     rng = None if random_state is None else np.random.default_rng(random_state)
@@ -134,7 +136,7 @@ def _feature_major(X) -> np.ndarray:
     if not np.isfinite(X).all():
         raise ValueError("X contains NaN or infinite values")
     peak = float(np.abs(X).max()) if X.size else 0.0
-    if peak > 2.0**60:
+    if peak > 2.0**50:
         # Squared distances would overflow float32; a power-of-two scale keeps the order exactly.
         X = X * 2.0 ** -np.ceil(np.log2(peak))
     return np.ascontiguousarray(X.T, dtype=np.float32)
@@ -156,6 +158,7 @@ def _graph_edges(mask, p: int) -> np.ndarray:
             raise ValueError(f"adjacency matrix must have shape ({p}, {p}) to match X, "
                              f"got {mask.shape}")
         pattern = sp.csr_matrix(mask, dtype=bool)
+        pattern.eliminate_zeros()
         upper = sp.triu(pattern + pattern.T, k=1, format="csr")
         upper.sum_duplicates()
         upper.sort_indices()
@@ -182,7 +185,7 @@ def _edge_keys(weights: np.ndarray, rng: np.random.Generator | None) -> np.ndarr
     """Unique int64 sort keys: the weight's bits, then a tie-break rank that encodes the edge.
 
     Non-negative float32 values order like their bit patterns, so ``bits << 32 | rank`` is a strict
-    total order on edges consistent with the weights.
+    total order on edges consistent with the weights (ranks need fewer than 2**32 edges).
     """
     n_edges = len(weights)
     ranks = np.arange(n_edges, dtype=np.int64) if rng is None else rng.permutation(n_edges)

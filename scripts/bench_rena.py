@@ -30,7 +30,7 @@ def brain_mask() -> np.ndarray:
 
 def smooth_samples(mask: np.ndarray, n: int, seed: int, sigma: float = 2.0,
                    noise: float = 0.5) -> np.ndarray:
-    """(n, p) float32 masked samples: Gaussian-smoothed white noise (unit variance) + white noise."""
+    """(n, p) float32 masked samples: smoothed white noise (unit variance) + white noise."""
     rng = np.random.default_rng(seed)
     out = np.empty((n, int(mask.sum())), dtype=np.float32)
     for i in range(n):
@@ -41,7 +41,7 @@ def smooth_samples(mask: np.ndarray, n: int, seed: int, sigma: float = 2.0,
 
 
 def relative_error(X: np.ndarray, labels: np.ndarray) -> float:
-    """Mean over samples of ||x - Phi^T Phi x|| / ||x|| (each feature replaced by its cluster mean)."""
+    """Mean over samples of ||x - Phi^T Phi x|| / ||x|| (Phi^T Phi x: features -> cluster means)."""
     labels = np.unique(labels, return_inverse=True)[1]
     k = labels.max() + 1
     counts = np.bincount(labels, minlength=k)
