@@ -76,7 +76,7 @@ class MLP(nn.Module):
         self.input_dropout = nn.Dropout(input_dropout)
         self.first = GroupedLinear(n_features, sizes[0])
         layers = []
-        for n_in, n_out in zip(sizes, sizes[1:] + [n_classes]):
+        for n_in, n_out in zip(sizes, sizes[1:] + [n_classes], strict=True):
             layers += [nn.ReLU(), nn.Dropout(hidden_dropout), nn.Linear(n_in, n_out)]
         self.rest = nn.Sequential(*layers)
 

@@ -77,7 +77,9 @@ def test_mask_as_image_or_path_gives_same_model(rng, tmp_path):
 
 def test_reproducible_from_seed_and_seed_matters(rng):
     X, y, mask = smooth_problem(rng, n=60)
-    fit = lambda seed: FeatureGroupingClassifier(mask=mask, random_state=seed, **FAST).fit(X, y)
+    def fit(seed):
+        return FeatureGroupingClassifier(mask=mask, random_state=seed, **FAST).fit(X, y)
+
     np.testing.assert_array_equal(fit(1).coef_, fit(1).coef_)
     assert not np.array_equal(fit(1).coef_, fit(2).coef_)
 
@@ -96,8 +98,10 @@ def test_every_model_and_regularizer_learns(rng, model, regularizer):
 
 def test_l2_shrinks_weights(rng):
     X, y, mask = smooth_problem(rng, noise=2.0)
-    norm = lambda alpha: np.linalg.norm(FeatureGroupingClassifier(
-        mask=mask, regularizer="l2", alpha=alpha, random_state=0, **FAST).fit(X, y).coef_)
+    def norm(alpha):
+        clf = FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=alpha, random_state=0, **FAST)
+        return np.linalg.norm(clf.fit(X, y).coef_)
+
     assert norm(1.0) < 0.5 * norm(0.0)
 
 

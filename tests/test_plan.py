@@ -9,7 +9,7 @@ def test_plan_is_a_pure_function_of_seed_and_epoch():
     b = epoch_plan(rows, batch_size=32, epoch=3, seed=7, n_groupings=5)
     c = epoch_plan(rows, batch_size=32, epoch=4, seed=7, n_groupings=5)
     assert len(a) == 4 and [len(r) for r in a.batches] == [32, 32, 32, 4]
-    for x, y in zip(a.batches, b.batches):
+    for x, y in zip(a.batches, b.batches, strict=True):
         np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(a.groupings, b.groupings)
     assert not np.array_equal(np.concatenate(a.batches), np.concatenate(c.batches))

@@ -8,8 +8,7 @@ from torch.nn import functional as F
 from fgscale.grouping import back_project, project
 from fgscale.models import GroupedLinear, build_model
 from fgscale.plan import epoch_plan
-from fgscale.training import (Batch, EarlyStopping, evaluate, fit, make_optimizer,
-                              memory_batches, train_epoch)
+from fgscale.training import Batch, EarlyStopping, evaluate, fit, make_optimizer, memory_batches, train_epoch
 
 
 def random_labels(rng, p, k):
@@ -37,7 +36,7 @@ def test_grouped_step_equals_plain_sgd_on_smoothed_input(model_name):
         opt.zero_grad()
         F.cross_entropy(model(torch.as_tensor(inputs), grouping), y).backward()
         opt.step()
-    for (name, a), b in zip(grouped.named_parameters(), dense.parameters()):
+    for (name, a), b in zip(grouped.named_parameters(), dense.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
     # W0 moved, and only along directions constant within each cluster
     delta = (grouped.first.weight.detach() - w0).numpy()
@@ -80,7 +79,7 @@ def test_memory_batches_follow_the_plan():
     plan = epoch_plan(np.arange(20), batch_size=6, epoch=0, seed=0, n_groupings=3)
     batches = list(memory_batches(X, y, plan, bank))
     assert [b.grouping for b in batches] == list(plan.groupings)
-    for batch, rows in zip(batches, plan.batches):
+    for batch, rows in zip(batches, plan.batches, strict=True):
         np.testing.assert_array_equal(batch.x, project(X[rows], bank[batch.grouping]))
         np.testing.assert_array_equal(batch.y, y[rows])
 
