@@ -7,6 +7,7 @@ decides what is printed; the work itself lives in the modules.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
@@ -18,6 +19,71 @@ def _cmd_demo(args) -> int:
 
     run_demo(args.out, seed=args.seed, n_workers=args.n_workers)
     return 0
+
+
+def _cmd_bank(args) -> int:
+    from fgscale.cluster import dashboard_link, get_client
+    from fgscale.dask_bank import build_bank
+
+    k = float(args.n_clusters)  # "0.1" is a fraction of the features, "5000" a count
+    k = int(k) if k >= 1 and k.is_integer() else k
+    with get_client(args.scheduler, scheduler_file=args.scheduler_file,
+                    n_workers=args.n_workers) as client:
+        print(f"dashboard: {dashboard_link(client) or 'none'}")
+        _, info = build_bank(args.store, n_groupings=args.n_groupings, n_bootstrap=args.n_bootstrap,
+                             n_clusters=k, seed=args.seed, client=client,
+                             overwrite=args.overwrite, return_info=True)
+    print(f"bank of {args.store}: {info['built']} groupings built, {info['reused']} reused "
+          f"(b={info['n_groupings']}, k={info['n_clusters']}, r={info['n_bootstrap']}, "
+          f"seed={info['seed']}) in {info['seconds']:.1f} s")
+    return 0
+
+
+def _cluster_kwargs(args) -> dict:
+    return {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file,
+            "n_workers": args.n_workers}
+
+
+def _cmd_train(args) -> int:
+    from fgscale.run import train_run
+
+    params = {"model": args.model, "regularizer": args.regularizer,
+              "n_clusters": args.n_clusters, "n_groupings": args.n_groupings,
+              "n_bootstrap": args.n_bootstrap, "alpha": args.alpha, "dropout": args.dropout,
+              "hidden_layer_sizes": tuple(args.hidden_layer_sizes),
+              "max_epochs": args.max_epochs, "batch_size": args.batch_size,
+              "learning_rate": args.learning_rate,
+              "early_stopping": {"auto": "auto", "on": True, "off": False}[args.early_stopping],
+              "patience": args.patience, "device": args.device, "prefetch": args.prefetch,
+              "random_state": args.seed}
+    summary = train_run(args.store, args.out, params=params, resume=args.resume,
+                        **_cluster_kwargs(args))
+    test = summary["test"]
+    acc = "n/a" if test["accuracy"] is None else f"{test['accuracy']:.4f}"
+    print(f"trained {args.model}/{args.regularizer} for {summary['epochs']} epochs in "
+          f"{summary['seconds']:.1f} s; test accuracy {acc} on {test['n']} rows")
+    print(f"run folder: {summary['run']} (weights: {summary['weights']})")
+    return 0
+
+
+def _cmd_evaluate(args) -> int:
+    from fgscale.run import evaluate_run
+
+    metrics = evaluate_run(args.run, args.store, **_cluster_kwargs(args))
+    print(json.dumps(metrics))
+    return 0
+
+
+def _n_clusters(value: str):
+    """k as a count ("5000") or as a fraction of the voxels ("0.1")."""
+    k = float(value)
+    return int(k) if k >= 1 and k.is_integer() else k
+
+
+def _add_cluster_args(p) -> None:
+    p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT)")
+    p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file")
+    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +103,51 @@ def build_parser() -> argparse.ArgumentParser:
     # --- store commands (convert, export) ---
 
     # --- distributed commands (bank, train, evaluate) ---
+
+    p = sub.add_parser("bank", help="build the bank of groupings into a store, on a Dask cluster")
+    p.add_argument("store", help="the Zarr store (from fgscale convert)")
+    p.add_argument("--n-groupings", type=int, default=100, help="b, groupings (default 100)")
+    p.add_argument("--n-bootstrap", type=int, default=50, help="r, rows per grouping (default 50)")
+    p.add_argument("--n-clusters", default="0.1",
+                   help="k, or a fraction of the voxels if below 1 (default 0.1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT)")
+    p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file")
+    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+    p.add_argument("--overwrite", action="store_true", help="rebuild a bank with other parameters")
+    p.set_defaults(func=_cmd_bank)
+
+    p = sub.add_parser("train", help="train on a store, streaming minibatches from the workers")
+    p.add_argument("store", help="the Zarr store (from fgscale convert)")
+    p.add_argument("--out", required=True, help="run folder (config, checkpoints, metrics, weights)")
+    p.add_argument("--model", choices=["logreg", "mlp"], default="logreg")
+    p.add_argument("--regularizer", choices=["none", "l2", "dropout", "feature_grouping"],
+                   default="feature_grouping")
+    p.add_argument("--n-clusters", type=_n_clusters, default=0.1,
+                   help="k, or a fraction of the voxels if below 1 (used when the store has no bank)")
+    p.add_argument("--n-groupings", type=int, default=100, help="b (used when the store has no bank)")
+    p.add_argument("--n-bootstrap", type=int, default=50, help="r (used when the store has no bank)")
+    p.add_argument("--alpha", type=float, default=1e-3, help="L2 strength (--regularizer l2)")
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--hidden-layer-sizes", type=int, nargs="+", default=[256])
+    p.add_argument("--max-epochs", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=200)
+    p.add_argument("--learning-rate", type=float, default=0.01)
+    p.add_argument("--early-stopping", choices=["auto", "on", "off"], default="auto",
+                   type=str.lower)
+    p.add_argument("--patience", type=int, default=10)
+    p.add_argument("--device", default="cpu", help="torch device of the central model (cpu, cuda)")
+    p.add_argument("--prefetch", type=int, default=4, help="minibatches in flight at most")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    _add_cluster_args(p)
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("evaluate", help="score a trained run on a store's test rows")
+    p.add_argument("run", help="run folder (from fgscale train)")
+    p.add_argument("store", help="the Zarr store")
+    _add_cluster_args(p)
+    p.set_defaults(func=_cmd_evaluate)
 
     return parser
 

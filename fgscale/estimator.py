@@ -7,8 +7,11 @@ builder (:mod:`fgscale.bank`), the planner (:mod:`fgscale.plan`) and the trainin
 
 from __future__ import annotations
 
+import json
 import logging
 import numbers
+import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,9 +22,10 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fgscale.bank import make_bank
+from fgscale.checkpoint import load_checkpoint, save_checkpoint
 from fgscale.models import build_model
 from fgscale.plan import epoch_plan
-from fgscale.training import EarlyStopping, fit, make_optimizer, memory_batches, predict_logits
+from fgscale.training import EarlyStopping, MemorySource, fit, make_optimizer, predict_logits
 
 __all__ = ["FeatureGroupingClassifier"]
 
@@ -106,7 +110,12 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
     patience : int
     device : str
         Torch device of the model, e.g. "cpu" or "cuda".
+    scheduler : str, optional
+        Address of a Dask scheduler for fitting on a store; default an embedded LocalCluster.
+    prefetch : int
+        With a store: minibatches in flight on the workers at most.
     random_state : int, RandomState or None
+        An int is the run's seed itself (bank, plan, initialisation, dropout).
 
     Attributes
     ----------
@@ -126,7 +135,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
                  dropout=0.5, n_clusters=0.1, n_groupings=100, n_bootstrap=50,
                  hidden_layer_sizes=(256,), learning_rate=0.01, batch_size=200, max_epochs=200,
                  early_stopping="auto", validation_fraction=0.1, patience=10, device="cpu",
-                 random_state=None):
+                 scheduler=None, prefetch=4, random_state=None):
         self.mask = mask
         self.model = model
         self.regularizer = regularizer
@@ -143,6 +152,8 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         self.validation_fraction = validation_fraction
         self.patience = patience
         self.device = device
+        self.scheduler = scheduler
+        self.prefetch = prefetch
         self.random_state = random_state
 
     def _check_params(self):
@@ -160,61 +171,112 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
             return self.model == "mlp"
         return bool(self.early_stopping)
 
-    def fit(self, X, y):
+    def fit(self, X, y=None, *, client=None, run_dir=None):
         """Build the bank (with feature grouping) and train.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like of shape (n_samples, n_features), or str or Path of a store
+            In-memory data, or a complete fgscale store: then the labels, the mask and the
+            training rows come from the store, the bank is read from it (built on the cluster
+            first if missing) and minibatches are streamed from it by Dask workers.
         y : array-like of shape (n_samples,)
+            Labels; must be None with a store.
+        client : distributed.Client, optional
+            With a store: the cluster to use; default ``scheduler``, else a LocalCluster.
+        run_dir : str or Path, optional
+            Folder for a checkpoint after every epoch (``checkpoint.pt``) and the per-epoch
+            metrics (``metrics.jsonl``); a checkpoint already there is resumed.
 
         Returns
         -------
         self
         """
         self._check_params()
+        if isinstance(X, (str, os.PathLike)):
+            if y is not None:
+                raise ValueError("y must be None when X is a store: the labels come from the store")
+            return self._fit_store(X, client, run_dir)
         X, y = validate_data(self, X, y, dtype=np.float32)
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
-        y_idx = y_idx.astype(np.int64)
-        p = X.shape[1]
-        graph = resolve_graph(self.mask, p)
-        seed = int(check_random_state(self.random_state).randint(_MAX_SEED))
-
-        rows, val_rows = np.arange(len(y)), None
-        if self._use_early_stopping():
-            rows, val_rows = _validation_split(y_idx, self.validation_fraction, seed)
-
-        self.bank_ = None
-        self.n_clusters_ = resolve_n_clusters(self.n_clusters, p)
+        graph = resolve_graph(self.mask, X.shape[1])
+        self.n_clusters_ = resolve_n_clusters(self.n_clusters, X.shape[1])
+        seed, rows = self._seed(), np.arange(len(y))
+        bank = None
         if self.regularizer == "feature_grouping":
-            self.bank_ = make_bank(X, graph, self.n_clusters_, n_groupings=self.n_groupings,
-                                   n_bootstrap=self.n_bootstrap, rows=rows, seed=seed)
+            bank = make_bank(X, graph, self.n_clusters_, n_groupings=self.n_groupings,
+                             n_bootstrap=self.n_bootstrap, rows=rows, seed=seed)
+        return self._train(MemorySource(X, y_idx.astype(np.int64), bank), y_idx, rows, bank,
+                           seed, run_dir)
 
+    def _seed(self) -> int:
+        """The run's seed: an int ``random_state`` as it is (so ``fgscale bank --seed S`` and
+        ``fgscale train --seed S`` agree), else one drawn from it."""
+        if isinstance(self.random_state, numbers.Integral):
+            return int(self.random_state)
+        return int(check_random_state(self.random_state).randint(_MAX_SEED))
+
+    def _fit_store(self, path, client, run_dir):
+        from fgscale.cluster import get_client
+        from fgscale.dask_bank import build_bank, load_bank
+        from fgscale.store import open_store
+        from fgscale.stream import StoreSource
+
+        store = open_store(path)
+        self.classes_ = store.classes
+        self.n_features_in_ = store.n_features
+        self.n_clusters_ = resolve_n_clusters(self.n_clusters, store.n_features)
+        seed, rows = self._seed(), store.train_rows()
+        with get_client(self.scheduler, client=client) as client:
+            bank, info = None, {}
+            if self.regularizer == "feature_grouping":
+                try:
+                    bank, info = load_bank(store.path)
+                except ValueError:  # no bank yet, or a partial one: build or finish it
+                    build_bank(store.path, n_groupings=self.n_groupings,
+                               n_bootstrap=self.n_bootstrap, n_clusters=self.n_clusters,
+                               seed=seed, client=client)
+                    bank, info = load_bank(store.path)
+                log.info("using the store's bank: %s", info)
+                self.n_clusters_ = int(info["n_clusters"])
+            source = StoreSource(client, store.path, n_clusters=self.n_clusters_,
+                                 bank_key=json.dumps(info, sort_keys=True), prefetch=self.prefetch)
+            return self._train(source, store.y.astype(np.int64), rows, bank, seed, run_dir)
+
+    def _train(self, source, y_idx, rows, bank, seed, run_dir):
+        """Train on ``source`` (in memory or streamed) over ``rows``: the shared second half of fit."""
+        val_rows = None
+        if self._use_early_stopping():
+            train, val = _validation_split(y_idx[rows], self.validation_fraction, seed)
+            rows, val_rows = rows[train], rows[val]
+        self.bank_ = bank
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.model_ = build_model(self.model, p, len(self.classes_),
+            self.model_ = build_model(self.model, self.n_features_in_, len(self.classes_),
                                       regularizer=self.regularizer, dropout=self.dropout,
                                       hidden_layer_sizes=self.hidden_layer_sizes).to(self.device)
             optimizer = make_optimizer(self.model_, self.learning_rate,
                                        self.alpha if self.regularizer == "l2" else 0.0)
-            n_groupings = 0 if self.bank_ is None else len(self.bank_)
-            bank_t = None if self.bank_ is None else torch.as_tensor(self.bank_, device=self.device)
+            stopper = EarlyStopping(self.patience) if val_rows is not None else None
+            run = _Run(run_dir, self, optimizer, stopper)
+            start_epoch = run.resume()
+            n_groupings = 0 if bank is None else len(bank)
+            bank_t = None if bank is None else torch.as_tensor(bank, device=self.device)
 
             def epoch_batches(epoch):
-                plan = epoch_plan(rows, batch_size=self.batch_size, epoch=epoch, seed=seed,
-                                  n_groupings=n_groupings)
-                return memory_batches(X, y_idx, plan, self.bank_)
+                return source.batches(epoch_plan(rows, batch_size=self.batch_size, epoch=epoch,
+                                                 seed=seed, n_groupings=n_groupings))
 
-            validation = None
-            if val_rows is not None:
-                def validation():
-                    return [(X[val_rows], y_idx[val_rows])]
-
-            self.history_ = fit(self.model_, optimizer, epoch_batches=epoch_batches,
-                                max_epochs=self.max_epochs, bank=bank_t, device=self.device,
-                                validation=validation,
-                                stopper=EarlyStopping(self.patience) if validation else None)
+            validation = None if val_rows is None else (lambda: source.blocks(val_rows))
+            if not run.finished:
+                fit(self.model_, optimizer, epoch_batches=epoch_batches,
+                    max_epochs=self.max_epochs, bank=bank_t, device=self.device,
+                    validation=validation, stopper=stopper, start_epoch=start_epoch,
+                    on_epoch_end=run.epoch_end)
+            elif stopper is not None and stopper.best_state is not None:
+                self.model_.load_state_dict(stopper.best_state)
+            self.history_ = run.history
         if self.model == "logreg":
             self.coef_ = self.model_.first.weight.detach().cpu().numpy().copy()
             self.intercept_ = self.model_.first.bias.detach().cpu().numpy().copy()
@@ -247,3 +309,48 @@ def _validation_split(y: np.ndarray, fraction: float, seed: int):
     counts = np.bincount(y)
     stratify = y if counts.min() >= 2 and n_val >= len(counts) else None
     return train_test_split(rows, test_size=n_val, random_state=seed, stratify=stratify)
+
+
+class _Run:
+    """Checkpoints and per-epoch metrics of one fit in ``run_dir`` (nothing when it is None)."""
+
+    def __init__(self, run_dir, estimator, optimizer, stopper):
+        self.dir = None if run_dir is None else Path(run_dir)
+        self.estimator, self.optimizer, self.stopper = estimator, optimizer, stopper
+        self.history: list[dict] = []
+        self.finished = False
+        self.params = {k: repr(v) for k, v in estimator.get_params().items()
+                       if k not in ("device", "scheduler", "prefetch", "max_epochs")}
+
+    def resume(self) -> int:
+        """Load the checkpoint if there is one; return the first epoch left to run."""
+        state = None if self.dir is None else load_checkpoint(self.dir / "checkpoint.pt")
+        if state is None:
+            return 0
+        if state["params"] != self.params:
+            changed = sorted(k for k in self.params if state["params"].get(k) != self.params[k])
+            raise ValueError(f"{self.dir / 'checkpoint.pt'}: saved with other parameters "
+                             f"({', '.join(changed)}); use a new run folder")
+        self.estimator.model_.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.stopper is not None:
+            self.stopper.load_state_dict(state["stopper"])
+        torch.set_rng_state(state["rng"])
+        self.history, self.finished = state["history"], state["finished"]
+        log.info("resumed %s after epoch %d", self.dir, state["epoch"])
+        return state["epoch"] + 1
+
+    def epoch_end(self, metrics: dict) -> None:
+        self.history.append(metrics)
+        if self.dir is None:
+            return
+        stop = self.stopper is not None and self.stopper.bad_epochs >= self.stopper.patience
+        self.finished = stop or metrics["epoch"] + 1 >= self.estimator.max_epochs
+        save_checkpoint({"epoch": metrics["epoch"], "model": self.estimator.model_.state_dict(),
+                         "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
+                         "stopper": None if self.stopper is None else self.stopper.state_dict(),
+                         "history": self.history, "finished": self.finished,
+                         "params": self.params}, self.dir / "checkpoint.pt")
+        tmp = self.dir / "metrics.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(h) + "\n" for h in self.history))
+        os.replace(tmp, self.dir / "metrics.jsonl")

@@ -1,10 +1,10 @@
 """The training loop of Algorithm 1, fed by any iterator of batches.
 
 The loop knows nothing about where batches come from: the in-memory source
-(:func:`memory_batches`) and the distributed Zarr streamer both yield :class:`Batch` objects
-in the order of the same :class:`~fgscale.plan.EpochPlan`. A batch carries the rows already
-reduced by its grouping (``Phi x``, m x k) together with the grouping's index in the bank, or
-full rows (m x p) when no grouping is used.
+(:class:`MemorySource`) and the distributed Zarr streamer (:class:`fgscale.stream.StoreSource`)
+both yield :class:`Batch` objects in the order of the same :class:`~fgscale.plan.EpochPlan`.
+A batch carries the rows already reduced by its grouping (``Phi x``, m x k) together with the
+grouping's index in the bank, or full rows (m x p) when no grouping is used.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch.nn import functional as F
 from fgscale.grouping import project
 from fgscale.plan import EpochPlan
 
-__all__ = ["Batch", "EarlyStopping", "evaluate", "fit", "make_optimizer", "memory_batches",
+__all__ = ["Batch", "EarlyStopping", "evaluate", "fit", "make_optimizer", "MemorySource",
            "predict_logits", "train_epoch"]
 
 log = logging.getLogger(__name__)
@@ -46,22 +46,36 @@ class Batch:
     grouping: int | None = None
 
 
-def memory_batches(X: np.ndarray, y: np.ndarray, plan: EpochPlan, bank=None) -> Iterator[Batch]:
-    """Yield the batches of ``plan`` from in-memory arrays, reduced by the bank's groupings.
+class MemorySource:
+    """Batches and evaluation blocks from in-memory arrays (the oracle of the streamed source).
 
     Parameters
     ----------
     X : ndarray of shape (n_samples, n_features), float32
     y : ndarray of shape (n_samples,), int64
-    plan : EpochPlan
     bank : ndarray of shape (n_groupings, n_features), int32, optional
+    block_size : int
+        Rows per evaluation block.
     """
-    for i, rows in enumerate(plan.batches):
-        if plan.groupings is None:
-            yield Batch(X[rows], y[rows])
-        else:
-            g = int(plan.groupings[i])
-            yield Batch(project(X[rows], bank[g]), y[rows], g)
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, bank=None, *, block_size: int = 4096):
+        self.X, self.y, self.bank, self.block_size = X, y, bank, block_size
+
+    def batches(self, plan: EpochPlan) -> Iterator[Batch]:
+        """The plan's minibatches, reduced by the bank's groupings, in plan order."""
+        for i, rows in enumerate(plan.batches):
+            if plan.groupings is None:
+                yield Batch(self.X[rows], self.y[rows])
+            else:
+                g = int(plan.groupings[i])
+                yield Batch(project(self.X[rows], self.bank[g]), self.y[rows], g)
+
+    def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Full rows ``(x, y)`` in blocks, for validation and testing."""
+        rows = np.asarray(rows, dtype=np.int64)
+        for i in range(0, rows.size, self.block_size):
+            part = rows[i : i + self.block_size]
+            yield self.X[part], self.y[part]
 
 
 def make_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.0):

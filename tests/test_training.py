@@ -8,7 +8,7 @@ from torch.nn import functional as F
 from fgscale.grouping import back_project, project
 from fgscale.models import GroupedLinear, build_model
 from fgscale.plan import epoch_plan
-from fgscale.training import Batch, EarlyStopping, evaluate, fit, make_optimizer, memory_batches, train_epoch
+from fgscale.training import Batch, EarlyStopping, MemorySource, evaluate, fit, make_optimizer, train_epoch
 
 
 def random_labels(rng, p, k):
@@ -71,13 +71,13 @@ def test_weight_decay_spares_biases():
     torch.testing.assert_close(model.first.bias.detach(), b)
 
 
-def test_memory_batches_follow_the_plan():
+def test_memory_source_follows_the_plan():
     rng = np.random.default_rng(2)
     X = rng.standard_normal((20, 9)).astype(np.float32)
     y = rng.integers(0, 3, 20)
     bank = np.stack([random_labels(rng, 9, 4) for _ in range(3)])
     plan = epoch_plan(np.arange(20), batch_size=6, epoch=0, seed=0, n_groupings=3)
-    batches = list(memory_batches(X, y, plan, bank))
+    batches = list(MemorySource(X, y, bank).batches(plan))
     assert [b.grouping for b in batches] == list(plan.groupings)
     for batch, rows in zip(batches, plan.batches, strict=True):
         np.testing.assert_array_equal(batch.x, project(X[rows], bank[batch.grouping]))
@@ -96,7 +96,7 @@ def test_fit_learns_and_early_stopping_restores_best():
 
     def epochs(epoch):
         plan = epoch_plan(np.arange(150), batch_size=25, epoch=epoch, seed=0)
-        return memory_batches(X, y, plan)
+        return MemorySource(X, y).batches(plan)
 
     def on_end(metrics):
         saved[metrics["epoch"]] = copy.deepcopy(model.state_dict())

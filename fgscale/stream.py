@@ -1,0 +1,148 @@
+"""Minibatches streamed from a Zarr store and projected on Dask workers.
+
+The central process walks the same :class:`~fgscale.plan.EpochPlan` as the in-memory trainer.
+For each minibatch it submits one small task carrying the store path, the row indices and the
+grouping index; the worker reads those rows, reduces them with the grouping (the bank is read
+from the store once per worker process and cached) and returns an (m x k) block. A bounded
+window of in-flight tasks keeps the workers busy while the central memory holds only the model
+and at most ``prefetch`` blocks, however many rows the store has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from fgscale.grouping import project
+from fgscale.plan import EpochPlan
+from fgscale.store import Store, open_store
+from fgscale.training import Batch
+
+__all__ = ["Prefetcher", "StoreSource"]
+
+log = logging.getLogger(__name__)
+
+# Per worker process: open stores and banks, keyed by store path (and the bank's identity).
+_STORES: dict[str, Store] = {}
+_BANKS: dict[tuple[str, str], np.ndarray] = {}
+
+
+def _store(path: str) -> Store:
+    if path not in _STORES:
+        _STORES[path] = open_store(path)
+    return _STORES[path]
+
+
+def _bank(path: str, bank_key: str) -> np.ndarray:
+    key = (path, bank_key)
+    if key not in _BANKS:
+        _BANKS.clear()  # one bank per worker at a time: a new run replaces the old one
+        _BANKS[key] = _store(path).group["bank"][:]
+    return _BANKS[key]
+
+
+def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: int,
+               bank_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Worker task: read a minibatch and reduce it with grouping ``grouping`` of the bank.
+
+    Returns
+    -------
+    x : ndarray of shape (m, n_clusters), or (m, n_features) when ``grouping`` is None
+    y : ndarray of shape (m,), int64
+    """
+    store = _store(path)
+    x = store.read_rows(rows)
+    if grouping is not None:
+        x = project(x, _bank(path, bank_key)[grouping], n_clusters)
+    return x, store.y[rows].astype(np.int64)
+
+
+def load_rows(path: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Worker task: read full rows (evaluation), with their class indices."""
+    return load_batch(path, rows, None, 0, "")
+
+
+class Prefetcher:
+    """Run tasks in order with at most ``size`` of them submitted and not yet consumed.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    size : int
+        The bound on in-flight tasks; ``max_seen`` records the largest window reached.
+    """
+
+    def __init__(self, client, size: int = 4):
+        if size < 1:
+            raise ValueError(f"prefetch must be >= 1, got {size}")
+        self.client = client
+        self.size = size
+        self.max_seen = 0
+
+    def map(self, func: Callable, args: Iterable[tuple]) -> Iterator:
+        """Yield ``func(*a)`` for each ``a`` in ``args``, in order, computed on the cluster."""
+        args = iter(args)
+        window: deque = deque()
+        try:
+            while True:
+                while len(window) < self.size:
+                    a = next(args, None)
+                    if a is None:
+                        break
+                    window.append(self.client.submit(func, *a, pure=False))
+                if not window:
+                    return
+                self.max_seen = max(self.max_seen, len(window))
+                future = window.popleft()
+                result = future.result()
+                future.release()
+                yield result
+        finally:
+            for future in window:
+                future.cancel()
+
+
+class StoreSource:
+    """Batches and evaluation blocks of a store, computed on a Dask cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    path : str or Path
+        A complete store; with feature grouping, its ``bank`` array is used.
+    n_clusters : int
+        k of the bank's groupings (0 without a bank).
+    bank_key : str
+        Identity of the bank (e.g. its parameters): workers reload the bank when it changes.
+    prefetch : int
+        Blocks in flight at most.
+    block_size : int
+        Rows per evaluation block.
+    """
+
+    def __init__(self, client, path, *, n_clusters: int = 0, bank_key: str = "",
+                 prefetch: int = 4, block_size: int = 256):
+        self.path = str(Path(path).resolve())
+        self.n_clusters = n_clusters
+        self.bank_key = bank_key
+        self.block_size = block_size
+        self.prefetcher = Prefetcher(client, prefetch)
+
+    def batches(self, plan: EpochPlan) -> Iterator[Batch]:
+        """The plan's minibatches, projected on the workers, in plan order."""
+        groupings = plan.groupings if plan.groupings is not None else [None] * len(plan)
+        args = ((self.path, rows, None if g is None else int(g), self.n_clusters, self.bank_key)
+                for rows, g in zip(plan.batches, groupings, strict=True))
+        for (x, y), g in zip(self.prefetcher.map(load_batch, args), groupings, strict=True):
+            yield Batch(x, y, None if g is None else int(g))
+
+    def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Full rows ``(x, y)`` in blocks of ``block_size``, for validation and testing."""
+        rows = np.asarray(rows, dtype=np.int64)
+        args = ((self.path, rows[i : i + self.block_size])
+                for i in range(0, rows.size, self.block_size))
+        yield from self.prefetcher.map(load_rows, args)
