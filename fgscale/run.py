@@ -64,13 +64,14 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
         Test metrics (on the store's test rows), epochs run, seconds, paths of the outputs.
     """
     out = Path(out)
-    params = dict(params or {})
+    clf = FeatureGroupingClassifier(**(params or {}))
+    params = json.loads(json.dumps(clf.get_params(), default=str))  # every parameter, as saved
     if (out / "config.json").exists():
         if not resume:
             raise ValueError(f"{out}: a run already exists there; pass --resume to continue it "
                              "or choose another --out")
         saved = json.loads((out / "config.json").read_text())["params"]
-        if saved != json.loads(json.dumps(params, default=str)):
+        if saved != params:
             raise ValueError(f"{out}: --resume with other parameters than the saved run "
                              f"({out / 'config.json'})")
     out.mkdir(parents=True, exist_ok=True)
@@ -78,7 +79,6 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     _write_json({"params": params, "store": str(store.path.resolve()),
                  "synthetic": bool(store.attrs.get("synthetic", False)),
                  "python": platform.python_version()}, out / "config.json")
-    clf = FeatureGroupingClassifier(**params)
     start = time.perf_counter()
     with get_client(client=client, **cluster) as client:
         clf.fit(store.path, client=client, run_dir=out)
