@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 log = logging.getLogger("fgscale")
@@ -17,7 +18,7 @@ log = logging.getLogger("fgscale")
 def _cmd_demo(args) -> int:
     from fgscale.demo import run_demo
 
-    run_demo(args.out, seed=args.seed, n_workers=args.n_workers)
+    run_demo(args.out, seed=args.seed, n_workers=args.n_workers, max_epochs=args.max_epochs)
     return 0
 
 
@@ -25,7 +26,10 @@ def _cmd_bank(args) -> int:
     from fgscale.cluster import dashboard_link, get_client
     from fgscale.dask_bank import build_bank
 
-    k = float(args.n_clusters)  # "0.1" is a fraction of the features, "5000" a count
+    try:  # "0.1" is a fraction of the features, "5000" a count
+        k = float(args.n_clusters)
+    except ValueError:
+        raise ValueError(f"--n-clusters must be a number, got {args.n_clusters!r}") from None
     k = int(k) if k >= 1 and k.is_integer() else k
     with get_client(args.scheduler, scheduler_file=args.scheduler_file,
                     n_workers=args.n_workers) as client:
@@ -86,6 +90,35 @@ def _add_cluster_args(p) -> None:
     p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
 
 
+def _cmd_convert(args) -> int:
+    from fgscale.convert import convert
+
+    cohort = args.cohort[0] if len(args.cohort) == 1 and args.labels is None else args.cohort
+    resample = args.resample
+    if resample not in (None, "mask"):
+        resample = float(resample)
+    classes = args.classes.split(",") if args.classes else None
+    store = convert(cohort, args.out, mask=args.mask, resample=resample, nan=args.nan,
+                    labels=args.labels, classes=classes, intersect_mask=args.intersect_mask,
+                    scheduler=args.scheduler, n_workers=args.n_workers,
+                    block_rows=args.block_rows, progress=not args.no_progress)
+    s = store.attrs.get("summary", {})
+    print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, "
+          f"{len(store.classes)} classes, {s.get('bytes', 0) / 1e6:.1f} MB; "
+          f"{s.get('seconds', 0):.1f} s, {s.get('rows_per_s', 0):.1f} rows/s, "
+          f"{s.get('mb_per_s', 0):.1f} MB/s ({s.get('blocks_skipped', 0)} blocks already done)")
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from fgscale.nifti import export_map
+
+    img = export_map(args.store, args.out, values=args.npy, grouping=args.grouping,
+                     omega=args.omega)
+    print(f"{args.out}: image of shape {img.shape}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fgscale",
@@ -98,9 +131,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="fgscale-demo", help="folder for the cohort, store and runs")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+    p.add_argument("--max-epochs", type=int, default=None, help="override the demo's epochs")
     p.set_defaults(func=_cmd_demo)
 
     # --- store commands (convert, export) ---
+    p = sub.add_parser("convert", help="convert a NIfTI cohort into a Zarr store (resumable)")
+    p.add_argument("cohort", nargs="+",
+                   help="cohort table (.csv/.tsv: path,label[,group][,split]) or files/globs "
+                        "with --labels")
+    p.add_argument("--out", required=True, help="the store to write (STORE.zarr)")
+    p.add_argument("--labels", default=None, help="with files/globs: one label per line, per file")
+    p.add_argument("--mask", default=None, help="mask NIfTI (default: computed from the images)")
+    p.add_argument("--intersect-mask", action="store_true",
+                   help="intersect --mask with the mask computed from the images")
+    p.add_argument("--resample", default=None, metavar="MM|mask",
+                   help="resample every image to this voxel size (mm) or to the mask's grid")
+    p.add_argument("--nan", choices=["error", "zero"], default="error",
+                   help="NaN/inf inside the mask: fail (default) or set to 0")
+    p.add_argument("--classes", default=None, help="allowed labels, comma-separated, in order")
+    p.add_argument("--block-rows", type=int, default=None, help="rows per task and per shard")
+    p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT)")
+    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser("export", help="write per-voxel values of a store as a NIfTI image")
+    p.add_argument("store", help="the Zarr store")
+    p.add_argument("--out", required=True, help="output image (.nii or .nii.gz)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--npy", default=None, help=".npy of shape (p,) or (n, p)")
+    what.add_argument("--grouping", type=int, default=None, help="row I of the store's bank")
+    what.add_argument("--omega", action="store_true", help="the bank's Omega diagonal")
+    p.set_defaults(func=_cmd_export)
 
     # --- distributed commands (bank, train, evaluate) ---
 
@@ -155,8 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose + 1, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if args.verbose < 2:  # Dask's INFO chatter (scheduler, nannies, workers) only with -vv
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    # -v: fgscale's progress log (epochs, steps); -vv: its debug log and Dask's own
+    logging.basicConfig(level=logging.INFO if args.verbose >= 2 else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    log.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)])
     if args.command is None:
         parser.print_help()
         return 0
