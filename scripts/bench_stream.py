@@ -1,0 +1,190 @@
+"""Benchmark: streamed feature-grouping training from a Zarr store on a LocalCluster.
+
+Builds a SYNTHETIC store at full resolution (p = 270,806 by default: random rows, only
+throughput and memory are measured), a small bank, then reports:
+
+1. samples/s of one epoch of feature-grouping training streamed from the store (workers read
+   and project, the central process steps), against the raw sequential read of the same rows
+   from Zarr in the same run (the limit), and against one epoch from rows already in memory;
+2. peak RSS of the central process for an epoch over n and 4n rows (each in a fresh process);
+3. a run over a store larger than the workers' total memory limit (default 2 x 1 GiB workers
+   and a ~6 GB store), which must complete without spilling.
+
+    .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench]
+
+Writes ~rows x p x 4 bytes to --dir (6 GB by default); reuses the store if present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fgscale.plan import epoch_plan
+from fgscale.store import block_range, create_store, mark_complete, open_store, write_block
+from fgscale.training import MemorySource, make_optimizer, train_epoch
+
+
+def hcp_like_mask(p: int) -> np.ndarray:
+    """A 1D stand-in mask with p voxels (layout does not matter for throughput)."""
+    return np.ones(p, dtype=bool)
+
+
+def make_store(path: Path, n: int, p: int, n_classes: int = 20) -> None:
+    if (path / "zarr.json").exists():
+        try:
+            open_store(path)
+            return
+        except ValueError:
+            pass
+    rng = np.random.default_rng(0)
+    mask = np.zeros((91, 109, 91), bool)
+    mask.reshape(-1)[:p] = True  # a full-resolution grid, p voxels in mask order
+    y = rng.integers(0, n_classes, n)
+    g = create_store(path, n_samples=n, mask=mask, affine=np.eye(4), y=y,
+                     classes=[f"class_{k}" for k in range(n_classes)],
+                     attrs={"synthetic": True, "generator": "scripts/bench_stream.py"})
+    rows = int(g.attrs["block_rows"])
+    for b in range(g["done"].shape[0]):
+        start, stop = block_range(b, rows, n)
+        write_block(path, b, rng.standard_normal((stop - start, p), dtype=np.float32))
+    mark_complete(path)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one_epoch(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
+              batch_size: int, prefetch: int) -> dict:
+    """One streamed FG epoch over the first ``n_rows`` rows (run in a fresh process)."""
+    from fgscale.cluster import get_client
+    from fgscale.dask_bank import load_bank
+    from fgscale.models import build_model
+    from fgscale.stream import StoreSource
+
+    store = open_store(store_path)
+    bank, info = load_bank(store_path)
+    k = int(info["n_clusters"])
+    rows = np.arange(n_rows)
+    torch.manual_seed(0)
+    model = build_model("logreg", store.n_features, len(store.classes),
+                        regularizer="feature_grouping", dropout=0.0)
+    opt = make_optimizer(model, 1e-3)
+    bank_t = torch.as_tensor(bank)
+    plan = epoch_plan(rows, batch_size=batch_size, epoch=0, seed=0, n_groupings=len(bank))
+    rss_before = peak_rss_mb()
+    with get_client(n_workers=n_workers, memory_limit=memory_limit) as client:
+        source = StoreSource(client, store_path, n_clusters=k, bank_key=json.dumps(info),
+                             prefetch=prefetch)
+        start = time.perf_counter()
+        train_epoch(model, opt, source.batches(plan), bank=bank_t)
+        seconds = time.perf_counter() - start
+        spilled = client.run(_spilled_keys)
+    return {"rows": n_rows, "seconds": seconds, "samples_per_s": n_rows / seconds,
+            "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss_before,
+            "spilled_keys": int(sum(spilled.values())),
+            "max_in_flight": source.prefetcher.max_seen}
+
+
+def _spilled_keys(dask_worker) -> int:
+    """Keys a worker has spilled to disk (its data buffer's "slow" part)."""
+    return len(getattr(dask_worker.data, "slow", ()))
+
+
+def run_child(args, n_rows: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", str(n_rows), "--dir", str(args.dir),
+           "--rows", str(args.rows), "--p", str(args.p), "--n-workers", str(args.n_workers),
+           "--memory-limit", args.memory_limit, "--batch-size", str(args.batch_size),
+           "--prefetch", str(args.prefetch)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=5600)
+    parser.add_argument("--p", type=int, default=270_806)
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/fgscale-bench"))
+    parser.add_argument("--n-workers", type=int, default=2)
+    parser.add_argument("--memory-limit", default="1GiB")
+    parser.add_argument("--batch-size", type=int, default=200)
+    parser.add_argument("--prefetch", type=int, default=4)
+    parser.add_argument("--n-groupings", type=int, default=10)
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    store_path = args.dir / f"stream_{args.rows}x{args.p}.zarr"
+    if args.child is not None:
+        print(json.dumps(one_epoch(str(store_path), args.child, args.n_workers,
+                                   args.memory_limit, args.batch_size, args.prefetch)))
+        return
+
+    args.dir.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    make_store(store_path, args.rows, args.p)
+    store = open_store(store_path)
+    size_gb = store.n_samples * store.n_features * 4 / 1e9
+    print(f"SYNTHETIC store {store_path}: {store.n_samples} x {store.n_features} float32 "
+          f"({size_gb:.1f} GB), ready in {time.perf_counter() - t:.0f} s")
+    from fgscale.cluster import get_client
+    from fgscale.dask_bank import build_bank
+    with get_client(n_workers=args.n_workers) as client:
+        build_bank(store_path, n_groupings=args.n_groupings, n_bootstrap=50, n_clusters=0.1,
+                   seed=0, client=client, progress=False)
+
+    n = store.n_samples
+    # the raw limit: sequential read of the same rows, in this process
+    start = time.perf_counter()
+    for _ in store.iter_blocks(np.arange(n)):
+        pass
+    raw = n / (time.perf_counter() - start)
+
+    full = run_child(args, n)
+    quarter = run_child(args, n // 4)
+
+    # one epoch from memory, same steps (a quarter of the rows: they must fit in RAM)
+    bank = open_store(store_path).group["bank"][:]
+    rows = np.arange(n // 4)
+    X = store.read_rows(rows)
+    y = store.y.astype(np.int64)
+    torch.manual_seed(0)
+    from fgscale.models import build_model
+
+    model = build_model("logreg", store.n_features, len(store.classes),
+                        regularizer="feature_grouping", dropout=0.0)
+    opt = make_optimizer(model, 1e-3)
+    plan = epoch_plan(rows, batch_size=args.batch_size, epoch=0, seed=0, n_groupings=len(bank))
+    start = time.perf_counter()
+    train_epoch(model, opt, MemorySource(X, y, bank).batches(plan), bank=torch.as_tensor(bank))
+    memory = rows.size / (time.perf_counter() - start)
+
+    print(f"\n{args.n_workers} workers x {args.memory_limit}, batch {args.batch_size}, "
+          f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}\n")
+    print("| what | rows | samples/s | ratio to raw read |")
+    print("|---|---|---|---|")
+    print(f"| raw sequential Zarr read (limit) | {n} | {raw:.0f} | 1.00 |")
+    print(f"| streamed FG epoch | {n} | {full['samples_per_s']:.0f} | "
+          f"{full['samples_per_s'] / raw:.2f} |")
+    print(f"| streamed FG epoch | {n // 4} | {quarter['samples_per_s']:.0f} | "
+          f"{quarter['samples_per_s'] / raw:.2f} |")
+    print(f"| in-memory FG epoch (rows preloaded) | {n // 4} | {memory:.0f} | "
+          f"{memory / raw:.2f} |")
+    print("\n| central process | n rows | peak RSS (MB) | spilled keys | max in flight |")
+    print("|---|---|---|---|---|")
+    for r in (quarter, full):
+        print(f"| epoch over | {r['rows']} | {r['peak_rss_mb']:.0f} | {r['spilled_keys']} | "
+              f"{r['max_in_flight']} |")
+    print(f"\npeak RSS ratio 4n / n: {full['peak_rss_mb'] / quarter['peak_rss_mb']:.3f}; "
+          f"store {size_gb:.1f} GB vs workers' total limit {args.n_workers} x {args.memory_limit}")
+
+
+if __name__ == "__main__":
+    main()
