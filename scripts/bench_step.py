@@ -62,7 +62,7 @@ def main() -> None:
         model = build_model(name, p, args.classes, regularizer="none", dropout=0.0)
         opt = make_optimizer(model, 0.01)
 
-        def step(inputs, grouping):
+        def step(inputs, grouping, model=model, opt=opt):
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(inputs, grouping), y).backward()
             opt.step()

@@ -1,0 +1,248 @@
+"""NIfTI at the edges: load images (path or image) with clear errors, and put vectors back.
+
+Everything inside fgscale works on masked arrays: a volume ``vol`` becomes ``vol[mask]`` (C
+order, as nilearn's maskers), and :func:`unmask` is its inverse, so weight maps written here can
+be passed straight to ``nilearn.plotting``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import zlib
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+_READ_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile, ValueError,
+                nib.filebasedimages.ImageFileError)
+
+
+def _name(img) -> str:
+    return str(img.get_filename() or "<in-memory image>")
+
+
+def load_img(img) -> nib.Nifti1Image:
+    """Normalise a path or an image to a ``Nifti1Image`` (header only: data stays on disk).
+
+    Parameters
+    ----------
+    img : str, Path or nibabel spatial image
+
+    Returns
+    -------
+    img : nibabel.Nifti1Image
+
+    Raises
+    ------
+    FileNotFoundError
+        If the path does not exist.
+    ValueError
+        If the file is not a readable NIfTI image or the image is not 3D/4D.
+    """
+    if isinstance(img, (str, Path)):
+        path = Path(img)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such NIfTI file")
+        try:
+            img = nib.load(path)
+        except _READ_ERRORS as exc:
+            raise ValueError(f"{path}: not a readable NIfTI image ({exc})") from exc
+    if not isinstance(img, nib.spatialimages.SpatialImage):
+        raise ValueError(f"expected a NIfTI path or a nibabel image, got {type(img).__name__}")
+    if img.ndim not in (3, 4):
+        raise ValueError(f"{_name(img)}: expected a 3D or 4D image, got shape {img.shape}")
+    if not isinstance(img, nib.Nifti1Image):
+        img = nib.Nifti1Image(img.dataobj, img.affine)
+    return img
+
+
+def read_data(img) -> np.ndarray:
+    """The image's voxel values as float32 (scaling applied), read now.
+
+    Parameters
+    ----------
+    img : str, Path or nibabel image
+
+    Returns
+    -------
+    data : ndarray of shape img.shape, float32
+
+    Raises
+    ------
+    ValueError
+        Naming the file, if its data cannot be read (truncated or corrupt gzip...).
+    """
+    img = load_img(img)
+    try:
+        # dataobj, not get_fdata: no float64 copy and no cache kept on the image.
+        return np.asarray(img.dataobj, dtype=np.float32)
+    except _READ_ERRORS as exc:
+        raise ValueError(f"{_name(img)}: cannot read the image data, the file is truncated or "
+                         f"corrupt ({type(exc).__name__}: {exc})") from exc
+
+
+def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
+    """Load a NIfTI file and its data as float32, with errors naming the file.
+
+    A ``.gz`` file is decompressed in one zlib call and parsed from memory: this is what lets
+    conversion run faster than ``nibabel.load(path).get_fdata()``, whose GzipFile reads in
+    small pieces (scripts/bench_convert.py).
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    img : nibabel.Nifti1Image
+        Header and affine (its data is in memory).
+    data : ndarray of shape img.shape, float32
+    """
+    path = Path(path)
+    if path.suffix != ".gz" or not path.is_file():
+        img = load_img(path)
+        return img, read_data(img)
+    raw = path.read_bytes()
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        payload = inflater.decompress(raw)
+    except zlib.error as exc:
+        raise ValueError(f"{path}: cannot read the image data, the file is truncated or corrupt "
+                         f"(zlib.error: {exc})") from exc
+    if not inflater.eof or inflater.unused_data:  # truncated, or several gzip members
+        img = load_img(path)
+        return img, read_data(img)
+    try:
+        img = nib.Nifti1Image.from_bytes(payload)
+    except _READ_ERRORS as exc:
+        raise ValueError(f"{path}: not a readable NIfTI image ({exc})") from exc
+    img = load_img(img)  # same checks as for a path (3D/4D)
+    return img, np.asarray(img.dataobj, dtype=np.float32)
+
+
+def load_mask(img) -> tuple[np.ndarray, np.ndarray]:
+    """A mask image as (bool array, affine): voxels finite and non-zero.
+
+    Parameters
+    ----------
+    img : str, Path or nibabel image, 3D
+
+    Returns
+    -------
+    mask : ndarray of shape grid_shape, bool
+    affine : ndarray of shape (4, 4)
+    """
+    img = load_img(img)
+    if img.ndim != 3:
+        raise ValueError(f"{_name(img)}: a mask must be 3D, got shape {img.shape}")
+    data = read_data(img)
+    mask = np.isfinite(data) & (data != 0)
+    if not mask.any():
+        raise ValueError(f"{_name(img)}: the mask is empty (no finite non-zero voxel)")
+    return mask, img.affine
+
+
+def unmask(values, mask, affine) -> nib.Nifti1Image:
+    """Put per-voxel values back on the grid, zeros outside the mask.
+
+    Parameters
+    ----------
+    values : array-like of shape (n_features,) or (n_maps, n_features)
+        ``n_features == mask.sum()``, in C-order mask order.
+    mask : ndarray of shape grid_shape, bool
+    affine : ndarray of shape (4, 4)
+
+    Returns
+    -------
+    img : nibabel.Nifti1Image
+        3D for a vector, 4D of shape grid_shape + (n_maps,) for a matrix. Float values are
+        stored as float32, integers as int32.
+    """
+    values = np.asarray(values)
+    mask = np.asarray(mask, dtype=bool)
+    p = int(mask.sum())
+    if values.ndim not in (1, 2) or values.shape[-1] != p:
+        raise ValueError(f"values must have shape ({p},) or (n, {p}) to match the mask, "
+                         f"got {values.shape}")
+    dtype = np.int32 if np.issubdtype(values.dtype, np.integer) else np.float32
+    if values.ndim == 1:
+        out = np.zeros(mask.shape, dtype)
+        out[mask] = values
+    else:
+        out = np.zeros((*mask.shape, values.shape[0]), dtype)
+        out[mask] = values.T
+    return nib.Nifti1Image(out, np.asarray(affine, dtype=np.float64))
+
+
+def omega_diagonal(bank) -> np.ndarray:
+    """Diagonal of Omega = E[Phi^T Phi] over a bank: per voxel, mean of 1 / |C(voxel)|.
+
+    Parameters
+    ----------
+    bank : array-like of shape (b, n_features), int
+        One grouping (cluster label per voxel) per row; a zarr array is read row by row.
+
+    Returns
+    -------
+    omega : ndarray of shape (n_features,), float64
+    """
+    total = None
+    for i in range(bank.shape[0]):
+        labels = np.asarray(bank[i]).astype(np.int64)
+        inv_size = 1.0 / np.bincount(labels)[labels]
+        total = inv_size if total is None else total + inv_size
+    if total is None:
+        raise ValueError("the bank is empty (0 groupings)")
+    return total / bank.shape[0]
+
+
+def export_map(store, out, *, values=None, grouping: int | None = None,
+               omega: bool = False) -> nib.Nifti1Image:
+    """Write per-voxel values of a store as a NIfTI image on its grid.
+
+    Exactly one of ``values``, ``grouping`` and ``omega`` is given.
+
+    Parameters
+    ----------
+    store : Store or str or Path
+    out : str or Path
+        Output image (``.nii`` or ``.nii.gz``).
+    values : array-like of shape (n_features,) or (n_maps, n_features), or a ``.npy`` path
+    grouping : int, optional
+        Row of the store's bank: the cluster labels of that grouping.
+    omega : bool
+        The bank's Omega diagonal (see :func:`omega_diagonal`).
+
+    Returns
+    -------
+    img : nibabel.Nifti1Image
+    """
+    from fgscale.store import Store, open_store
+
+    if sum(x is not None and x is not False for x in (values, grouping, omega)) != 1:
+        raise ValueError("give exactly one of values, grouping or omega")
+    store = store if isinstance(store, Store) else open_store(store)
+    if values is not None:
+        if isinstance(values, (str, Path)):
+            if not Path(values).is_file():
+                raise FileNotFoundError(f"{values}: no such .npy file")
+            values = np.load(values)
+    else:
+        if "bank" not in store.group:
+            raise ValueError(f"{store.path}: no bank in the store yet (build one first)")
+        bank = store.group["bank"]
+        if grouping is not None:
+            if not 0 <= grouping < bank.shape[0]:
+                raise ValueError(f"{store.path}: grouping {grouping} out of range, the bank has "
+                                 f"{bank.shape[0]} groupings")
+            values = bank[grouping]
+        else:
+            values = omega_diagonal(bank)
+    img = unmask(values, store.mask, store.affine)
+    nib.save(img, out)
+    log.info("wrote %s, shape %s", out, img.shape)
+    return img

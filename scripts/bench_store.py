@@ -1,0 +1,126 @@
+"""Benchmark zarr layouts of X for the two access patterns of fgscale.
+
+Usage::
+
+    .venv/bin/python scripts/bench_store.py [--rows 1000] [--features 270806] [--out DIR]
+
+For each layout it writes the same random float32 matrix (n_rows, p), then reports rows/s and
+MB/s for (a) random 200-row minibatches (rows drawn without replacement, read the way
+``Store.read_rows`` does: one sorted orthogonal selection) and (b) sequential blocks of 256
+rows, against (c) the raw sequential read of the same files with ``numpy.fromfile``: the limit
+on this machine. Everything is read warm (the files fit in the page cache), which is the regime
+of a store smaller than RAM; it isolates the decoding and chunk-lookup cost of each layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import zarr
+from zarr.codecs import ZstdCodec
+
+from fgscale.store import _ShardRowReader
+
+
+def layouts(n_rows: int, p: int, shard_rows: int) -> dict[str, dict]:
+    return {
+        "64-row chunks, zstd": dict(chunks=(64, p), compressors=ZstdCodec(level=3)),
+        f"(1,p) chunks in ({shard_rows},p) shards, raw": dict(
+            chunks=(1, p), shards=(shard_rows, p), compressors=None),
+        f"(1,p) chunks in ({shard_rows},p) shards, zstd": dict(
+            chunks=(1, p), shards=(shard_rows, p), compressors=ZstdCodec(level=3)),
+    }
+
+
+def raw_read(path: Path) -> tuple[float, int]:
+    """Seconds and bytes to read every chunk/shard file of an array with numpy.fromfile."""
+    files = sorted(f for f in (path / "c").rglob("*") if f.is_file())
+    t = time.perf_counter()
+    nbytes = sum(np.fromfile(f, dtype=np.uint8).size for f in files)
+    return time.perf_counter() - t, nbytes
+
+
+def readers(arr: zarr.Array) -> dict:
+    """Row readers to compare: zarr's orthogonal selection, and fgscale's when it applies."""
+    out = {"zarr oindex": lambda rows: arr.get_orthogonal_selection((rows, slice(None)))}
+    direct = _ShardRowReader.from_array(arr)
+    if direct is not None:
+        out["fgscale Store.read_rows"] = direct.read
+    return out
+
+
+def bench(path: Path, X: np.ndarray, spec: dict, batches: int, rng) -> list[dict]:
+    n, p = X.shape
+    mb_row = p * 4 / 1e6
+    arr = zarr.create_array(str(path), shape=X.shape, dtype="float32", fill_value=0.0, **spec)
+    t = time.perf_counter()
+    step = spec.get("shards", spec["chunks"])[0]
+    for start in range(0, n, step):
+        arr[start:start + step] = X[start:start + step]
+    write = time.perf_counter() - t
+    disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+    arr = zarr.open_array(str(path), mode="r")
+    arr[0:1]  # warm the metadata
+    raw, raw_bytes = raw_read(path)
+    results = []
+    for reader_name, read in readers(arr).items():
+        t = time.perf_counter()
+        for _ in range(batches):
+            rows = np.sort(rng.choice(n, size=200, replace=False))
+            batch = read(rows)
+        rand = (time.perf_counter() - t) / batches
+        if not np.array_equal(batch, X[rows]):
+            raise RuntimeError(f"{reader_name} read wrong rows")
+        t = time.perf_counter()
+        for start in range(0, n, 256):
+            read(np.arange(start, min(start + 256, n)))
+        seq = time.perf_counter() - t
+        results.append(dict(reader=reader_name, write_mbs=n * mb_row / write,
+                            disk_mb=disk / 1e6, rand_rows=200 / rand,
+                            rand_mbs=200 * mb_row / rand, rand_ms=rand * 1e3,
+                            seq_rows=n / seq, seq_mbs=n * mb_row / seq,
+                            raw_mbs=raw_bytes / 1e6 / raw))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--features", type=int, default=270_806, help="p (HCP 2 mm: 270806)")
+    parser.add_argument("--shard-rows", type=int, default=64)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--out", default=None, help="scratch folder (default: a temp dir)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    # Smooth-ish noise, like masked contrast maps: a random walk along the voxels plus noise.
+    X = rng.standard_normal((args.rows, args.features), dtype=np.float32)
+    X += np.cumsum(rng.standard_normal(args.features, dtype=np.float32)) * 0.01
+    scratch = Path(args.out or tempfile.mkdtemp(prefix="fgscale-bench-"))
+    print(f"X: {args.rows} x {args.features} float32 = {X.nbytes / 1e6:.0f} MB; "
+          f"{args.batches} random 200-row batches; sequential blocks of 256 rows; warm reads")
+    header = (f"{'layout':40s} {'reader':24s} {'write MB/s':>10s} {'disk MB':>8s} {'rand ms':>8s} "
+              f"{'rand rows/s':>11s} {'rand MB/s':>9s} {'seq rows/s':>10s} {'seq MB/s':>9s} "
+              f"{'raw MB/s':>9s} {'rand/raw':>8s}")
+    print(header)
+    print("-" * len(header))
+    for i, (name, spec) in enumerate(layouts(args.rows, args.features, args.shard_rows).items()):
+        path = scratch / f"layout{i}.zarr"
+        shutil.rmtree(path, ignore_errors=True)
+        for r in bench(path, X, spec, args.batches, rng):
+            print(f"{name:40s} {r['reader']:24s} {r['write_mbs']:10.0f} {r['disk_mb']:8.0f} "
+                  f"{r['rand_ms']:8.1f} {r['rand_rows']:11.0f} {r['rand_mbs']:9.0f} "
+                  f"{r['seq_rows']:10.0f} {r['seq_mbs']:9.0f} {r['raw_mbs']:9.0f} "
+                  f"{r['rand_mbs'] / r['raw_mbs']:8.2f}")
+        shutil.rmtree(path, ignore_errors=True)
+    if args.out is None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The store: write/read round trips against in-memory arrays, and refusals of bad stores."""
+
+import nibabel as nib
+import numpy as np
+import pytest
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fgscale.datasets import make_classification_volumes
+from fgscale.store import (
+    FORMAT_VERSION,
+    StoreError,
+    create_store,
+    default_block_rows,
+    open_store,
+    write_store,
+)
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y, mask, affine = make_classification_volumes(37, 3, grid=(12, 14, 12), seed=1)
+    return X, y, mask, affine
+
+
+@pytest.fixture(scope="module")
+def store(data, tmp_path_factory):
+    X, y, mask, affine = data
+    split = np.array(["train", "test", ""] * 12 + ["test"])
+    return write_store(tmp_path_factory.mktemp("s") / "s.zarr", X, y.astype(str), mask, affine,
+                       split=split, groups=[f"sub-{i % 4}" for i in range(37)], block_rows=5)
+
+
+def test_write_store_round_trip(store, data):
+    X, y, mask, affine = data
+    assert (store.n_samples, store.n_features) == X.shape == (37, mask.sum())
+    np.testing.assert_array_equal(store.X[:], X)
+    np.testing.assert_array_equal(store.classes[store.y], y.astype(str))
+    assert store.y.dtype == np.int32
+    np.testing.assert_array_equal(store.mask, mask)
+    np.testing.assert_array_equal(store.affine, affine)
+    assert store.groups[5] == "sub-1"
+    assert store.attrs["complete"] and store.attrs["fgscale_format_version"] == FORMAT_VERSION
+    assert not store.path.with_name("s.zarr.partial").exists()
+
+
+def test_layout_is_row_chunks_in_shards(store):
+    assert store.X.chunks == (1, store.n_features)
+    assert store.X.shards == (5, store.n_features)
+    assert store._reader is not None  # the direct shard reader applies to this layout
+
+
+@given(rows=st.lists(st.integers(0, 36), min_size=0, max_size=60))
+@settings(max_examples=40, deadline=None)
+def test_read_rows_any_order_and_duplicates(store, data, rows):
+    np.testing.assert_array_equal(store.read_rows(rows), data[0][np.asarray(rows, int)])
+
+
+def test_read_rows_direct_reader_equals_zarr(store):
+    rows = np.array([36, 0, 7, 7, 12, 35])
+    oracle = np.stack([store.X[int(r)] for r in rows])
+    np.testing.assert_array_equal(store._reader.read(np.unique(rows))[[4, 0, 1, 1, 2, 3]], oracle)
+    store_fallback = open_store(store.path)
+    store_fallback._reader = None
+    np.testing.assert_array_equal(store_fallback.read_rows(rows), oracle)
+
+
+def test_read_rows_out_of_range(store):
+    with pytest.raises(IndexError, match="rows must be in"):
+        store.read_rows([37])
+
+
+def test_iter_blocks(store, data):
+    X = data[0]
+    seen = [(idx, block) for idx, block in store.iter_blocks()]
+    assert [len(i) for i, _ in seen] == [5] * 7 + [2]
+    np.testing.assert_array_equal(np.concatenate([i for i, _ in seen]), np.arange(37))
+    for idx, block in seen:
+        np.testing.assert_array_equal(block, X[idx])
+    # a subset, blocks of 10 rows = 2 shards
+    rows = [30, 1, 2, 3, 11, 12, 29]
+    parts = list(store.iter_blocks(rows, block_size=10))
+    assert [p[0].tolist() for p in parts] == [[1, 2, 3], [11, 12], [29], [30]]
+    for idx, block in parts:
+        np.testing.assert_array_equal(block, X[idx])
+
+
+def test_splits(store):
+    assert store.test_rows().tolist() == list(range(1, 36, 3)) + [36]
+    assert store.train_rows().dtype == np.int64
+    assert set(store.train_rows()) | set(store.test_rows()) == set(range(37))
+    assert not set(store.train_rows()) & set(store.test_rows())
+
+
+def test_mask_img(store):
+    img = store.mask_img()
+    assert isinstance(img, nib.Nifti1Image)
+    np.testing.assert_array_equal(img.get_fdata() > 0, store.mask)
+    np.testing.assert_array_equal(img.affine, store.affine)
+
+
+def test_room_for_a_bank(tmp_path, data):
+    X, y, mask, affine = data
+    s = write_store(tmp_path / "b.zarr", X, y, mask, affine, classes=["a", "b", "c"])
+    g = zarr.open_group(s.path, mode="r+")
+    g.create_array("bank", data=np.zeros((2, s.n_features), np.int32))
+    again = open_store(s.path)
+    assert again.group["bank"].shape == (2, s.n_features)
+    assert again.classes.tolist() == ["a", "b", "c"]
+
+
+def test_write_store_replaces_existing(tmp_path, data):
+    X, y, mask, affine = data
+    write_store(tmp_path / "r.zarr", X, y, mask, affine)
+    s = write_store(tmp_path / "r.zarr", X[:4] + 1, y[:4], mask, affine)
+    np.testing.assert_array_equal(s.X[:], X[:4] + 1)
+
+
+def test_write_store_bad_input(tmp_path, data):
+    X, y, mask, affine = data
+    with pytest.raises(ValueError, match="X must have shape"):
+        write_store(tmp_path / "x.zarr", X[:, :-1], y, mask, affine)
+    with pytest.raises(ValueError, match="split values"):
+        write_store(tmp_path / "x.zarr", X, y, mask, affine, split=["val"] * 37)
+    with pytest.raises(ValueError, match="class indices"):
+        write_store(tmp_path / "x.zarr", X, y, mask, affine, classes=["a"])
+    with pytest.raises(ValueError, match="mask is empty"):
+        create_store(tmp_path / "x.zarr", n_samples=1, mask=np.zeros((3, 3, 3)),
+                     affine=np.eye(4), y=[0], classes=["a"])
+
+
+def test_open_store_refusals(tmp_path, data):
+    X, y, mask, affine = data
+    with pytest.raises(StoreError, match="no such store"):
+        open_store(tmp_path / "missing.zarr")
+    zarr.open_group(tmp_path / "foreign.zarr", mode="w").create_array("X", shape=(2,), dtype="f4")
+    with pytest.raises(StoreError, match="not an fgscale store"):
+        open_store(tmp_path / "foreign.zarr")
+    s = write_store(tmp_path / "old.zarr", X, y, mask, affine)
+    zarr.open_group(s.path, mode="r+").attrs["fgscale_format_version"] = 99
+    with pytest.raises(StoreError, match="version 99"):
+        open_store(s.path)
+    create_store(tmp_path / "partial.zarr", n_samples=4, mask=mask, affine=affine,
+                 y=[0, 1, 0, 1], classes=["a", "b"], block_rows=2)
+    with pytest.raises(StoreError, match=r"not complete \(0 of 2 blocks.*re-run fgscale convert"):
+        open_store(tmp_path / "partial.zarr")
+    with pytest.raises(ValueError, match="mode"):
+        open_store(s.path, mode="w")
+
+
+def test_default_block_rows():
+    assert default_block_rows(270_806) == 61  # about 64 MiB per shard at HCP 2 mm
+    assert default_block_rows(605) == 1024
