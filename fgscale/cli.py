@@ -100,8 +100,7 @@ def _cmd_convert(args) -> int:
     classes = args.classes.split(",") if args.classes else None
     store = convert(cohort, args.out, mask=args.mask, resample=resample, nan=args.nan,
                     labels=args.labels, classes=classes, intersect_mask=args.intersect_mask,
-                    scheduler=args.scheduler, n_workers=args.n_workers,
-                    block_rows=args.block_rows, progress=not args.no_progress)
+                    **_cluster_kwargs(args), block_rows=args.block_rows, progress=not args.no_progress)
     s = store.attrs.get("summary", {})
     print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, "
           f"{len(store.classes)} classes, {s.get('bytes', 0) / 1e6:.1f} MB; "
@@ -150,8 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NaN/inf inside the mask: fail (default) or set to 0")
     p.add_argument("--classes", default=None, help="allowed labels, comma-separated, in order")
     p.add_argument("--block-rows", type=int, default=None, help="rows per task and per shard")
-    p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT)")
-    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+    _add_cluster_args(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_convert)
 

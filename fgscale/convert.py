@@ -24,7 +24,6 @@ choosing ``nan="zero"``) the re-run resumes.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import glob
 import hashlib
@@ -37,6 +36,7 @@ import nibabel as nib
 import numpy as np
 from nibabel.processing import resample_from_to, vox2out_vox
 
+from fgscale.cluster import get_client
 from fgscale.nifti import load_img, load_mask, read_image
 from fgscale.store import (
     Store,
@@ -211,22 +211,6 @@ def _fingerprint(rows, mask, resample, block_rows, intersect_mask) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-@contextlib.contextmanager
-def _dask_client(client, scheduler, n_workers):
-    if client is not None:
-        yield client
-        return
-    from distributed import Client, LocalCluster
-
-    if scheduler is not None:
-        with Client(scheduler) as c:
-            yield c
-        return
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as c:
-        yield c
-
-
 def _run_tasks(client, func, args_list, progress, total, unit, initial=0):
     """Submit one task per args, gather results with a progress bar; raise the first error
     only after every other task has finished (so their work is kept)."""
@@ -250,7 +234,7 @@ def _run_tasks(client, func, args_list, progress, total, unit, initial=0):
 
 def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels=None,
             classes=None, intersect_mask: bool = False, client=None, scheduler: str | None = None,
-            n_workers: int | None = None, block_rows: int | None = None,
+            scheduler_file=None, n_workers: int | None = None, block_rows: int | None = None,
             progress: bool = True) -> Store:
     """Convert a NIfTI cohort into a complete fgscale store (resumable).
 
@@ -276,7 +260,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         With ``mask``: also compute the data mask and keep the intersection.
     client : distributed.Client, optional
         Existing client; else ``scheduler`` is connected to, else a LocalCluster is started.
-    scheduler : str, optional
+    scheduler, scheduler_file : str, optional
+        Address, or scheduler file, of a running Dask cluster.
     n_workers : int, optional
         LocalCluster workers (default: one per core).
     block_rows : int, optional
@@ -314,7 +299,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
             return open_store(out)
         log.info("resuming the conversion into %s", out)
     sources = [(r[0], r[1]) for r in rows]
-    with _dask_client(client, scheduler, n_workers) as c:
+    with get_client(scheduler, scheduler_file=scheduler_file, n_workers=n_workers,
+                    client=client) as c:
         if g is None:
             store_mask = _final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
                                      progress)

@@ -128,3 +128,12 @@ def test_bad_parameters_are_named(rng, params, match):
     X, y, _ = smooth_problem(rng, n=20)
     with pytest.raises(ValueError, match=match):
         FeatureGroupingClassifier(**params).fit(X, y)
+
+
+def test_public_names_resolve():
+    import fgscale
+
+    for name in fgscale.__all__:
+        assert getattr(fgscale, name) is not None
+    with pytest.raises(AttributeError):
+        fgscale.not_a_name  # noqa: B018
