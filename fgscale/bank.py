@@ -13,7 +13,7 @@ import numpy as np
 
 from fgscale.rena import rena
 
-__all__ = ["bootstrap_rows", "build_grouping", "grouping_seed", "make_bank"]
+__all__ = ["bootstrap_rows", "build_grouping", "grouping_seed", "make_bank", "omega_diagonal"]
 
 
 def grouping_seed(seed: int, index: int) -> int:
@@ -81,3 +81,27 @@ def make_bank(X, graph, n_clusters: int, *, n_groupings: int = 100, n_bootstrap:
         bank[i] = build_grouping(X.__getitem__, rows, graph, n_clusters, n_bootstrap,
                                  grouping_seed(seed, i))
     return bank
+
+
+def omega_diagonal(bank) -> np.ndarray:
+    """Diagonal of Omega = E[Phi^T Phi] over a bank: per feature, the mean of 1 / |C(feature)|.
+
+    Parameters
+    ----------
+    bank : array-like of shape (n_groupings, n_features), int
+        Label vectors with values ``0 .. k-1``; a zarr array is read one row at a time.
+
+    Returns
+    -------
+    omega : ndarray of shape (n_features,), float64
+        Between 0 and 1; 1 where a feature is alone in its cluster in every grouping.
+    """
+    if len(bank.shape) != 2 or bank.shape[0] == 0:
+        raise ValueError(f"bank must have shape (n_groupings >= 1, n_features), got {bank.shape}")
+    omega = np.zeros(bank.shape[1])
+    for i in range(bank.shape[0]):
+        labels = np.asarray(bank[i]).astype(np.int64)
+        if labels.min() < 0:
+            raise ValueError(f"bank row {i} holds negative labels (unbuilt rows are -1)")
+        omega += 1.0 / np.bincount(labels)[labels]
+    return omega / bank.shape[0]

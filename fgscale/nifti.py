@@ -15,6 +15,8 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
+from fgscale.bank import omega_diagonal
+
 log = logging.getLogger(__name__)
 
 _READ_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile, ValueError,
@@ -178,28 +180,6 @@ def unmask(values, mask, affine) -> nib.Nifti1Image:
     return nib.Nifti1Image(out, np.asarray(affine, dtype=np.float64))
 
 
-def omega_diagonal(bank) -> np.ndarray:
-    """Diagonal of Omega = E[Phi^T Phi] over a bank: per voxel, mean of 1 / |C(voxel)|.
-
-    Parameters
-    ----------
-    bank : array-like of shape (b, n_features), int
-        One grouping (cluster label per voxel) per row; a zarr array is read row by row.
-
-    Returns
-    -------
-    omega : ndarray of shape (n_features,), float64
-    """
-    total = None
-    for i in range(bank.shape[0]):
-        labels = np.asarray(bank[i]).astype(np.int64)
-        inv_size = 1.0 / np.bincount(labels)[labels]
-        total = inv_size if total is None else total + inv_size
-    if total is None:
-        raise ValueError("the bank is empty (0 groupings)")
-    return total / bank.shape[0]
-
-
 def export_map(store, out, *, values=None, grouping: int | None = None,
                omega: bool = False) -> nib.Nifti1Image:
     """Write per-voxel values of a store as a NIfTI image on its grid.
@@ -215,7 +195,7 @@ def export_map(store, out, *, values=None, grouping: int | None = None,
     grouping : int, optional
         Row of the store's bank: the cluster labels of that grouping.
     omega : bool
-        The bank's Omega diagonal (see :func:`omega_diagonal`).
+        The bank's Omega diagonal (see :func:`fgscale.bank.omega_diagonal`).
 
     Returns
     -------

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import zarr
 
-from fgscale.bank import bootstrap_rows, grouping_seed, make_bank
+from fgscale.bank import bootstrap_rows, grouping_seed, make_bank, omega_diagonal
 from fgscale.cli import main
 from fgscale.cluster import get_client
-from fgscale.dask_bank import build_bank, load_bank, omega_diagonal
+from fgscale.dask_bank import build_bank, load_bank
 from fgscale.datasets import make_classification_volumes
 from fgscale.store import open_store, write_store
 
@@ -69,6 +69,7 @@ def test_bootstrap_rows_are_train_rows(store_path):
         assert np.isin(bootstrap_rows(grouping_seed(0, i), train, R), train).all()
 
 
+@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
 def test_same_bank_with_one_and_two_workers(store_path, tmp_path, client):
     path = _copy(store_path, tmp_path)
     two = build_bank(path, n_groupings=4, n_bootstrap=R, n_clusters=K, client=client,

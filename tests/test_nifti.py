@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import zarr
 
+from fgscale.bank import omega_diagonal
 from fgscale.cli import main
-from fgscale.nifti import export_map, load_img, load_mask, omega_diagonal, read_data, unmask
+from fgscale.nifti import export_map, load_img, load_mask, read_data, unmask
 
 
 @pytest.fixture
@@ -74,12 +75,6 @@ def test_load_mask(tmp_path, mask):
     nib.save(nib.Nifti1Image(np.zeros((3, 3, 3), np.uint8), np.eye(4)), tmp_path / "e.nii")
     with pytest.raises(ValueError, match="e.nii: the mask is empty"):
         load_mask(tmp_path / "e.nii")
-
-
-def test_omega_diagonal():
-    bank = np.array([[0, 0, 1, 2], [0, 1, 1, 1]])
-    np.testing.assert_allclose(omega_diagonal(bank), [(0.5 + 1) / 2, (0.5 + 1 / 3) / 2,
-                                                      (1 + 1 / 3) / 2, (1 + 1 / 3) / 2])
 
 
 def test_export_round_trip(tiny_store, tmp_path, rng):

@@ -1,0 +1,135 @@
+"""get_client with real clusters, and the ready configurations under cluster/."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from fgscale.cluster import dashboard_link, get_client
+
+ROOT = Path(__file__).resolve().parents[1] / "cluster"
+
+
+def _n_workers(client) -> int:
+    return len(client.scheduler_info()["workers"])
+
+
+def test_existing_client_is_yielded_and_left_open(client):
+    with get_client(client=client) as c:
+        assert c is client
+    assert client.status == "running"
+    assert client.submit(sum, [1, 2]).result() == 3
+
+
+def test_join_by_address_and_by_scheduler_file(client, tmp_path):
+    with get_client(client.scheduler.address) as joined:
+        assert joined is not client
+        assert _n_workers(joined) == 2
+        assert joined.submit(sum, [1, 2]).result() == 3
+    assert joined.status == "closed"
+    assert client.submit(sum, [2, 3]).result() == 5  # the cluster itself keeps running
+    scheduler_file = tmp_path / "scheduler.json"
+    client.write_scheduler_file(str(scheduler_file))
+    with get_client(scheduler_file=scheduler_file) as joined:
+        assert joined.scheduler.address == client.scheduler.address
+
+
+@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
+def test_embedded_local_cluster_is_closed_on_exit():
+    with get_client(n_workers=1, memory_limit="1GiB") as local:
+        assert _n_workers(local) == 1
+        info = local.scheduler_info()["workers"]
+        assert [w["nthreads"] for w in info.values()] == [1]
+        assert dashboard_link(local).startswith("http")
+        cluster = local.cluster
+        # Dask's MALLOC_TRIM_THRESHOLD_ (2x slower ReNA) is not exported to our workers.
+        nanny = next(iter(cluster.workers.values()))
+        assert "MALLOC_TRIM_THRESHOLD_" not in nanny.pre_spawn_env
+    assert local.status == "closed"
+    assert cluster.status.name == "closed"
+
+
+def test_bad_arguments(client, tmp_path):
+    with pytest.raises(ValueError, match="at most one"):
+        with get_client("tcp://127.0.0.1:1", client=client):
+            pass
+    with pytest.raises(FileNotFoundError, match="no such scheduler file"):
+        with get_client(scheduler_file=tmp_path / "missing.json"):
+            pass
+    with pytest.raises(ValueError, match="n_workers must be a positive integer"):
+        with get_client(n_workers=0):
+            pass
+
+
+def test_local_start_and_stop_scripts(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
+    env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", PORT="0", DASHBOARD="0",
+               SCHEDULER_FILE=str(tmp_path / "scheduler.json"), LOG_DIR=str(tmp_path / "logs"))
+    env.pop("DASK_CONFIG", None)
+    subprocess.run([ROOT / "local" / "start.sh", "1", "1GiB"], env=env, check=True,
+                   capture_output=True, timeout=60)
+    try:
+        with get_client(scheduler_file=tmp_path / "scheduler.json") as joined:
+            joined.wait_for_workers(1, timeout=30)
+            assert joined.submit(sum, [1, 2]).result() == 3
+            # os.getenv pickles by reference: these workers cannot import this test module.
+            malloc = joined.run(partial(os.getenv, "MALLOC_TRIM_THRESHOLD_"))
+            assert set(malloc.values()) == {None}
+    finally:
+        subprocess.run([ROOT / "local" / "stop.sh"], env=env, check=True, timeout=30)
+    assert not (tmp_path / "scheduler.json").exists()
+
+
+def _load_script(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
+def test_slurm_job_script():
+    pytest.importorskip("dask_jobqueue")
+    script = _load_script(ROOT / "slurm" / "slurm_cluster.py")
+    with script.make_cluster(cores=4, memory="16GiB", walltime="01:30:00", partition="compute",
+                             account="myproj", job_extra=["--qos=normal"]) as cluster:
+        text = cluster.job_script()
+    for line in ("#SBATCH -p compute", "#SBATCH -A myproj", "#SBATCH --cpus-per-task=4",
+                 "#SBATCH --mem=16G", "#SBATCH -t 01:30:00", "#SBATCH --qos=normal",
+                 "#SBATCH -J fgscale-worker"):
+        assert line in text.splitlines(), line
+    assert "distributed.cli.dask_worker" in text
+    assert "--nthreads 1" in text and "--nworkers 4" in text
+    config = script.DASK_CONFIG / "fgscale.yaml"
+    assert f"export DASK_CONFIG={script.DASK_CONFIG}" in text and config.is_file()
+    yaml = pytest.importorskip("yaml")
+    environ = yaml.safe_load(config.read_text())["distributed"]["nanny"]["pre-spawn-environ"]
+    assert environ == {"MALLOC_TRIM_THRESHOLD_": None}
+
+
+def test_kubernetes_manifest():
+    yaml = pytest.importorskip("yaml")
+    docs = [d for d in yaml.safe_load_all((ROOT / "kubernetes" / "dask-cluster.yaml").read_text())
+            if d]
+    assert [d["kind"] for d in docs] == ["PersistentVolumeClaim", "DaskCluster"]
+    dask_cluster = docs[1]
+    assert dask_cluster["apiVersion"] == "kubernetes.dask.org/v1"
+    spec = dask_cluster["spec"]
+    scheduler = spec["scheduler"]["spec"]["containers"][0]
+    worker = spec["worker"]["spec"]["containers"][0]
+    assert scheduler["args"][:2] == ["dask", "scheduler"]
+    assert worker["args"][:2] == ["dask", "worker"]
+    assert {p["port"] for p in spec["scheduler"]["service"]["ports"]} == {8786, 8787}
+    assert spec["worker"]["replicas"] >= 1
+    assert worker["resources"]["limits"]["memory"]
+    claim = spec["worker"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    assert claim == docs[0]["metadata"]["name"]
+
+
+def test_readmes_exist():
+    for name in ("local", "slurm", "kubernetes"):
+        assert (ROOT / name / "README.md").stat().st_size > 200
