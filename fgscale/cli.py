@@ -26,16 +26,10 @@ def _cmd_bank(args) -> int:
     from fgscale.cluster import dashboard_link, get_client
     from fgscale.dask_bank import build_bank
 
-    try:  # "0.1" is a fraction of the features, "5000" a count
-        k = float(args.n_clusters)
-    except ValueError:
-        raise ValueError(f"--n-clusters must be a number, got {args.n_clusters!r}") from None
-    k = int(k) if k >= 1 and k.is_integer() else k
-    with get_client(args.scheduler, scheduler_file=args.scheduler_file,
-                    n_workers=args.n_workers) as client:
+    with get_client(**_cluster_kwargs(args)) as client:
         print(f"dashboard: {dashboard_link(client) or 'none'}")
         _, info = build_bank(args.store, n_groupings=args.n_groupings, n_bootstrap=args.n_bootstrap,
-                             n_clusters=k, seed=args.seed, client=client,
+                             n_clusters=args.n_clusters, seed=args.seed, client=client,
                              overwrite=args.overwrite, return_info=True)
     print(f"bank of {args.store}: {info['built']} groupings built, {info['reused']} reused "
           f"(b={info['n_groupings']}, k={info['n_clusters']}, r={info['n_bootstrap']}, "
@@ -80,8 +74,22 @@ def _cmd_evaluate(args) -> int:
 
 def _n_clusters(value: str):
     """k as a count ("5000") or as a fraction of the voxels ("0.1")."""
-    k = float(value)
+    try:
+        k = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {value!r}") from None
     return int(k) if k >= 1 and k.is_integer() else k
+
+
+def _add_bank_args(p, note: str) -> None:
+    """The store and the bank's parameters, shared by ``bank`` and ``train``."""
+    p.add_argument("store", help="the Zarr store (from fgscale convert)")
+    p.add_argument("--n-groupings", type=int, default=100, help=f"b, groupings (default 100{note})")
+    p.add_argument("--n-bootstrap", type=int, default=50,
+                   help=f"r, rows per grouping (default 50{note})")
+    p.add_argument("--n-clusters", type=_n_clusters, default=0.1,
+                   help=f"k, or a fraction of the voxels if below 1 (default 0.1{note})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bank and of training")
 
 
 def _add_cluster_args(p) -> None:
@@ -165,28 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
     # --- distributed commands (bank, train, evaluate) ---
 
     p = sub.add_parser("bank", help="build the bank of groupings into a store, on a Dask cluster")
-    p.add_argument("store", help="the Zarr store (from fgscale convert)")
-    p.add_argument("--n-groupings", type=int, default=100, help="b, groupings (default 100)")
-    p.add_argument("--n-bootstrap", type=int, default=50, help="r, rows per grouping (default 50)")
-    p.add_argument("--n-clusters", default="0.1",
-                   help="k, or a fraction of the voxels if below 1 (default 0.1)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT)")
-    p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file")
-    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+    _add_bank_args(p, "")
+    _add_cluster_args(p)
     p.add_argument("--overwrite", action="store_true", help="rebuild a bank with other parameters")
     p.set_defaults(func=_cmd_bank)
 
     p = sub.add_parser("train", help="train on a store, streaming minibatches from the workers")
-    p.add_argument("store", help="the Zarr store (from fgscale convert)")
+    _add_bank_args(p, "; used when the store has no bank")
     p.add_argument("--out", required=True, help="run folder (config, checkpoints, metrics, weights)")
     p.add_argument("--model", choices=["logreg", "mlp"], default="logreg")
     p.add_argument("--regularizer", choices=["none", "l2", "dropout", "feature_grouping"],
                    default="feature_grouping")
-    p.add_argument("--n-clusters", type=_n_clusters, default=0.1,
-                   help="k, or a fraction of the voxels if below 1 (used when the store has no bank)")
-    p.add_argument("--n-groupings", type=int, default=100, help="b (used when the store has no bank)")
-    p.add_argument("--n-bootstrap", type=int, default=50, help="r (used when the store has no bank)")
     p.add_argument("--alpha", type=float, default=1e-3, help="L2 strength (--regularizer l2)")
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--hidden-layer-sizes", type=int, nargs="+", default=[256])
@@ -198,7 +195,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=int, default=10)
     p.add_argument("--device", default="cpu", help="torch device of the central model (cpu, cuda)")
     p.add_argument("--prefetch", type=int, default=4, help="minibatches in flight at most")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     _add_cluster_args(p)
     p.set_defaults(func=_cmd_train)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["back_project", "cluster_sizes", "project", "validate_labels"]
+__all__ = ["back_project", "cluster_sizes", "project", "project_rows", "validate_labels"]
 
 
 def validate_labels(labels, n_features: int | None = None, *, name: str = "labels") -> np.ndarray:
@@ -90,6 +90,33 @@ def project(X, labels, n_clusters: int | None = None):
     Z = X_t.new_zeros(X_t.shape[:-1] + (k,)).index_add_(-1, lab, X_t)
     Z *= _scale(lab, k, X_t.dtype)
     return Z.numpy() if was_numpy else Z
+
+
+def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None) -> np.ndarray:
+    """Reduce rows handed over one at a time, with the same numbers as :func:`project`.
+
+    Meant for rows read straight from storage (:meth:`fgscale.store.Store.iter_row_views`):
+    each row is reduced as it comes, so a batch is never copied whole into memory.
+
+    Parameters
+    ----------
+    rows : iterable of (int, ndarray of shape (n_features,))
+        Position of the row in the output, and the row (float32).
+    labels : ndarray of shape (n_features,)
+    n_rows : int
+    n_clusters : int, optional
+
+    Returns
+    -------
+    Z : ndarray of shape (n_rows, n_clusters), float32
+    """
+    lab = torch.from_numpy(np.asarray(labels)).long()
+    k = int(lab.max()) + 1 if n_clusters is None else n_clusters
+    Z = torch.zeros(n_rows, k)
+    for i, row in rows:
+        Z[i].index_add_(0, lab, torch.from_numpy(row))
+    Z *= _scale(lab, k, Z.dtype)
+    return Z.numpy()
 
 
 def back_project(Z, labels):

@@ -43,6 +43,7 @@ done; :func:`open_store` refuses a store that is not complete.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -268,33 +269,60 @@ class _ShardRowReader:
         root = Path(store.root) / array.store_path.path
         return cls(root, array, array.shards[0])
 
-    def read(self, rows: np.ndarray) -> np.ndarray:
-        """Rows (sorted, unique), shape (len(rows), n_features), float32."""
-        out = np.empty((rows.size, self.n_features), np.float32)
+    def _shards(self, rows: np.ndarray):
+        """Per shard touched by ``rows`` (sorted, unique): its file, the positions in ``rows``
+        of its rows and their (offset, nbytes) entries; the file is None if never written."""
         shard_of = rows // self.shard_rows
         index_bytes = 16 * self.shard_rows + 4  # (offset, nbytes) uint64 per row, then crc32c
         for shard in np.unique(shard_of):
-            key = self.array.metadata.encode_chunk_key((int(shard), 0))
+            path = self.root / self.array.metadata.encode_chunk_key((int(shard), 0))
             picked = np.flatnonzero(shard_of == shard)
             try:
-                fh = open(self.root / key, "rb")
+                fh = open(path, "rb")
             except FileNotFoundError:  # shard never written: fill value
-                out[picked] = 0.0
+                yield None, picked, None
                 continue
             with fh:
                 fh.seek(-index_bytes, os.SEEK_END)
                 index = np.frombuffer(fh.read(index_bytes - 4), "<u8").reshape(-1, 2)
-                for i in picked:
-                    offset, nbytes = index[rows[i] - shard * self.shard_rows]
-                    if offset == self._MISSING:
-                        out[i] = 0.0
-                        continue
-                    if nbytes != 4 * self.n_features:
-                        raise StoreError(f"{self.root / key}: row chunk of {nbytes} bytes, "
-                                         f"expected {4 * self.n_features}")
-                    fh.seek(int(offset))
-                    fh.readinto(memoryview(out[i]).cast("B"))
+                entries = index[rows[picked] - shard * self.shard_rows]
+                bad = (entries[:, 0] != self._MISSING) & (entries[:, 1] != 4 * self.n_features)
+                if bad.any():
+                    raise StoreError(f"{path}: row chunk of {entries[bad][0, 1]} bytes, "
+                                     f"expected {4 * self.n_features}")
+                yield fh, picked, entries
+
+    def read(self, rows: np.ndarray) -> np.ndarray:
+        """Rows (sorted, unique), shape (len(rows), n_features), float32."""
+        out = np.empty((rows.size, self.n_features), np.float32)
+        for fh, picked, entries in self._shards(rows):
+            if fh is None:
+                out[picked] = 0.0
+                continue
+            for i, (offset, _) in zip(picked, entries, strict=True):
+                if offset == self._MISSING:
+                    out[i] = 0.0
+                    continue
+                fh.seek(int(offset))
+                fh.readinto(memoryview(out[i]).cast("B"))
         return out
+
+    def views(self, rows: np.ndarray):
+        """Yield ``(i, row)`` for rows (sorted, unique): float32 views mapped from the shard
+        files, no copy (copy-on-write maps: a write would never reach the store). Each map is
+        released once no view of it is left, so only the shard being visited stays mapped."""
+        zeros = np.zeros(self.n_features, np.float32)
+        for fh, picked, entries in self._shards(rows):
+            if fh is None:
+                yield from ((i, zeros) for i in picked)
+                continue
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+            for i, (offset, _) in zip(picked, entries, strict=True):
+                if offset == self._MISSING:
+                    yield i, zeros
+                else:
+                    yield i, np.frombuffer(mapped, np.float32, self.n_features, int(offset))
+            del mapped
 
 
 def _read_str(array: zarr.Array) -> np.ndarray:
@@ -340,6 +368,13 @@ class Store:
         return (f"Store({str(self.path)!r}, n_samples={self.n_samples}, "
                 f"n_features={self.n_features}, classes={len(self.classes)})")
 
+    def _check_rows(self, rows) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.n_samples):
+            raise IndexError(f"{self.path}: rows must be in [0, {self.n_samples}), "
+                             f"got {rows.min()}..{rows.max()}")
+        return rows
+
     def read_rows(self, rows) -> np.ndarray:
         """Rows of ``X`` in the order given (duplicates allowed).
 
@@ -351,12 +386,9 @@ class Store:
         -------
         X_rows : ndarray of shape (m, n_features), float32
         """
-        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        rows = self._check_rows(rows)
         if rows.size == 0:
             return np.empty((0, self.n_features), np.float32)
-        if rows.min() < 0 or rows.max() >= self.n_samples:
-            raise IndexError(f"{self.path}: rows must be in [0, {self.n_samples}), "
-                             f"got {rows.min()}..{rows.max()}")
         # Sorted and duplicate-free: each shard file is opened once, each row read once.
         uniq, inverse = np.unique(rows, return_inverse=True)
         if self._reader is not None:
@@ -366,6 +398,39 @@ class Store:
         if uniq.size == rows.size and np.array_equal(uniq, rows):
             return data  # already sorted: skip a copy of the whole batch
         return data[inverse]
+
+    def iter_row_views(self, rows) -> Iterator[tuple[int, np.ndarray]]:
+        """Visit rows one at a time, without copying them where the layout allows it.
+
+        Rows are visited in storage order, each shard once, which is what makes this cheaper
+        than :meth:`read_rows` for work that reduces each row at once (projecting it with a
+        grouping): the row is read straight from the page cache, never copied into a batch.
+
+        Parameters
+        ----------
+        rows : array-like of shape (m,), int
+            Any order, duplicates allowed.
+
+        Yields
+        ------
+        i : int
+            Position in ``rows``.
+        row : ndarray of shape (n_features,), float32
+            Valid only until the next item is yielded: copy it to keep it, never write to it.
+        """
+        rows = self._check_rows(rows)
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        first = np.searchsorted(inverse[order], np.arange(uniq.size + 1))
+        if self._reader is not None:
+            views = self._reader.views(uniq)
+        else:
+            views = ((j, row) for start in range(0, uniq.size, self.block_rows)
+                     for j, row in enumerate(self.read_rows(uniq[start:start + self.block_rows]),
+                                             start))
+        for j, row in views:
+            for i in order[first[j]:first[j + 1]]:
+                yield int(i), row
 
     def iter_blocks(self, rows=None, block_size: int | None = None
                     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:

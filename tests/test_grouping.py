@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fgscale.grouping import back_project, cluster_sizes, project, validate_labels
+from fgscale.grouping import back_project, cluster_sizes, project, project_rows, validate_labels
 
 
 def dense_phi(labels):
@@ -82,3 +82,13 @@ def test_validate_labels_errors(bad, match):
 def test_validate_labels_returns_int32():
     out = validate_labels(np.array([1, 0, 1], np.int64), 3)
     assert out.dtype == np.int32
+
+
+@settings(max_examples=40, deadline=None)
+@given(groupings())
+def test_project_rows_equals_project_exactly(g):
+    labels, rng = g
+    X = rng.standard_normal((6, labels.size)).astype(np.float32)
+    order = rng.permutation(6)  # rows arrive in any order
+    Z = project_rows(((int(i), X[i]) for i in order), labels, 6)
+    np.testing.assert_array_equal(Z, project(X, labels))

@@ -1,5 +1,7 @@
 """The store: write/read round trips against in-memory arrays, and refusals of bad stores."""
 
+import mmap
+
 import nibabel as nib
 import numpy as np
 import pytest
@@ -66,9 +68,31 @@ def test_read_rows_direct_reader_equals_zarr(store):
     np.testing.assert_array_equal(store_fallback.read_rows(rows), oracle)
 
 
+@given(rows=st.lists(st.integers(0, 36), min_size=0, max_size=60), direct=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_iter_row_views_visit_every_requested_row(store, data, rows, direct):
+    if not direct:  # the zarr fallback gives the same rows
+        store = open_store(store.path)
+        store._reader = None
+    seen = {}
+    for i, row in store.iter_row_views(rows):
+        assert i not in seen
+        seen[i] = row.copy()
+    assert sorted(seen) == list(range(len(rows)))
+    for i, r in enumerate(rows):
+        np.testing.assert_array_equal(seen[i], data[0][r])
+
+
+def test_iter_row_views_are_mapped_not_copied(store):
+    """Views of the direct reader borrow the page cache: none owns its memory."""
+    assert all(isinstance(row.base.obj, mmap.mmap) for _, row in store.iter_row_views([3, 30, 3]))
+
+
 def test_read_rows_out_of_range(store):
     with pytest.raises(IndexError, match="rows must be in"):
         store.read_rows([37])
+    with pytest.raises(IndexError, match="rows must be in"):
+        next(store.iter_row_views([-1]))
 
 
 def test_iter_blocks(store, data):
