@@ -25,6 +25,7 @@ choosing ``nan="zero"``) the re-run resumes.
 from __future__ import annotations
 
 import csv
+import functools
 import glob
 import hashlib
 import json
@@ -179,12 +180,19 @@ def _iter_volumes(sources, grid, resampled: bool):
         yield vol
 
 
-def _convert_block(out: str, block: int, sources, grid, resampled: bool, nan: str) -> dict:
-    """Dask task: convert the files of one block and write its shard of ``X``."""
-    start_time = time.perf_counter()
+@functools.lru_cache(maxsize=4)
+def _store_mask(out: str, fingerprint: str) -> np.ndarray:
+    """The mask of the store being written, read once per worker process and conversion."""
     import zarr
 
-    mask = zarr.open_group(out, mode="r")["mask"][:]
+    return zarr.open_group(out, mode="r")["mask"][:]
+
+
+def _convert_block(out: str, fingerprint: str, block: int, sources, grid, resampled: bool,
+                   nan: str) -> dict:
+    """Dask task: convert the files of one block and write its shard of ``X``."""
+    start_time = time.perf_counter()
+    mask = _store_mask(out, fingerprint)
     X = np.empty((len(sources), int(mask.sum())), np.float32)
     for i, vol in enumerate(_iter_volumes(sources, grid, resampled)):
         row = vol[mask]
@@ -319,9 +327,9 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         n_rows, step = len(rows), g.attrs["block_rows"]
         done = g["done"][:]
         todo = np.flatnonzero(done == 0)
-        args = [(str(out), int(b), sources[slice(*block_range(b, step, n_rows))], grid,
-                 resampled, nan) for b in todo]
-        already = n_rows - sum(len(a[2]) for a in args)
+        args = [(str(out), fingerprint, int(b), sources[slice(*block_range(b, step, n_rows))],
+                 grid, resampled, nan) for b in todo]
+        already = n_rows - sum(len(a[3]) for a in args)
         results = _run_tasks(c, _convert_block, args, progress, n_rows, "rows", already)
         n_workers_used = len(c.nthreads())
     seconds = time.perf_counter() - t0

@@ -104,7 +104,7 @@ def run_child(args, n_rows: int) -> dict:
     cmd = [sys.executable, __file__, "--child", str(n_rows), "--dir", str(args.dir),
            "--rows", str(args.rows), "--p", str(args.p), "--n-workers", str(args.n_workers),
            "--memory-limit", args.memory_limit, "--batch-size", str(args.batch_size),
-           "--prefetch", str(args.prefetch)]
+           "--prefetch", str(args.prefetch), "--central-threads", str(args.central_threads or 0)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -119,9 +119,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--prefetch", type=int, default=4)
     parser.add_argument("--n-groupings", type=int, default=10)
+    parser.add_argument("--central-threads", type=int, default=None,
+                        help="torch threads of the central process (default: torch's)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     store_path = args.dir / f"stream_{args.rows}x{args.p}.zarr"
+    if args.central_threads:
+        torch.set_num_threads(args.central_threads)
     if args.child is not None:
         print(json.dumps(one_epoch(str(store_path), args.child, args.n_workers,
                                    args.memory_limit, args.batch_size, args.prefetch)))
@@ -170,7 +174,8 @@ def main() -> None:
     memory = rows.size / (time.perf_counter() - start)
 
     print(f"\n{args.n_workers} workers x {args.memory_limit}, batch {args.batch_size}, "
-          f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}\n")
+          f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}, "
+          f"central torch threads {torch.get_num_threads()}\n")
     print("| what | rows | samples/s | ratio to raw read |")
     print("|---|---|---|---|")
     print(f"| raw sequential Zarr read (limit) | {n} | {raw:.0f} | 1.00 |")
