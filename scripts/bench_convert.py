@@ -49,8 +49,7 @@ def timed_convert(csv_path, out, client, **kwargs) -> float:
 
 
 def main() -> None:
-    from distributed import Client, LocalCluster
-
+    from fgscale.cluster import get_client
     from fgscale.datasets import brain_mask, grid_geometry, make_cohort
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -85,9 +84,8 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         clients = {}
         for n_workers in (1, 2):
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"))
-            clients[n_workers] = stack.enter_context(Client(cluster))
+            # the cluster `fgscale convert` itself starts (fgscale's worker settings)
+            clients[n_workers] = stack.enter_context(get_client(n_workers=n_workers))
             clients[n_workers].run(__import__, "fgscale.convert")
             timed_convert(csv_path, scratch / "warm.zarr", clients[n_workers], mask=mask_path, **kw)
         for _ in range(args.repeat):
