@@ -53,7 +53,7 @@ def _cmd_train(args) -> int:
               "learning_rate": args.learning_rate,
               "early_stopping": {"auto": "auto", "on": True, "off": False}[args.early_stopping],
               "patience": args.patience, "device": args.device, "prefetch": args.prefetch,
-              "random_state": args.seed}
+              "verbose": 1, "random_state": args.seed}
     summary = train_run(args.store, args.out, params=params, resume=args.resume,
                         **_cluster_kwargs(args))
     test = summary["test"]

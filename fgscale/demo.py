@@ -37,7 +37,7 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
     Every step is resumable: run it again and finished steps are reused.
     """
     out = Path(out)
-    training = dict(TRAINING, random_state=seed)
+    training = dict(TRAINING, random_state=seed, verbose=1)
     if max_epochs is not None:
         training["max_epochs"] = max_epochs
     with get_client(n_workers=n_workers) as client:

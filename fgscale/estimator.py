@@ -35,6 +35,9 @@ MODELS = ("logreg", "mlp")
 REGULARIZERS = ("none", "l2", "dropout", "feature_grouping")
 _MAX_SEED = np.iinfo(np.int32).max
 _BLOCK = 4096  # rows per block at prediction time
+# Parameters that do not change what a fit computes: a run may resume with other values
+# (max_epochs too, so that a finished run can be extended).
+RUNTIME_PARAMS = ("device", "scheduler", "prefetch", "max_epochs", "verbose")
 
 
 def resolve_n_clusters(n_clusters, n_features: int) -> int:
@@ -114,6 +117,8 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         Address of a Dask scheduler for fitting on a store; default an embedded LocalCluster.
     prefetch : int
         With a store: minibatches in flight on the workers at most.
+    verbose : int
+        1 or more: a progress bar over epochs.
     random_state : int, RandomState or None
         An int is the run's seed itself (bank, plan, initialisation, dropout).
 
@@ -135,7 +140,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
                  dropout=0.5, n_clusters=0.1, n_groupings=100, n_bootstrap=50,
                  hidden_layer_sizes=(256,), learning_rate=0.01, batch_size=200, max_epochs=200,
                  early_stopping="auto", validation_fraction=0.1, patience=10, device="cpu",
-                 scheduler=None, prefetch=4, random_state=None):
+                 scheduler=None, prefetch=4, verbose=0, random_state=None):
         self.mask = mask
         self.model = model
         self.regularizer = regularizer
@@ -154,6 +159,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         self.device = device
         self.scheduler = scheduler
         self.prefetch = prefetch
+        self.verbose = verbose
         self.random_state = random_state
 
     def _check_params(self):
@@ -273,7 +279,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
                 fit(self.model_, optimizer, epoch_batches=epoch_batches,
                     max_epochs=self.max_epochs, bank=bank_t, device=self.device,
                     validation=validation, stopper=stopper, start_epoch=start_epoch,
-                    on_epoch_end=run.epoch_end)
+                    on_epoch_end=run.epoch_end, progress=bool(self.verbose))
             elif stopper is not None and stopper.best_state is not None:
                 self.model_.load_state_dict(stopper.best_state)
             self.history_ = run.history
@@ -320,7 +326,7 @@ class _Run:
         self.history: list[dict] = []
         self.finished = False
         self.params = {k: repr(v) for k, v in estimator.get_params().items()
-                       if k not in ("device", "scheduler", "prefetch", "max_epochs")}
+                       if k not in RUNTIME_PARAMS}
 
     def resume(self) -> int:
         """Load the checkpoint if there is one; return the first epoch left to run."""

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from fgscale.cluster import get_client
-from fgscale.estimator import FeatureGroupingClassifier
+from fgscale.estimator import RUNTIME_PARAMS, FeatureGroupingClassifier
 from fgscale.nifti import unmask
 from fgscale.store import open_store
 from fgscale.stream import StoreSource
@@ -71,9 +71,10 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
             raise ValueError(f"{out}: a run already exists there; pass --resume to continue it "
                              "or choose another --out")
         saved = json.loads((out / "config.json").read_text())["params"]
-        if saved != params:
+        changed = sorted(k for k in params if k not in RUNTIME_PARAMS and saved.get(k) != params[k])
+        if changed:
             raise ValueError(f"{out}: --resume with other parameters than the saved run "
-                             f"({out / 'config.json'})")
+                             f"({', '.join(changed)}; see {out / 'config.json'})")
     out.mkdir(parents=True, exist_ok=True)
     store = open_store(store_path)
     _write_json({"params": params, "store": str(store.path.resolve()),

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+from tqdm.auto import tqdm
 
 from fgscale.grouping import project
 from fgscale.plan import EpochPlan
@@ -163,7 +164,8 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         max_epochs: int, bank=None, device="cpu",
         validation: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
         stopper: EarlyStopping | None = None, start_epoch: int = 0,
-        on_epoch_end: Callable[[dict], None] | None = None) -> list[dict]:
+        on_epoch_end: Callable[[dict], None] | None = None, progress: bool = False
+        ) -> list[dict]:
     """Train for up to ``max_epochs`` epochs; return one metrics dict per epoch.
 
     Parameters
@@ -178,8 +180,12 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         First epoch to run (a resumed run continues where its checkpoint ended).
     on_epoch_end : callable, optional
         Called with each epoch's metrics after the epoch (checkpoints hook here).
+    progress : bool
+        Show a progress bar over epochs (tqdm, on stderr) with the latest losses.
     """
     history = []
+    bar = tqdm(total=max_epochs, initial=start_epoch, desc="epochs", unit="epoch",
+               disable=not progress)
     for epoch in range(start_epoch, max_epochs):
         metrics = {"epoch": epoch,
                    "train_loss": train_epoch(model, optimizer, epoch_batches(epoch),
@@ -191,12 +197,15 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
             if stopper is not None:
                 stop = stopper.update(epoch, val["loss"], model)
         log.info("epoch %d: %s", epoch, {k: round(v, 5) for k, v in metrics.items()})
+        bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items() if k != "epoch"})
+        bar.update()
         history.append(metrics)
         if on_epoch_end is not None:
             on_epoch_end(metrics)
         if stop:
             log.info("early stop at epoch %d, best epoch %d", epoch, stopper.best_epoch)
             break
+    bar.close()
     if stopper is not None and stopper.best_state is not None:
         model.load_state_dict(stopper.best_state)
     return history

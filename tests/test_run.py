@@ -41,6 +41,9 @@ def test_train_writes_a_complete_run_folder(tiny_store, client, tmp_path):
     assert summary["test"] == evaluate_run(run, tiny_store.path, client=client)
     with pytest.raises(ValueError, match="already exists"):
         train_run(tiny_store.path, run, params=PARAMS, client=client)
+    with pytest.raises(ValueError, match="other parameters than the saved run .learning_rate"):
+        train_run(tiny_store.path, run, params=dict(PARAMS, learning_rate=0.5), resume=True,
+                  client=client)
 
 
 def test_cli_train_and_evaluate(tiny_store, tmp_path, capsys):
