@@ -15,37 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["back_project", "cluster_sizes", "project", "project_rows", "validate_labels"]
-
-
-def validate_labels(labels, n_features: int | None = None, *, name: str = "labels") -> np.ndarray:
-    """Check a label vector and return it as a contiguous int32 array.
-
-    Parameters
-    ----------
-    labels : array-like of shape (n_features,)
-        Cluster index of each feature; must cover ``0..k-1`` with no empty cluster.
-    n_features : int, optional
-        Expected length.
-    name : str
-        Name used in error messages.
-
-    Returns
-    -------
-    labels : ndarray of shape (n_features,), dtype int32
-    """
-    labels = np.asarray(labels)
-    if labels.ndim != 1:
-        raise ValueError(f"{name} must be a 1D label vector, got shape {labels.shape}")
-    if n_features is not None and labels.shape[0] != n_features:
-        raise ValueError(f"{name} has {labels.shape[0]} entries, expected {n_features} (one per feature)")
-    if labels.size and not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"{name} must hold integers, got dtype {labels.dtype}")
-    if labels.size:
-        counts = np.bincount(labels.astype(np.int64, copy=False)) if labels.min() >= 0 else None
-        if counts is None or counts.min() == 0:
-            raise ValueError(f"{name} must use every cluster index 0..k-1 at least once")
-    return np.ascontiguousarray(labels, dtype=np.int32)
+__all__ = ["back_project", "cluster_sizes", "project", "project_rows"]
 
 
 def cluster_sizes(labels, n_clusters: int | None = None):

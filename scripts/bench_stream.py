@@ -33,11 +33,6 @@ from fgscale.store import block_range, create_store, mark_complete, open_store, 
 from fgscale.training import MemorySource, make_optimizer, train_epoch
 
 
-def hcp_like_mask(p: int) -> np.ndarray:
-    """A 1D stand-in mask with p voxels (layout does not matter for throughput)."""
-    return np.ones(p, dtype=bool)
-
-
 def make_store(path: Path, n: int, p: int, n_classes: int = 20) -> None:
     if (path / "zarr.json").exists():
         try:

@@ -1,10 +1,9 @@
 import numpy as np
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fgscale.grouping import back_project, cluster_sizes, project, project_rows, validate_labels
+from fgscale.grouping import back_project, cluster_sizes, project, project_rows
 
 
 def dense_phi(labels):
@@ -65,23 +64,6 @@ def test_cluster_sizes():
     labels = np.array([2, 0, 2, 1, 2])
     np.testing.assert_array_equal(cluster_sizes(labels), [1, 1, 3])
     np.testing.assert_array_equal(cluster_sizes(torch.from_numpy(labels)).numpy(), [1, 1, 3])
-
-
-@pytest.mark.parametrize("bad, match", [
-    (np.zeros((2, 2), int), "1D"),
-    (np.array([0, 2, 2]), "every cluster"),
-    (np.array([-1, 0]), "every cluster"),
-    (np.array([0.0, 1.0]), "integers"),
-    (np.array([0, 1, 1, 0]), "expected 3"),
-])
-def test_validate_labels_errors(bad, match):
-    with pytest.raises(ValueError, match=match):
-        validate_labels(bad, 3 if match == "expected 3" else None)
-
-
-def test_validate_labels_returns_int32():
-    out = validate_labels(np.array([1, 0, 1], np.int64), 3)
-    assert out.dtype == np.int32
 
 
 @settings(max_examples=40, deadline=None)
