@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_convert.py [--n-files 96] [--grid 2mm] [--block-rows 8]
+    .venv/bin/python scripts/bench_convert.py [--n-files 480] [--grid 2mm] [--block-rows N]
 
 Writes a SYNTHETIC cohort (``fgscale.datasets.make_cohort``, .nii.gz) once into ``--cohort``,
 then reports files/s and MB/s (of float32 in-mask rows) for:
@@ -53,9 +53,10 @@ def main() -> None:
     from fgscale.datasets import brain_mask, grid_geometry, make_cohort
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-files", type=int, default=96)
+    parser.add_argument("--n-files", type=int, default=480)
     parser.add_argument("--grid", default="2mm", choices=["2mm", "4mm"])
-    parser.add_argument("--block-rows", type=int, default=8, help="rows per task and shard")
+    parser.add_argument("--block-rows", type=int, default=None,
+                        help="rows per task and shard (default: the store's, ~64 MiB shards)")
     parser.add_argument("--cohort", default=None, help="cohort folder (kept; default temp)")
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs")
     args = parser.parse_args()
