@@ -11,6 +11,7 @@ and at most ``prefetch`` blocks, however many rows the store has.
 from __future__ import annotations
 
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -26,27 +27,28 @@ __all__ = ["Prefetcher", "StoreSource"]
 
 log = logging.getLogger(__name__)
 
-# Per worker process: open stores and banks, keyed by store path (and the bank's identity).
-_STORES: dict[str, Store] = {}
+# Per worker process: the open store and its bank, keyed by (path, key). The key names the
+# store's state (see StoreSource), so a store rewritten at the same path is opened afresh.
+_STORES: dict[tuple[str, str], Store] = {}
 _BANKS: dict[tuple[str, str], np.ndarray] = {}
 
 
-def _store(path: str) -> Store:
-    if path not in _STORES:
-        _STORES[path] = open_store(path)
-    return _STORES[path]
+def _store(path: str, key: str) -> Store:
+    if (path, key) not in _STORES:
+        _STORES.clear()  # one store per worker at a time: a new run replaces the old one
+        _STORES[path, key] = open_store(path)
+    return _STORES[path, key]
 
 
-def _bank(path: str, bank_key: str) -> np.ndarray:
-    key = (path, bank_key)
-    if key not in _BANKS:
-        _BANKS.clear()  # one bank per worker at a time: a new run replaces the old one
-        _BANKS[key] = _store(path).group["bank"][:]
-    return _BANKS[key]
+def _bank(path: str, key: str) -> np.ndarray:
+    if (path, key) not in _BANKS:
+        _BANKS.clear()
+        _BANKS[path, key] = _store(path, key).group["bank"][:]
+    return _BANKS[path, key]
 
 
 def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: int,
-               bank_key: str) -> tuple[np.ndarray, np.ndarray]:
+               key: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read a minibatch and reduce it with grouping ``grouping`` of the bank.
 
     Returns
@@ -54,18 +56,18 @@ def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: in
     x : ndarray of shape (m, n_clusters), or (m, n_features) when ``grouping`` is None
     y : ndarray of shape (m,), int64
     """
-    store = _store(path)
+    store = _store(path, key)
     if grouping is None:
         x = store.read_rows(rows)
     else:  # reduce each row straight from the page cache, never copying the batch whole
-        x = project_rows(store.iter_row_views(rows), _bank(path, bank_key)[grouping],
+        x = project_rows(store.iter_row_views(rows), _bank(path, key)[grouping],
                          len(rows), n_clusters)
     return x, store.y[rows].astype(np.int64)
 
 
-def load_rows(path: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def load_rows(path: str, rows: np.ndarray, key: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read full rows (evaluation), with their class indices."""
-    return load_batch(path, rows, None, 0, "")
+    return load_batch(path, rows, None, 0, key)
 
 
 class Prefetcher:
@@ -119,7 +121,8 @@ class StoreSource:
     n_clusters : int
         k of the bank's groupings (0 without a bank).
     bank_key : str
-        Identity of the bank (e.g. its parameters): workers reload the bank when it changes.
+        Identity of the bank (e.g. its parameters). With the time the store's metadata was
+        last written, it keys the workers' caches: they reopen a store rewritten in place.
     prefetch : int
         Blocks in flight at most.
     block_size : int
@@ -130,14 +133,14 @@ class StoreSource:
                  prefetch: int = 4, block_size: int = 256):
         self.path = str(Path(path).resolve())
         self.n_clusters = n_clusters
-        self.bank_key = bank_key
+        self.key = f"{os.stat(Path(self.path) / 'zarr.json').st_mtime_ns}|{bank_key}"
         self.block_size = block_size
         self.prefetcher = Prefetcher(client, prefetch)
 
     def batches(self, plan: EpochPlan) -> Iterator[Batch]:
         """The plan's minibatches, projected on the workers, in plan order."""
         groupings = plan.groupings if plan.groupings is not None else [None] * len(plan)
-        args = ((self.path, rows, None if g is None else int(g), self.n_clusters, self.bank_key)
+        args = ((self.path, rows, None if g is None else int(g), self.n_clusters, self.key)
                 for rows, g in zip(plan.batches, groupings, strict=True))
         for (x, y), g in zip(self.prefetcher.map(load_batch, args), groupings, strict=True):
             yield Batch(x, y, None if g is None else int(g))
@@ -145,6 +148,6 @@ class StoreSource:
     def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Full rows ``(x, y)`` in blocks of ``block_size``, for validation and testing."""
         rows = np.asarray(rows, dtype=np.int64)
-        args = ((self.path, rows[i : i + self.block_size])
+        args = ((self.path, rows[i : i + self.block_size], self.key)
                 for i in range(0, rows.size, self.block_size))
         yield from self.prefetcher.map(load_rows, args)

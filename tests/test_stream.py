@@ -133,3 +133,18 @@ def test_killed_worker_during_an_epoch_does_not_change_the_result(cohort, tmp_pa
             StoreSource.batches = original
     assert killed
     assert_same_model(streamed, memory)
+
+
+def test_a_store_rewritten_in_place_is_read_afresh(cohort, client, tmp_path):
+    """Workers cache the open store; rewriting it at the same path must not serve stale labels."""
+    path, X, y, mask, split = cohort
+    store_path = tmp_path / "s.zarr"
+    rows = np.arange(10)
+    write_store(store_path, X, y, mask, np.eye(4), block_rows=16)
+    first = list(StoreSource(client, store_path).blocks(rows))[0]
+    write_store(store_path, X[::-1].copy(), y[::-1], mask, np.eye(4), block_rows=16)
+    second = list(StoreSource(client, store_path).blocks(rows))[0]
+    y_idx = np.unique(y, return_inverse=True)[1]
+    np.testing.assert_array_equal(first[1], y_idx[rows])
+    np.testing.assert_array_equal(second[1], y_idx[::-1][rows])
+    np.testing.assert_array_equal(second[0], X[::-1][rows])
