@@ -22,7 +22,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fgscale.bank import make_bank
-from fgscale.checkpoint import load_checkpoint, save_checkpoint
+from fgscale.checkpoint import atomic_path, load_checkpoint, save_checkpoint
 from fgscale.models import build_model
 from fgscale.plan import epoch_plan
 from fgscale.training import EarlyStopping, MemorySource, fit, make_optimizer, predict_logits
@@ -357,6 +357,5 @@ class _Run:
                          "stopper": None if self.stopper is None else self.stopper.state_dict(),
                          "history": self.history, "finished": self.finished,
                          "params": self.params}, self.dir / "checkpoint.pt")
-        tmp = self.dir / "metrics.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(h) + "\n" for h in self.history))
-        os.replace(tmp, self.dir / "metrics.jsonl")
+        with atomic_path(self.dir / "metrics.jsonl") as tmp:
+            tmp.write_text("".join(json.dumps(h) + "\n" for h in self.history))

@@ -16,12 +16,12 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import pickle
 import platform
 import time
 from pathlib import Path
 
+from fgscale.checkpoint import atomic_path
 from fgscale.cluster import get_client
 from fgscale.estimator import RUNTIME_PARAMS, FeatureGroupingClassifier
 from fgscale.nifti import unmask
@@ -35,9 +35,8 @@ log = logging.getLogger(__name__)
 
 
 def _write_json(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def train_run(store_path, out, *, params: dict | None = None, resume: bool = False,
@@ -87,12 +86,11 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     seconds = time.perf_counter() - start
     slim = copy.copy(clf)
     slim.bank_ = None  # the bank is in the store; the model alone predicts
-    tmp = out / "estimator.pkl.tmp"
-    with open(tmp, "wb") as f:
+    with atomic_path(out / "estimator.pkl") as tmp, open(tmp, "wb") as f:
         pickle.dump(slim, f)
-    os.replace(tmp, out / "estimator.pkl")
-    unmask(clf.model_.first.weight.detach().cpu().numpy(), store.mask, store.affine).to_filename(
-        out / "weights.nii.gz")
+    weights = unmask(clf.model_.first.weight.detach().cpu().numpy(), store.mask, store.affine)
+    with atomic_path(out / "weights.nii.gz") as tmp:
+        weights.to_filename(tmp)
     summary = {"test": test, "epochs": len(clf.history_), "seconds": round(seconds, 2),
                "n_clusters": clf.n_clusters_, "run": str(out),
                "weights": str(out / "weights.nii.gz")}

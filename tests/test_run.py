@@ -84,3 +84,18 @@ def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, cl
     np.testing.assert_allclose(weights(killed_run), weights(whole_run), rtol=1e-6, atol=1e-7)
     lines = metrics.read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(epochs))
+
+
+def test_atomic_path_keeps_the_old_file_when_a_write_fails(tmp_path):
+    from fgscale.checkpoint import atomic_path
+
+    target = tmp_path / "final.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert target.read_text() == "old"
+    assert list(tmp_path.iterdir()) == [target]  # no temporary left behind
+    with atomic_path(target) as tmp:
+        tmp.write_text("new")
+    assert target.read_text() == "new" and list(tmp_path.iterdir()) == [target]
