@@ -59,12 +59,10 @@ def resolve_graph(mask, n_features: int):
         return np.ones(n_features, dtype=bool)
     if hasattr(mask, "tocsr"):  # an explicit sparse adjacency
         return mask
-    if not isinstance(mask, np.ndarray):
-        import nibabel
+    if not isinstance(mask, np.ndarray):  # an image or a path: errors name the file
+        from fgscale.nifti import load_mask
 
-        img = nibabel.load(mask) if not hasattr(mask, "get_fdata") else mask
-        mask = np.asarray(img.dataobj) != 0
-    mask = np.asarray(mask)
+        mask = load_mask(mask)[0]
     if mask.dtype != bool:
         raise ValueError(f"mask must be a boolean array, got dtype {mask.dtype}")
     if int(mask.sum()) != n_features:
