@@ -55,7 +55,7 @@ def _cmd_train(args) -> int:
               "patience": args.patience, "device": args.device, "prefetch": args.prefetch,
               "verbose": 1, "random_state": args.seed}
     summary = train_run(args.store, args.out, params=params, resume=args.resume,
-                        **_cluster_kwargs(args))
+                        **_cluster_kwargs(args), processes=args.worker_processes)
     test = summary["test"]
     acc = "n/a" if test["accuracy"] is None else f"{test['accuracy']:.4f}"
     print(f"trained {args.model}/{args.regularizer} for {summary['epochs']} epochs in "
@@ -67,7 +67,8 @@ def _cmd_train(args) -> int:
 def _cmd_evaluate(args) -> int:
     from fgscale.run import evaluate_run
 
-    metrics = evaluate_run(args.run, args.store, **_cluster_kwargs(args))
+    metrics = evaluate_run(args.run, args.store, **_cluster_kwargs(args),
+                           processes=args.worker_processes)
     print(json.dumps(metrics))
     return 0
 
@@ -96,6 +97,12 @@ def _add_cluster_args(p) -> None:
     p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT)")
     p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file")
     p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+
+
+def _add_worker_kind_arg(p) -> None:
+    p.add_argument("--worker-processes", action="store_true",
+                   help="LocalCluster of worker processes (each with a memory limit) instead of "
+                        "threads in this process, which hand blocks to the model without a copy")
 
 
 def _cmd_convert(args) -> int:
@@ -197,12 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefetch", type=int, default=4, help="minibatches in flight at most")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     _add_cluster_args(p)
+    _add_worker_kind_arg(p)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("evaluate", help="score a trained run on a store's test rows")
     p.add_argument("run", help="run folder (from fgscale train)")
     p.add_argument("store", help="the Zarr store")
     _add_cluster_args(p)
+    _add_worker_kind_arg(p)
     p.set_defaults(func=_cmd_evaluate)
 
     return parser

@@ -41,14 +41,14 @@ def dashboard_link(client: Client) -> str | None:
 @contextmanager
 def get_client(scheduler: str | None = None, *, scheduler_file: str | Path | None = None,
                n_workers: int | None = None, threads_per_worker: int = 1,
-               memory_limit: str | int | float = "auto",
+               memory_limit: str | int | float = "auto", processes: bool = True,
                client: Client | None = None) -> Iterator[Client]:
     """Yield a Dask client, and close what this call opened on exit.
 
     Exactly one source is used, first match wins: ``client`` as it is (never closed here);
     ``scheduler`` or ``scheduler_file`` to join a running cluster (only the client connection is
-    closed on exit, the cluster keeps running); otherwise an embedded ``LocalCluster`` of worker
-    processes, shut down on exit.
+    closed on exit, the cluster keeps running); otherwise an embedded ``LocalCluster``, shut
+    down on exit.
 
     Parameters
     ----------
@@ -57,12 +57,19 @@ def get_client(scheduler: str | None = None, *, scheduler_file: str | Path | Non
     scheduler_file : str or Path, optional
         JSON file written by ``dask scheduler --scheduler-file`` (or by a SLURM job).
     n_workers : int, optional
-        Worker processes of the embedded cluster; default the number of usable cores.
+        Workers of the embedded cluster; default the number of usable cores.
     threads_per_worker : int, default=1
-        Threads per worker of the embedded cluster. One thread each: ReNA and the readers hold
-        the GIL for a good part of their time, so processes scale better than threads.
+        Threads per worker of the embedded cluster.
     memory_limit : str, int or float, default="auto"
-        Per-worker memory limit of the embedded cluster ("auto" splits the machine's memory).
+        Per-worker memory limit of the embedded cluster ("auto" splits the machine's memory
+        between worker processes; thread workers get no limit of their own, see ``processes``).
+    processes : bool, default=True
+        Worker processes (for conversion and the bank: nibabel and ReNA hold the GIL much of
+        their time) or worker threads in this process. Threads suit streamed training on one
+        machine: reading and projecting rows runs in torch with the GIL released, and each
+        (m x k) block reaches the model without being serialised and sent over a socket
+        (21.6 MB per batch at HCP resolution, 36 ms of a 149 ms round trip through a worker
+        process; ``scripts/bench_stream.py`` measures both).
     client : distributed.Client, optional
         An existing client, yielded as it is.
 
@@ -102,11 +109,14 @@ def get_client(scheduler: str | None = None, *, scheduler_file: str | Path | Non
     for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not processes and memory_limit == "auto":
+        memory_limit = 0  # thread workers share this process: its memory is the bound
     with dask.config.set(_WORKER_CONFIG):  # read when the nannies are created
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                               processes=True, memory_limit=memory_limit)
+                               processes=processes, memory_limit=memory_limit)
     with cluster, Client(cluster) as local:
-        _log_dashboard(local, f"started a local Dask cluster of {n_workers} worker(s) "
+        kind = "worker process(es)" if processes else "in-process worker(s)"
+        _log_dashboard(local, f"started a local Dask cluster of {n_workers} {kind} "
                               f"x {threads_per_worker} thread(s)")
         yield local
 

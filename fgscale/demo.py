@@ -40,9 +40,11 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
     training = dict(TRAINING, random_state=seed, verbose=1)
     if max_epochs is not None:
         training["max_epochs"] = max_epochs
+    start = time.perf_counter()
+    # conversion and the bank on worker processes; streamed training on thread workers, which
+    # hand each block to the model without a copy (see fgscale.cluster.get_client)
     with get_client(n_workers=n_workers) as client:
         echo(f"Dask dashboard: {dashboard_link(client) or 'none'}")
-        start = time.perf_counter()
         csv = out / "cohort" / "cohort.csv"
         if not csv.exists():
             echo(f"1/4 generating a SYNTHETIC cohort ({DEMO['n_samples']} volumes, "
@@ -56,7 +58,9 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
         build_bank(store.path, n_groupings=training["n_groupings"],
                    n_bootstrap=training["n_bootstrap"], n_clusters=training["n_clusters"],
                    seed=seed, client=client)
-        echo("4/4 training by streaming minibatches from the store")
+    with get_client(n_workers=n_workers, processes=False) as client:
+        echo("4/4 training by streaming minibatches from the store "
+             f"(Dask dashboard: {dashboard_link(client) or 'none'})")
         rows = []
         for regularizer in BASELINES:
             run_dir = out / "runs" / regularizer

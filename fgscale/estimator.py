@@ -112,7 +112,8 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
     device : str
         Torch device of the model, e.g. "cpu" or "cuda".
     scheduler : str, optional
-        Address of a Dask scheduler for fitting on a store; default an embedded LocalCluster.
+        Address of a Dask scheduler for fitting on a store; default an embedded LocalCluster
+        of thread workers in this process (see :func:`fgscale.cluster.get_client`).
     prefetch : int
         With a store: minibatches in flight on the workers at most.
     verbose : int
@@ -232,7 +233,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         self.n_features_in_ = store.n_features
         self.n_clusters_ = resolve_n_clusters(self.n_clusters, store.n_features)
         seed, rows = self._seed(), store.train_rows()
-        with get_client(self.scheduler, client=client) as client:
+        with get_client(self.scheduler, client=client, processes=False) as client:
             bank, info = None, {}
             if self.regularizer == "feature_grouping":
                 try:

@@ -62,7 +62,8 @@ def project(X, labels, n_clusters: int | None = None):
     return Z.numpy() if was_numpy else Z
 
 
-def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None) -> np.ndarray:
+def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None, *,
+                 out: np.ndarray | None = None) -> np.ndarray:
     """Reduce rows handed over one at a time, with the same numbers as :func:`project`.
 
     Meant for rows read straight from storage (:meth:`fgscale.store.Store.iter_row_views`):
@@ -75,18 +76,26 @@ def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None) -> np
     labels : ndarray of shape (n_features,)
     n_rows : int
     n_clusters : int, optional
+    out : ndarray of shape (n_rows, n_clusters), float32, optional
+        A C-contiguous array of zeros to write into; default a new one.
 
     Returns
     -------
     Z : ndarray of shape (n_rows, n_clusters), float32
+        ``out`` when given.
     """
     lab = torch.from_numpy(np.asarray(labels)).long()
     k = int(lab.max()) + 1 if n_clusters is None else n_clusters
-    Z = torch.zeros(n_rows, k)
+    if out is None:
+        out = np.zeros((n_rows, k), np.float32)
+    if out.shape != (n_rows, k) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {(n_rows, k)}, "
+                         f"got {out.dtype} {out.shape}")
+    Z = torch.from_numpy(out)
     for i, row in rows:  # 1D scatter_add_ measured 1.6x faster than 1D index_add_ here
         Z[i].scatter_add_(0, lab, torch.from_numpy(row))
     Z *= _scale(lab, k, Z.dtype)
-    return Z.numpy()
+    return out
 
 
 def back_project(Z, labels):

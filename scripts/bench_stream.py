@@ -6,9 +6,11 @@ throughput and memory are measured), a small bank, then reports:
 1. samples/s of one epoch of feature-grouping training streamed from the store (workers read
    and project, the central process steps), against the raw sequential read of the same rows
    from Zarr in the same run (the limit), and against one epoch from rows already in memory;
+   with the embedded default of training (thread workers in the central process) and with
+   worker processes (each block then travels through a socket);
 2. peak RSS of the central process for an epoch over n and 4n rows (each in a fresh process);
-3. a run over a store larger than the workers' total memory limit (default 2 x 1 GiB workers
-   and a ~6 GB store), which must complete without spilling.
+3. a run over a store larger than the workers' total memory limit (default 2 x 1 GiB worker
+   processes and a ~6 GB store), which must complete without spilling.
 
     .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench]
 
@@ -59,7 +61,7 @@ def peak_rss_mb() -> float:
 
 
 def one_epoch(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
-              batch_size: int, prefetch: int) -> dict:
+              batch_size: int, prefetch: int, processes: bool) -> dict:
     """One streamed FG epoch over the first ``n_rows`` rows (run in a fresh process)."""
     from fgscale.cluster import get_client
     from fgscale.dask_bank import load_bank
@@ -77,14 +79,15 @@ def one_epoch(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
     bank_t = torch.as_tensor(bank)
     plan = epoch_plan(rows, batch_size=batch_size, epoch=0, seed=0, n_groupings=len(bank))
     rss_before = peak_rss_mb()
-    with get_client(n_workers=n_workers, memory_limit=memory_limit) as client:
+    with get_client(n_workers=n_workers, processes=processes,
+                    memory_limit=memory_limit if processes else "auto") as client:
         source = StoreSource(client, store_path, n_clusters=k, bank_key=json.dumps(info),
                              prefetch=prefetch)
         start = time.perf_counter()
         train_epoch(model, opt, source.batches(plan), bank=bank_t)
         seconds = time.perf_counter() - start
         spilled = client.run(_spilled_keys)
-    return {"rows": n_rows, "seconds": seconds, "samples_per_s": n_rows / seconds,
+    return {"rows": n_rows, "processes": processes, "seconds": seconds, "samples_per_s": n_rows / seconds,
             "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss_before,
             "spilled_keys": int(sum(spilled.values())),
             "max_in_flight": source.prefetcher.max_seen}
@@ -95,8 +98,9 @@ def _spilled_keys(dask_worker) -> int:
     return len(getattr(dask_worker.data, "slow", ()))
 
 
-def run_child(args, n_rows: int) -> dict:
+def run_child(args, n_rows: int, processes: bool) -> dict:
     cmd = [sys.executable, __file__, "--child", str(n_rows), "--dir", str(args.dir),
+           "--child-kind", "processes" if processes else "threads",
            "--rows", str(args.rows), "--p", str(args.p), "--n-workers", str(args.n_workers),
            "--memory-limit", args.memory_limit, "--batch-size", str(args.batch_size),
            "--prefetch", str(args.prefetch), "--central-threads", str(args.central_threads or 0)]
@@ -117,13 +121,15 @@ def main() -> None:
     parser.add_argument("--central-threads", type=int, default=None,
                         help="torch threads of the central process (default: torch's)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-kind", default="threads", help=argparse.SUPPRESS)
     args = parser.parse_args()
     store_path = args.dir / f"stream_{args.rows}x{args.p}.zarr"
     if args.central_threads:
         torch.set_num_threads(args.central_threads)
     if args.child is not None:
         print(json.dumps(one_epoch(str(store_path), args.child, args.n_workers,
-                                   args.memory_limit, args.batch_size, args.prefetch)))
+                                   args.memory_limit, args.batch_size, args.prefetch,
+                                   args.child_kind == "processes")))
         return
 
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -149,8 +155,8 @@ def main() -> None:
             pass
         raw = max(raw, n / (time.perf_counter() - start))
 
-    full = run_child(args, n)
-    quarter = run_child(args, n // 4)
+    runs = {(kind, rows): run_child(args, rows, kind == "processes")
+            for kind in ("threads", "processes") for rows in (n, n // 4)}
 
     # one epoch from memory, same steps (a quarter of the rows: they must fit in RAM)
     bank = open_store(store_path).group["bank"][:]
@@ -174,19 +180,22 @@ def main() -> None:
     print("| what | rows | samples/s | ratio to raw read |")
     print("|---|---|---|---|")
     print(f"| raw sequential Zarr read (limit) | {n} | {raw:.0f} | 1.00 |")
-    print(f"| streamed FG epoch | {n} | {full['samples_per_s']:.0f} | "
-          f"{full['samples_per_s'] / raw:.2f} |")
-    print(f"| streamed FG epoch | {n // 4} | {quarter['samples_per_s']:.0f} | "
-          f"{quarter['samples_per_s'] / raw:.2f} |")
+    for (kind, rows), r in runs.items():
+        print(f"| streamed FG epoch, {args.n_workers} worker {kind} | {rows} | "
+              f"{r['samples_per_s']:.0f} | {r['samples_per_s'] / raw:.2f} |")
     print(f"| in-memory FG epoch (rows preloaded) | {n // 4} | {memory:.0f} | "
           f"{memory / raw:.2f} |")
-    print("\n| central process | n rows | peak RSS (MB) | spilled keys | max in flight |")
-    print("|---|---|---|---|---|")
-    for r in (quarter, full):
-        print(f"| epoch over | {r['rows']} | {r['peak_rss_mb']:.0f} | {r['spilled_keys']} | "
-              f"{r['max_in_flight']} |")
-    print(f"\npeak RSS ratio 4n / n: {full['peak_rss_mb'] / quarter['peak_rss_mb']:.3f}; "
-          f"store {size_gb:.1f} GB vs workers' total limit {args.n_workers} x {args.memory_limit}")
+    print("\n| central process | workers | n rows | peak RSS (MB) | spilled keys | max in flight |")
+    print("|---|---|---|---|---|---|")
+    for (kind, rows), r in sorted(runs.items()):
+        limit = f"{args.n_workers} x {args.memory_limit}" if kind == "processes" else "no limit"
+        print(f"| epoch over | {kind} ({limit}) | {rows} | {r['peak_rss_mb']:.0f} | "
+              f"{r['spilled_keys']} | {r['max_in_flight']} |")
+    for kind in ("threads", "processes"):
+        ratio = runs[kind, n]["peak_rss_mb"] / runs[kind, n // 4]["peak_rss_mb"]
+        print(f"\npeak RSS ratio 4n / n with worker {kind}: {ratio:.3f}")
+    print(f"store {size_gb:.1f} GB vs the worker processes' total limit "
+          f"{args.n_workers} x {args.memory_limit}")
 
 
 if __name__ == "__main__":

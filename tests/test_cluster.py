@@ -1,6 +1,7 @@
 """get_client with real clusters, and the ready configurations under cluster/."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -33,7 +34,10 @@ def test_join_by_address_and_by_scheduler_file(client, tmp_path):
     assert joined.status == "closed"
     assert client.submit(sum, [2, 3]).result() == 5  # the cluster itself keeps running
     scheduler_file = tmp_path / "scheduler.json"
-    client.write_scheduler_file(str(scheduler_file))
+    # What `dask scheduler --scheduler-file` writes at start. Not client.write_scheduler_file:
+    # once workers report metrics keyed by tuples, its json.dump fails (a Dask bug).
+    scheduler_file.write_text(json.dumps({"type": "Scheduler",
+                                          "address": client.scheduler.address}))
     with get_client(scheduler_file=scheduler_file) as joined:
         assert joined.scheduler.address == client.scheduler.address
 
@@ -51,6 +55,17 @@ def test_embedded_local_cluster_is_closed_on_exit():
         assert "MALLOC_TRIM_THRESHOLD_" not in nanny.pre_spawn_env
     assert local.status == "closed"
     assert cluster.status.name == "closed"
+
+
+def test_embedded_thread_workers_run_in_this_process():
+    with get_client(n_workers=2, processes=False) as local:
+        assert _n_workers(local) == 2
+        assert set(local.run(os.getpid).values()) == {os.getpid()}
+        assert local.submit(sum, [1, 2]).result() == 3
+        # no memory limit of their own: they share the process with the model
+        limits = [w["memory_limit"] for w in local.scheduler_info()["workers"].values()]
+        assert limits == [0, 0]
+    assert local.status == "closed"
 
 
 def test_bad_arguments(client, tmp_path):

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -74,3 +75,16 @@ def test_project_rows_equals_project_exactly(g):
     order = rng.permutation(6)  # rows arrive in any order
     Z = project_rows(((int(i), X[i]) for i in order), labels, 6)
     np.testing.assert_array_equal(Z, project(X, labels))
+
+
+def test_project_rows_writes_into_out_and_checks_it():
+    labels = np.array([0, 1, 1, 2, 2, 2])
+    X = np.arange(12, dtype=np.float32).reshape(2, 6)
+    out = np.zeros((2, 3), np.float32)
+    Z = project_rows(enumerate(X), labels, 2, out=out)
+    assert Z is out
+    np.testing.assert_array_equal(out, project(X, labels))
+    with pytest.raises(ValueError, match=r"C-contiguous float32 array of shape \(2, 3\)"):
+        project_rows(enumerate(X), labels, 2, out=np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="got float32 \\(3, 2\\)"):
+        project_rows(enumerate(X), labels, 2, out=np.zeros((3, 2), np.float32))

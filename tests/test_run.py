@@ -51,7 +51,8 @@ def test_cli_train_and_evaluate(tiny_store, tmp_path, capsys):
     assert main(["train", str(tiny_store.path), "--out", str(run), "--max-epochs", "2",
                  "--n-workers", "1", *ARGS]) == 0
     assert "test accuracy" in capsys.readouterr().out
-    assert main(["evaluate", str(run), str(tiny_store.path), "--n-workers", "1"]) == 0
+    assert main(["evaluate", str(run), str(tiny_store.path), "--n-workers", "1",
+                 "--worker-processes"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["n"] == tiny_store.test_rows().size
     # a bad store path is a clear error, not a traceback

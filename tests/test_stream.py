@@ -68,6 +68,23 @@ def test_streamed_training_equals_in_memory(cohort, client, tmp_path, params):
     np.testing.assert_array_equal(streamed.predict(X), memory.predict(X))
 
 
+def test_thread_workers_train_as_worker_processes_do(cohort, tmp_path):
+    """The embedded default of training: workers are threads of this process."""
+    path, X, y, mask, split = cohort
+    store_path = tmp_path / "s.zarr"
+    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
+    train = split == "train"
+    params = dict(PARAMS, model="mlp", hidden_layer_sizes=(12,), dropout=0.3)
+    memory = FeatureGroupingClassifier(mask=mask, **params).fit(X[train], y[train])
+    streamed = FeatureGroupingClassifier(**params).fit(store_path)  # embedded: threads
+    assert_same_model(streamed, memory)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as threads:
+        source = StoreSource(threads, store_path)
+        blocks = list(source.blocks(np.arange(len(y))))
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in blocks]), X)
+
+
 def test_source_batches_equal_memory_source(cohort, client):
     path, X, y, mask, split = cohort
     rows = np.flatnonzero(split == "train")
