@@ -7,7 +7,8 @@ length ``p`` (values ``0..k-1``), never as a dense matrix. Its matrix ``Phi`` (k
 same way. Both cost O(p) per sample.
 
 The functions accept numpy arrays or torch tensors and return the same kind; numpy inputs
-go through torch's ``index_add_``, the fastest CPU path measured (see ``MEASURED.md``).
+go through torch's ``scatter_add_`` and ``gather``, the fastest CPU paths measured (see
+``MEASURED.md`` and ``scripts/bench_step.py``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def project(X, labels, n_clusters: int | None = None):
     X_t, was_numpy = _as_tensor(X)
     lab = _as_tensor(labels)[0].to(device=X_t.device, dtype=torch.long)
     k = int(lab.max()) + 1 if n_clusters is None else n_clusters
-    Z = X_t.new_zeros(X_t.shape[:-1] + (k,)).index_add_(-1, lab, X_t)
+    # scatter_add_ rather than index_add_ (the same kernel forward): its gradient is a gather,
+    # 4x faster than index_add_'s index_select on a (h, p) weight (scripts/bench_step.py)
+    Z = X_t.new_zeros(X_t.shape[:-1] + (k,)).scatter_add_(-1, lab.expand_as(X_t), X_t)
     Z *= _scale(lab, k, X_t.dtype)
     return Z.numpy() if was_numpy else Z
 
@@ -113,5 +116,6 @@ def back_project(Z, labels):
     """
     Z_t, was_numpy = _as_tensor(Z)
     lab = _as_tensor(labels)[0].to(device=Z_t.device, dtype=torch.long)
-    X = (Z_t * _scale(lab, Z_t.shape[-1], Z_t.dtype)).index_select(-1, lab)
+    scaled = Z_t * _scale(lab, Z_t.shape[-1], Z_t.dtype)
+    X = scaled.gather(-1, lab.expand(scaled.shape[:-1] + lab.shape))
     return X.numpy() if was_numpy else X
