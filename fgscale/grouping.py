@@ -69,7 +69,7 @@ def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None, *,
                  out: np.ndarray | None = None) -> np.ndarray:
     """Reduce rows handed over one at a time, with the same numbers as :func:`project`.
 
-    Meant for rows read straight from storage (:meth:`fgscale.store.Store.iter_row_views`):
+    Meant for rows read straight from storage (:meth:`fgscale.store.Store.iter_rows`):
     each row is reduced as it comes, so a batch is never copied whole into memory.
 
     Parameters

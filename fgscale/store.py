@@ -43,7 +43,6 @@ done; :func:`open_store` refuses a store that is not complete.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -333,22 +332,25 @@ class _ShardRowReader:
             f.write(np.uint32(google_crc32c.value(index)).astype("<u4").tobytes())
         os.replace(tmp, path)
 
-    def views(self, rows: np.ndarray):
-        """Yield ``(i, row)`` for rows (sorted, unique): float32 views mapped from the shard
-        files, no copy (copy-on-write maps: a write would never reach the store). Each map is
-        released once no view of it is left, so only the shard being visited stays mapped."""
+    def each_row(self, rows: np.ndarray):
+        """Yield ``(i, row)`` for rows (sorted, unique), all read into one buffer, valid until
+        the next row is read. The buffer stays in the CPU cache for the work on the row, and no
+        shard is memory-mapped: mapping and unmapping in a process whose other threads run
+        (thread workers) flushes every core's TLB (mapped rows streamed 4% slower)."""
+        buffer = np.empty(self.n_features, np.float32)
         zeros = np.zeros(self.n_features, np.float32)
         for fh, picked, entries in self._shards(rows):
             if fh is None:
                 yield from ((i, zeros) for i in picked)
                 continue
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
-            for i, (offset, _) in zip(picked, entries, strict=True):
+            for i, (offset, nbytes) in zip(picked, entries, strict=True):
                 if offset == self._MISSING:
                     yield i, zeros
-                else:
-                    yield i, np.frombuffer(mapped, np.float32, self.n_features, int(offset))
-            del mapped
+                    continue
+                if os.preadv(fh.fileno(), [buffer], int(offset)) != nbytes:
+                    raise StoreError(f"{fh.name}: truncated, row chunk at byte {offset} is "
+                                     f"shorter than {nbytes} bytes")
+                yield i, buffer
 
 
 def _read_str(array: zarr.Array) -> np.ndarray:
@@ -425,12 +427,13 @@ class Store:
             return data  # already sorted: skip a copy of the whole batch
         return data[inverse]
 
-    def iter_row_views(self, rows) -> Iterator[tuple[int, np.ndarray]]:
-        """Visit rows one at a time, without copying them where the layout allows it.
+    def iter_rows(self, rows) -> Iterator[tuple[int, np.ndarray]]:
+        """Visit rows one at a time, each read into the same small buffer.
 
         Rows are visited in storage order, each shard once, which is what makes this cheaper
         than :meth:`read_rows` for work that reduces each row at once (projecting it with a
-        grouping): the row is read straight from the page cache, never copied into a batch.
+        grouping): the batch is never gathered whole in memory, and the row being reduced stays
+        in the CPU cache.
 
         Parameters
         ----------
@@ -442,14 +445,14 @@ class Store:
         i : int
             Position in ``rows``.
         row : ndarray of shape (n_features,), float32
-            Valid only until the next item is yielded: copy it to keep it, never write to it.
+            Valid only until the next item is yielded: copy it to keep it.
         """
         rows = self._check_rows(rows)
         uniq, inverse = np.unique(rows, return_inverse=True)
         order = np.argsort(inverse, kind="stable")
         first = np.searchsorted(inverse[order], np.arange(uniq.size + 1))
         if self._reader is not None:
-            views = self._reader.views(uniq)
+            views = self._reader.each_row(uniq)
         else:
             views = ((j, row) for start in range(0, uniq.size, self.block_rows)
                      for j, row in enumerate(self.read_rows(uniq[start:start + self.block_rows]),

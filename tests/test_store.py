@@ -1,6 +1,5 @@
 """The store: write/read round trips against in-memory arrays, and refusals of bad stores."""
 
-import mmap
 
 import nibabel as nib
 import numpy as np
@@ -70,12 +69,12 @@ def test_read_rows_direct_reader_equals_zarr(store):
 
 @given(rows=st.lists(st.integers(0, 36), min_size=0, max_size=60), direct=st.booleans())
 @settings(max_examples=40, deadline=None)
-def test_iter_row_views_visit_every_requested_row(store, data, rows, direct):
+def test_iter_rows_visit_every_requested_row(store, data, rows, direct):
     if not direct:  # the zarr fallback gives the same rows
         store = open_store(store.path)
         store._reader = None
     seen = {}
-    for i, row in store.iter_row_views(rows):
+    for i, row in store.iter_rows(rows):
         assert i not in seen
         seen[i] = row.copy()
     assert sorted(seen) == list(range(len(rows)))
@@ -83,16 +82,31 @@ def test_iter_row_views_visit_every_requested_row(store, data, rows, direct):
         np.testing.assert_array_equal(seen[i], data[0][r])
 
 
-def test_iter_row_views_are_mapped_not_copied(store):
-    """Views of the direct reader borrow the page cache: none owns its memory."""
-    assert all(isinstance(row.base.obj, mmap.mmap) for _, row in store.iter_row_views([3, 30, 3]))
+def test_iter_rows_reads_every_row_into_one_buffer(store, data):
+    seen = [(i, row, row.copy()) for i, row in store.iter_rows([3, 30, 3, 12])]
+    assert len({row.ctypes.data for _, row, _ in seen}) == 1
+    for i, _, copy in seen:
+        np.testing.assert_array_equal(copy, data[0][[3, 30, 3, 12][i]])
+
+
+def test_iter_rows_names_a_truncated_shard(tmp_path, data):
+    X, y, mask, affine = data
+    path = write_store(tmp_path / "s.zarr", X, y, mask, affine, block_rows=8).path
+    shard = path / "X" / "c" / "1" / "0"
+    with open(shard, "r+b") as f:  # the index stays at the end, the last row's bytes go
+        index = f.read()[-(16 * 8 + 4):]
+        f.seek(4 * X.shape[1] * 7 + 8)
+        f.write(index)
+        f.truncate()
+    with pytest.raises(StoreError, match=r"c/1/0: truncated, row chunk at byte"):
+        list(open_store(path).iter_rows([15]))
 
 
 def test_read_rows_out_of_range(store):
     with pytest.raises(IndexError, match="rows must be in"):
         store.read_rows([37])
     with pytest.raises(IndexError, match="rows must be in"):
-        next(store.iter_row_views([-1]))
+        next(store.iter_rows([-1]))
 
 
 def test_iter_blocks(store, data):
