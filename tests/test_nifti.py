@@ -9,7 +9,7 @@ import zarr
 
 from fgscale.bank import omega_diagonal
 from fgscale.cli import main
-from fgscale.nifti import export_map, load_img, load_mask, read_data, unmask
+from fgscale.nifti import export_map, load_img, load_mask, read_data, read_header, unmask
 
 
 @pytest.fixture
@@ -56,6 +56,29 @@ def test_load_img_errors(tmp_path):
         load_img(tmp_path / "flat.nii")
     with pytest.raises(ValueError, match="expected a NIfTI path"):
         load_img(np.zeros((3, 3, 3)))
+
+
+@pytest.mark.parametrize("name", ["a.nii", "a.nii.gz", "a2.nii.gz", "pair.img"])
+@pytest.mark.parametrize("shape", [(5, 6, 4), (5, 6, 4, 3)])
+def test_read_header_equals_nibabel(tmp_path, rng, name, shape):
+    affine = np.array([[-2.0, 0.1, 0, 90], [0, 2, 0.2, -126], [0, 0, 2, -72], [0, 0, 0, 1]])
+    kind = nib.Nifti2Image if name.startswith("a2") else (
+        nib.Nifti1Pair if name.endswith(".img") else nib.Nifti1Image)
+    nib.save(kind(rng.standard_normal(shape).astype(np.float32), affine), tmp_path / name)
+    header, img = read_header(tmp_path / name), nib.load(tmp_path / name)
+    assert header.shape == img.shape and header.ndim == len(shape)
+    np.testing.assert_array_equal(header.affine, img.affine)
+
+
+def test_read_header_errors_as_load_img(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.nii.gz: no such NIfTI file"):
+        read_header(tmp_path / "nope.nii.gz")
+    (tmp_path / "junk.nii.gz").write_bytes(b"this is not a nifti file" * 20)
+    with pytest.raises(ValueError, match="junk.nii.gz: not a readable NIfTI image"):
+        read_header(tmp_path / "junk.nii.gz")
+    nib.save(nib.Nifti1Image(np.ones((4, 4), np.float32), np.eye(4)), tmp_path / "flat.nii.gz")
+    with pytest.raises(ValueError, match="flat.nii.gz: expected a 3D or 4D image"):
+        read_header(tmp_path / "flat.nii.gz")
 
 
 def test_read_data_truncated_gzip(tmp_path, rng):

@@ -15,6 +15,7 @@ from fgscale.store import (
     create_store,
     default_block_rows,
     open_store,
+    write_block,
     write_store,
 )
 
@@ -198,5 +199,15 @@ def test_direct_shard_writes_read_back_through_zarr(tmp_path, data):
     store = write_store(tmp_path / "d.zarr", X, y, mask, affine, block_rows=5)
     assert store._reader is not None
     fresh = zarr.open_array(str(store.path / "X"), mode="r")  # zarr's own decoder, no fgscale
-    np.testing.assert_array_equal(fresh[:35], X[:35])  # 7 full shards, written directly
-    np.testing.assert_array_equal(fresh[35:], X[35:])  # the partial last one, through zarr
+    np.testing.assert_array_equal(fresh[:], X)  # 7 full shards and the partial last one
+    zarr.open_array(str(store.path / "X"), mode="r+")[36] = 0.0  # zarr's encoder, on our shard
+    np.testing.assert_array_equal(open_store(store.path).read_rows([35, 36]), [X[35], 0 * X[0]])
+
+
+def test_write_block_checks_the_block_shape(tmp_path, data):
+    X, y, mask, affine = data
+    g = create_store(tmp_path / "b.zarr", n_samples=37, mask=mask, affine=affine, y=y,
+                     classes=["0", "1", "2"], block_rows=5)
+    with pytest.raises(ValueError, match=r"block 7 holds rows \[35, 37\) of \d+ voxels, got"):
+        write_block(tmp_path / "b.zarr", 7, X[30:35])
+    assert not g["done"][:].any()
