@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+import zarr
 
 from fgscale.grouping import project_rows
 from fgscale.plan import EpochPlan
@@ -146,15 +147,20 @@ class StoreSource:
         last written, it keys the workers' caches: they reopen a store rewritten in place.
     prefetch : int
         Blocks in flight at most.
-    block_size : int
-        Rows per evaluation block.
+    block_size : int, optional
+        Rows per evaluation block; default the store's rows per shard (about 64 MiB). The
+        central process holds up to ``prefetch + 1`` blocks: at HCP resolution, evaluating 2,000
+        rows peaked at 0.55 GB with these 61-row blocks and at 1.1 GB with 256-row ones, at
+        the same speed (1,200-2,000 rows/s for both on 2 cores).
     """
 
     def __init__(self, client, path, *, n_clusters: int = 0, bank_key: str = "",
-                 prefetch: int = 4, block_size: int = 256):
+                 prefetch: int = 4, block_size: int | None = None):
         self.path = str(Path(path).resolve())
         self.n_clusters = n_clusters
         self.key = f"{os.stat(Path(self.path) / 'zarr.json').st_mtime_ns}|{bank_key}"
+        if block_size is None:
+            block_size = int(zarr.open_group(self.path, mode="r").attrs["block_rows"])
         self.block_size = block_size
         self.prefetcher = Prefetcher(client, prefetch)
 
