@@ -194,7 +194,8 @@ def _store_mask(out: str, fingerprint: str) -> tuple[np.ndarray, np.ndarray, np.
 
 def _masked(vol: np.ndarray, mask, c_index, f_index, out: np.ndarray) -> np.ndarray:
     """``vol[mask]`` written into ``out``: a gather by flat index where ``vol`` is contiguous
-    (NIfTI data is F-ordered), 1.5x faster than boolean indexing across the memory order."""
+    (NIfTI data is F-ordered), 1.1-1.5x faster than boolean indexing across the memory order
+    (1.16 against 1.32 ms a 2 mm volume fresh from decompression, 0.35 against 0.53 ms hot)."""
     if vol.flags.f_contiguous:
         return np.take(vol.ravel(order="F"), f_index, out=out)
     if vol.flags.c_contiguous:

@@ -81,7 +81,7 @@ def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: in
     store = _store(path, key)
     if grouping is None:
         x = store.read_rows(rows)
-    else:  # reduce each row straight from the page cache, never copying the batch whole
+    else:  # reduce each row as it is read: the batch is never held whole
         x = project_rows(store.iter_rows(rows), _bank(path, key)[grouping],
                          len(rows), n_clusters, out=_mapped_zeros((len(rows), n_clusters)))
     return x, store.y[rows].astype(np.int64)
