@@ -329,12 +329,19 @@ class _ShardRowReader:
             if fh is None:
                 out[picked] = 0.0
                 continue
-            for i, (offset, _) in zip(picked, entries, strict=True):
-                if offset == self._MISSING:
-                    out[i] = 0.0
-                    continue
-                fh.seek(int(offset))
-                fh.readinto(memoryview(out[i]).cast("B"))
+            missing = entries[:, 0] == self._MISSING
+            out[picked[missing]] = 0.0
+            # runs of rows stored back to back (a sequential block) are read in one call
+            picked, offsets = picked[~missing], entries[~missing, 0].astype(np.int64)
+            nbytes = 4 * self.n_features
+            cuts = np.flatnonzero((np.diff(picked) != 1) | (np.diff(offsets) != nbytes)) + 1
+            for run in np.split(np.arange(picked.size), cuts):
+                if run.size:
+                    first, last = picked[run[0]], picked[run[-1]]
+                    fh.seek(int(offsets[run[0]]))
+                    if fh.readinto(memoryview(out[first:last + 1]).cast("B")) != run.size * nbytes:
+                        raise StoreError(f"{fh.name}: truncated, {run.size} rows from byte "
+                                         f"{offsets[run[0]]} are not all there")
         return out
 
     def write(self, shard: int, rows: Iterable[np.ndarray], n_rows: int) -> None:

@@ -6,9 +6,9 @@ throughput and memory are measured), a small bank, then reports:
 1. samples/s of feature-grouping training streamed from the store (workers read and project,
    the central process steps), first and second epoch of a run, against the raw sequential
    read of the same rows in the same run (the limit: fgscale's reader, best of five passes;
-   zarr's own reader is shown too) and against one epoch from rows already in memory; with
-   the embedded default of training (thread workers in the central process) and with worker
-   processes (each block then travels through a socket);
+   the whole shard files read as bytes and zarr's own reader are shown too) and against one
+   epoch from rows already in memory; with the embedded default of training (thread workers
+   in the central process) and with worker processes (each block then goes through a socket);
 2. peak RSS of the central process for epochs over n and 4n rows (each in a fresh process);
 3. a run over a store larger than the workers' total memory limit (default 2 x 1 GiB worker
    processes and a ~6 GB store), which must complete without spilling.
@@ -174,6 +174,13 @@ def main() -> None:
     for first in range(0, n, store.block_rows):
         store.X[first:first + store.block_rows]
     zarr_raw = n / (time.perf_counter() - start)
+    files = sorted(f for f in (store.path / "X" / "c").rglob("*") if f.is_file())
+    file_raw = 0.0  # the bytes of the shard files, whole, with numpy.fromfile: the disk's limit
+    for _ in range(3):
+        start = time.perf_counter()
+        for f in files:
+            np.fromfile(f, np.uint8)
+        file_raw = max(file_raw, n / (time.perf_counter() - start))
 
     # one epoch from memory, same steps (a quarter of the rows: they must fit in RAM)
     bank = open_store(store_path).group["bank"][:]
@@ -194,18 +201,19 @@ def main() -> None:
     print(f"\n{args.n_workers} workers x {args.memory_limit}, batch {args.batch_size}, "
           f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}, "
           f"central torch threads {torch.get_num_threads()}\n")
-    print("| what | rows | samples/s | ratio to raw read |")
-    print("|---|---|---|---|")
-    print(f"| raw sequential read, fgscale's reader (the limit) | {n} | {raw:.0f} | 1.00 |")
-    print(f"| raw sequential read, zarr's own `X[a:b]` | {n} | {zarr_raw:.0f} | "
-          f"{zarr_raw / raw:.2f} |")
+    print("| what | rows | samples/s | ratio to the rows read | ratio to the files read |")
+    print("|---|---|---|---|---|")
+
+    def line(what: str, rows: int, rate: float) -> None:
+        print(f"| {what} | {rows} | {rate:.0f} | {rate / raw:.2f} | {rate / file_raw:.2f} |")
+
+    line("raw sequential read of the rows, fgscale's reader (the limit)", n, raw)
+    line("raw read of the shard files' bytes, numpy.fromfile", n, file_raw)
+    line("raw sequential read of the rows, zarr's own `X[a:b]`", n, zarr_raw)
     for (kind, rows), r in runs.items():
-        for which in ("first", "steady"):
-            label = "first epoch" if which == "first" else "second epoch"
-            print(f"| streamed FG, {args.n_workers} worker {kind}, {label} | {rows} | "
-                  f"{r[which]:.0f} | {r[which] / raw:.2f} |")
-    print(f"| in-memory FG epoch (rows preloaded) | {n // 4} | {memory:.0f} | "
-          f"{memory / raw:.2f} |")
+        line(f"streamed FG, {args.n_workers} worker {kind}, first epoch", rows, r["first"])
+        line(f"streamed FG, {args.n_workers} worker {kind}, second epoch", rows, r["steady"])
+    line("in-memory FG epoch (rows preloaded)", n // 4, memory)
     print("\n| central process | workers | n rows | peak RSS (MB) | spilled keys | max in flight |")
     print("|---|---|---|---|---|---|")
     for (kind, rows), r in sorted(runs.items()):

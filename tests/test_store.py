@@ -101,6 +101,9 @@ def test_iter_rows_names_a_truncated_shard(tmp_path, data):
         f.truncate()
     with pytest.raises(StoreError, match=r"c/1/0: truncated, row chunk at byte"):
         list(open_store(path).iter_rows([15]))
+    with pytest.raises(StoreError, match=r"c/1/0: truncated, 3 rows from byte"):
+        open_store(path).read_rows([13, 14, 15])
+    np.testing.assert_array_equal(open_store(path).read_rows([13, 14]), X[13:15])
 
 
 def test_read_rows_out_of_range(store):
