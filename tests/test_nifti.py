@@ -45,15 +45,20 @@ def test_unmask_inverts_nilearn_masker(mask, rng, tmp_path):
     np.testing.assert_array_equal(masker.transform(str(tmp_path / "m.nii.gz")), M)
 
 
-def test_load_img_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.nii.gz: no such NIfTI file"):
-        load_img(tmp_path / "nope.nii.gz")
-    (tmp_path / "junk.nii").write_bytes(b"this is not a nifti file" * 20)
-    with pytest.raises(ValueError, match="junk.nii: not a readable NIfTI image"):
-        load_img(tmp_path / "junk.nii")
-    nib.save(nib.Nifti1Image(np.ones((4, 4), np.float32), np.eye(4)), tmp_path / "flat.nii")
-    with pytest.raises(ValueError, match="flat.nii: expected a 3D or 4D image"):
-        load_img(tmp_path / "flat.nii")
+@pytest.mark.parametrize("load, suffix", [(load_img, ".nii"), (read_header, ".nii"),
+                                          (read_header, ".nii.gz")])
+def test_load_img_and_read_header_errors(tmp_path, load, suffix):
+    with pytest.raises(FileNotFoundError, match=f"nope{suffix}: no such NIfTI file"):
+        load(tmp_path / f"nope{suffix}")
+    (tmp_path / f"junk{suffix}").write_bytes(b"this is not a nifti file" * 20)
+    with pytest.raises(ValueError, match=f"junk{suffix}: not a readable NIfTI image"):
+        load(tmp_path / f"junk{suffix}")
+    nib.save(nib.Nifti1Image(np.ones((4, 4), np.float32), np.eye(4)), tmp_path / f"flat{suffix}")
+    with pytest.raises(ValueError, match=f"flat{suffix}: expected a 3D or 4D image"):
+        load(tmp_path / f"flat{suffix}")
+
+
+def test_load_img_refuses_other_objects():
     with pytest.raises(ValueError, match="expected a NIfTI path"):
         load_img(np.zeros((3, 3, 3)))
 
@@ -68,17 +73,6 @@ def test_read_header_equals_nibabel(tmp_path, rng, name, shape):
     header, img = read_header(tmp_path / name), nib.load(tmp_path / name)
     assert header.shape == img.shape and header.ndim == len(shape)
     np.testing.assert_array_equal(header.affine, img.affine)
-
-
-def test_read_header_errors_as_load_img(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.nii.gz: no such NIfTI file"):
-        read_header(tmp_path / "nope.nii.gz")
-    (tmp_path / "junk.nii.gz").write_bytes(b"this is not a nifti file" * 20)
-    with pytest.raises(ValueError, match="junk.nii.gz: not a readable NIfTI image"):
-        read_header(tmp_path / "junk.nii.gz")
-    nib.save(nib.Nifti1Image(np.ones((4, 4), np.float32), np.eye(4)), tmp_path / "flat.nii.gz")
-    with pytest.raises(ValueError, match="flat.nii.gz: expected a 3D or 4D image"):
-        read_header(tmp_path / "flat.nii.gz")
 
 
 def test_read_data_truncated_gzip(tmp_path, rng):
