@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from fgscale.grouping import project
+from fgscale.grouping import project_rows
 from fgscale.plan import EpochPlan
 
 __all__ = ["Batch", "EarlyStopping", "evaluate", "fit", "make_optimizer", "MemorySource",
@@ -47,6 +47,9 @@ class Batch:
     grouping: int | None = None
 
 
+_BLOCK_BYTES = 64 << 20  # default size of an in-memory evaluation block
+
+
 class MemorySource:
     """Batches and evaluation blocks from in-memory arrays (the oracle of the streamed source).
 
@@ -55,21 +58,28 @@ class MemorySource:
     X : ndarray of shape (n_samples, n_features), float32
     y : ndarray of shape (n_samples,), int64
     bank : ndarray of shape (n_groupings, n_features), int32, optional
-    block_size : int
-        Rows per evaluation block.
+    block_size : int, optional
+        Rows per evaluation block (each block is a copy); default about 64 MiB of rows.
     """
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, bank=None, *, block_size: int = 4096):
-        self.X, self.y, self.bank, self.block_size = X, y, bank, block_size
+    def __init__(self, X: np.ndarray, y: np.ndarray, bank=None, *, block_size: int | None = None):
+        self.X, self.y, self.bank = X, y, bank
+        self.block_size = block_size or max(1, _BLOCK_BYTES // (4 * max(X.shape[1], 1)))
 
     def batches(self, plan: EpochPlan) -> Iterator[Batch]:
-        """The plan's minibatches, reduced by the bank's groupings, in plan order."""
+        """The plan's minibatches, reduced by the bank's groupings, in plan order.
+
+        A reduced batch is made row by row from views of ``X``, as the streamed source does
+        from the store: the batch's full rows are never copied together.
+        """
         for i, rows in enumerate(plan.batches):
             if plan.groupings is None:
                 yield Batch(self.X[rows], self.y[rows])
             else:
                 g = int(plan.groupings[i])
-                yield Batch(project(self.X[rows], self.bank[g]), self.y[rows], g)
+                x = project_rows(((j, self.X[r]) for j, r in enumerate(rows)), self.bank[g],
+                                 len(rows))
+                yield Batch(x, self.y[rows], g)
 
     def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Full rows ``(x, y)`` in blocks, for validation and testing."""
