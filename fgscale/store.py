@@ -166,13 +166,14 @@ def write_block(path, block: int, X_block: np.ndarray) -> None:
     block : int
     X_block : ndarray of shape (stop - start, n_features)
     """
-    g = zarr.open_group(str(path), mode="r")
-    start, stop = block_range(block, g.attrs["block_rows"], g["X"].shape[0])
+    g = zarr.open_group(str(path), mode="r+")
+    X = g["X"]
+    start, stop = block_range(block, g.attrs["block_rows"], X.shape[0])
     X_block = np.asarray(X_block, dtype=np.float32)
-    if X_block.shape != (stop - start, g["X"].shape[1]):
+    if X_block.shape != (stop - start, X.shape[1]):
         raise ValueError(f"{path}: block {block} holds rows [{start}, {stop}) of "
-                         f"{g['X'].shape[1]} voxels, got an array of shape {X_block.shape}")
-    write_block_rows(path, block, X_block)
+                         f"{X.shape[1]} voxels, got an array of shape {X_block.shape}")
+    _write_rows(path, g, X, block, X_block)
 
 
 def write_block_rows(path, block: int, rows: Iterable[np.ndarray]) -> None:
@@ -190,16 +191,23 @@ def write_block_rows(path, block: int, rows: Iterable[np.ndarray]) -> None:
         Exactly the block's ``stop - start`` rows, in order.
     """
     g = zarr.open_group(str(path), mode="r+")
-    start, stop = block_range(block, g.attrs["block_rows"], g["X"].shape[0])
-    direct = _ShardRowReader.from_array(g["X"])
-    if direct is not None and direct.shard_rows == g.attrs["block_rows"]:
+    _write_rows(path, g, g["X"], block, rows)
+
+
+def _write_rows(path, g: zarr.Group, X: zarr.Array, block: int,
+                rows: Iterable[np.ndarray]) -> None:
+    """The shared half of :func:`write_block` and :func:`write_block_rows`."""
+    block_rows = g.attrs["block_rows"]
+    start, stop = block_range(block, block_rows, X.shape[0])
+    direct = _ShardRowReader.from_array(X)
+    if direct is not None and direct.shard_rows == block_rows:
         direct.write(block, rows, stop - start)
     else:  # another layout: through zarr
         X_block = np.array([np.array(row, dtype=np.float32) for row in rows])
-        if X_block.shape != (stop - start, g["X"].shape[1]):
+        if X_block.shape != (stop - start, X.shape[1]):
             raise ValueError(f"{path}: block {block} holds {stop - start} rows of "
-                             f"{g['X'].shape[1]} voxels, got {X_block.shape}")
-        g["X"][start:stop] = X_block
+                             f"{X.shape[1]} voxels, got {X_block.shape}")
+        X[start:stop] = X_block
     g["done"][block] = 1  # after the data: a flag never claims a half-written shard
 
 
