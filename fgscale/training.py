@@ -47,7 +47,9 @@ class Batch:
     grouping: int | None = None
 
 
-_BLOCK_BYTES = 64 << 20  # default size of an in-memory evaluation block
+# Default size of an in-memory evaluation block: the size of a store shard (fgscale.store), kept
+# here so that the core trainer does not import zarr and nibabel.
+_BLOCK_BYTES = 64 << 20
 
 
 class MemorySource:
