@@ -24,7 +24,7 @@ import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
 
-from fgscale.store import _ShardRowReader
+from fgscale.shards import ShardRowReader
 
 
 def layouts(n_rows: int, p: int, shard_rows: int) -> dict[str, dict]:
@@ -48,7 +48,7 @@ def raw_read(path: Path) -> tuple[float, int]:
 def readers(arr: zarr.Array) -> dict:
     """Row readers to compare: zarr's orthogonal selection, and fgscale's when it applies."""
     out = {"zarr oindex": lambda rows: arr.get_orthogonal_selection((rows, slice(None)))}
-    direct = _ShardRowReader.from_array(arr)
+    direct = ShardRowReader.from_array(arr)
     if direct is not None:
         out["fgscale Store.read_rows"] = direct.read
     return out
