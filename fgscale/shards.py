@@ -7,7 +7,7 @@ back, then an index of (offset, nbytes) per row and its crc32c), not what the ro
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,7 @@ class ShardRowReader:
     def __init__(self, root: Path, array: zarr.Array, shard_rows: int):
         self.root, self.array, self.shard_rows = root, array, shard_rows
         self.n_features = array.shape[1]
+        self._indexes: dict[Path, tuple[tuple[int, int, int], np.ndarray]] = {}
 
     @classmethod
     def from_array(cls, array: zarr.Array) -> ShardRowReader | None:
@@ -59,50 +60,70 @@ class ShardRowReader:
         root = Path(store.root) / array.store_path.path
         return cls(root, array, array.shards[0])
 
-    def _shards(self, rows: np.ndarray):
-        """Per shard touched by ``rows`` (sorted, unique): its file, the positions in ``rows``
-        of its rows and their (offset, nbytes) entries; the file is None if never written."""
+    def _shards(self, rows: np.ndarray) -> Iterator[tuple[int | None, Path, np.ndarray, np.ndarray]]:
+        """Per shard touched by ``rows`` (sorted, unique): an open file descriptor (None if the
+        shard was never written), the file's path, the positions in ``rows`` of its rows, and
+        their byte offsets (-1 for a row never written). The descriptor is closed once the
+        caller moves on to the next shard."""
         shard_of = rows // self.shard_rows
-        index_bytes = 16 * self.shard_rows + 4  # (offset, nbytes) uint64 per row, then crc32c
-        for shard in np.unique(shard_of):
-            path = self.root / self.array.metadata.encode_chunk_key((int(shard), 0))
-            picked = np.flatnonzero(shard_of == shard)
-            try:
-                fh = open(path, "rb")
-            except FileNotFoundError:  # shard never written: fill value
-                yield None, picked, None
+        for picked in np.split(np.arange(rows.size), np.flatnonzero(np.diff(shard_of)) + 1):
+            if not picked.size:
                 continue
-            with fh:
-                fh.seek(-index_bytes, os.SEEK_END)
-                index = np.frombuffer(fh.read(index_bytes - 4), "<u8").reshape(-1, 2)
-                entries = index[rows[picked] - shard * self.shard_rows]
-                bad = (entries[:, 0] != self._MISSING) & (entries[:, 1] != 4 * self.n_features)
+            shard = int(shard_of[picked[0]])
+            path = self.root / self.array.metadata.encode_chunk_key((shard, 0))
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:  # shard never written: fill value
+                yield None, path, picked, np.full(picked.size, -1)
+                continue
+            try:
+                entries = self._index(fd, path)[rows[picked] - shard * self.shard_rows]
+                missing = entries[:, 0] == self._MISSING
+                bad = ~missing & (entries[:, 1] != 4 * self.n_features)
                 if bad.any():
                     raise StoreError(f"{path}: row chunk of {entries[bad][0, 1]} bytes, "
                                      f"expected {4 * self.n_features}")
-                yield fh, picked, entries
+                yield fd, path, picked, np.where(missing, -1, entries[:, 0].astype(np.int64))
+            finally:
+                os.close(fd)
 
-    def read(self, rows: np.ndarray) -> np.ndarray:
-        """Rows (sorted, unique), shape (len(rows), n_features), float32."""
-        out = np.empty((rows.size, self.n_features), np.float32)
-        for fh, picked, entries in self._shards(rows):
-            if fh is None:
-                out[picked] = 0.0
-                continue
-            missing = entries[:, 0] == self._MISSING
-            out[picked[missing]] = 0.0
-            # runs of rows stored back to back (a sequential block) are read in one call
-            picked, offsets = picked[~missing], entries[~missing, 0].astype(np.int64)
-            nbytes = 4 * self.n_features
-            cuts = np.flatnonzero((np.diff(picked) != 1) | (np.diff(offsets) != nbytes)) + 1
+    def _index(self, fd: int, path: Path) -> np.ndarray:
+        """The shard's index, (offset, nbytes) per row, read once while the file is unchanged
+        (same inode, size and mtime): an epoch visits each shard many times."""
+        stat = os.fstat(fd)
+        stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        cached = self._indexes.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        index_bytes = 16 * self.shard_rows  # then its crc32c, 4 bytes, at the very end
+        if stat.st_size < index_bytes + 4:
+            raise StoreError(f"{path}: truncated, {stat.st_size} bytes cannot hold the shard "
+                             f"index of {index_bytes + 4} bytes")
+        raw = os.pread(fd, index_bytes, stat.st_size - index_bytes - 4)
+        index = np.frombuffer(raw, "<u8").reshape(-1, 2)
+        self._indexes[path] = (stamp, index)
+        return index
+
+    def read(self, rows: np.ndarray, out: np.ndarray, dest: np.ndarray) -> None:
+        """Read rows (sorted, unique) into ``out[dest]``.
+
+        Runs of rows stored back to back whose places in ``out`` are consecutive too (a
+        sequential block) are read with one call.
+        """
+        nbytes = 4 * self.n_features
+        for fd, path, picked, offsets in self._shards(rows):
+            missing = offsets < 0
+            out[dest[picked[missing]]] = 0.0
+            picked, offsets = picked[~missing], offsets[~missing]
+            places = dest[picked]
+            cuts = np.flatnonzero((np.diff(places) != 1) | (np.diff(offsets) != nbytes)) + 1
             for run in np.split(np.arange(picked.size), cuts):
                 if run.size:
-                    first, last = picked[run[0]], picked[run[-1]]
-                    fh.seek(int(offsets[run[0]]))
-                    if fh.readinto(memoryview(out[first:last + 1]).cast("B")) != run.size * nbytes:
-                        raise StoreError(f"{fh.name}: truncated, {run.size} rows from byte "
+                    first, last = places[run[0]], places[run[-1]]
+                    view = memoryview(out[first:last + 1]).cast("B")
+                    if os.preadv(fd, [view], int(offsets[run[0]])) != run.size * nbytes:
+                        raise StoreError(f"{path}: truncated, {run.size} rows from byte "
                                          f"{offsets[run[0]]} are not all there")
-        return out
 
     def write(self, shard: int, rows: Iterable[np.ndarray], n_rows: int) -> None:
         """Write a whole shard: its ``n_rows`` rows (``shard_rows``, or fewer in the array's
@@ -142,22 +163,18 @@ class ShardRowReader:
             tmp.unlink(missing_ok=True)  # a failed task leaves no partial file behind
             raise
 
-    def each_row(self, rows: np.ndarray):
-        """Yield ``(i, row)`` for rows (sorted, unique), all read into one buffer, valid until
-        the next row is read. The buffer stays in the CPU cache for the work on the row, and no
-        shard is memory-mapped: mapping and unmapping in a process whose other threads run
-        (thread workers) flushes every core's TLB (mapped rows streamed 4% slower)."""
-        buffer = np.empty(self.n_features, np.float32)
-        zeros = np.zeros(self.n_features, np.float32)
-        for fh, picked, entries in self._shards(rows):
-            if fh is None:
-                yield from ((i, zeros) for i in picked)
-                continue
-            for i, (offset, nbytes) in zip(picked, entries, strict=True):
-                if offset == self._MISSING:
-                    yield i, zeros
-                    continue
-                if os.preadv(fh.fileno(), [buffer], int(offset)) != nbytes:
-                    raise StoreError(f"{fh.name}: truncated, row chunk at byte {offset} is "
+    def each_row(self, rows: np.ndarray, buffer: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(i, row)`` for rows (sorted, unique), each read into ``buffer`` (float32,
+        n_features) and valid until the next row is read. The buffer stays in the CPU cache for
+        the work on the row, and no shard is memory-mapped: mapping and unmapping in a process
+        whose other threads run (thread workers) flushes every core's TLB (mapped rows
+        streamed 4% slower)."""
+        nbytes = 4 * self.n_features
+        for fd, path, picked, offsets in self._shards(rows):
+            for i, offset in zip(picked.tolist(), offsets.tolist(), strict=True):
+                if offset < 0:
+                    buffer.fill(0.0)
+                elif os.preadv(fd, [buffer], offset) != nbytes:
+                    raise StoreError(f"{path}: truncated, row chunk at byte {offset} is "
                                      f"shorter than {nbytes} bytes")
                 yield i, buffer

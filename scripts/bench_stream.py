@@ -5,10 +5,11 @@ throughput and memory are measured), a small bank, then reports:
 
 1. samples/s of feature-grouping training streamed from the store (workers read and project,
    the central process steps), first and second epoch of a run, against the raw sequential
-   read of the same rows in the same run (the limit: fgscale's reader, best of five passes;
-   the whole shard files read as bytes and zarr's own reader are shown too) and against one
-   epoch from rows already in memory; with the embedded default of training (thread workers
-   in the central process) and with worker processes (each block then goes through a socket);
+   read of the same rows in the same run (the limit: fgscale's reader into recycled blocks,
+   best of five passes; fresh arrays, an epoch's random batches, the whole shard files read as
+   bytes and zarr's own reader are shown too) and against one epoch from rows already in memory;
+   with the embedded default of training (thread workers in the central process) and with worker
+   processes (each block then goes through a socket);
 2. peak RSS of the central process for epochs over n and 4n rows (each in a fresh process);
 3. a run over a store larger than the workers' total memory limit (default 2 x 1 GiB worker
    processes and a ~6 GB store), which must complete without spilling.
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fgscale.buffers import POOL
 from fgscale.plan import epoch_plan
 from fgscale.store import block_range, create_store, mark_complete, open_store, write_block
 from fgscale.training import MemorySource, make_optimizer, train_epoch
@@ -154,33 +156,44 @@ def main() -> None:
 
     n = store.n_samples
 
-    def raw_read(passes: int) -> float:
-        """Sequential read of the same rows in this process, best of ``passes``."""
+    def best_of(passes: int, read_all) -> float:
+        """Rows/s of ``read_all()`` (which reads all n rows) in this process, best of ``passes``."""
         best = 0.0
         for _ in range(passes):
             start = time.perf_counter()
-            for _ in store.iter_blocks(np.arange(n)):
-                pass
+            read_all()
             best = max(best, n / (time.perf_counter() - start))
         return best
 
+    def sequential():  # what evaluation does: shard-aligned blocks, into recycled memory
+        for _ in store.iter_blocks():
+            pass
+
+    def sequential_fresh():  # the same into a fresh array per block (np.empty)
+        for first in range(0, n, store.block_rows):
+            store.read_rows(range(first, min(first + store.block_rows, n)))
+
+    epoch = epoch_plan(np.arange(n), batch_size=args.batch_size, epoch=1, seed=0)
+
+    def batches():  # the rows of a training epoch, batch by batch in its order, not projected
+        for rows in epoch.batches:
+            store.read_rows(rows, out=POOL.empty((rows.size, store.n_features)))
+
     # the raw limit: the best of passes before the epochs (which also warm the page cache) and
     # after them, so that a busy moment of the machine does not lower the bar
-    raw = raw_read(3)
+    raw = best_of(3, sequential)
     runs = {(kind, rows): run_child(args, rows, kind == "processes")
             for kind in ("threads", "processes") for rows in (n, n // 4)}
-    raw = max(raw, raw_read(2))
+    raw = max(raw, best_of(2, sequential))
+    fresh_raw = best_of(3, sequential_fresh)
+    batch_raw = best_of(3, batches)
     start = time.perf_counter()  # zarr's own reader, for reference (not the limit)
     for first in range(0, n, store.block_rows):
         store.X[first:first + store.block_rows]
     zarr_raw = n / (time.perf_counter() - start)
     files = sorted(f for f in (store.path / "X" / "c").rglob("*") if f.is_file())
-    file_raw = 0.0  # the bytes of the shard files, whole, with numpy.fromfile: the disk's limit
-    for _ in range(3):
-        start = time.perf_counter()
-        for f in files:
-            np.fromfile(f, np.uint8)
-        file_raw = max(file_raw, n / (time.perf_counter() - start))
+    # the bytes of the shard files, whole, with numpy.fromfile
+    file_raw = best_of(3, lambda: [np.fromfile(f, np.uint8) for f in files])
 
     # one epoch from memory, same steps (a quarter of the rows: they must fit in RAM)
     bank = open_store(store_path).group["bank"][:]
@@ -207,8 +220,12 @@ def main() -> None:
     def line(what: str, rows: int, rate: float) -> None:
         print(f"| {what} | {rows} | {rate:.0f} | {rate / raw:.2f} | {rate / file_raw:.2f} |")
 
-    line("raw sequential read of the rows, fgscale's reader (the limit)", n, raw)
-    line("raw read of the shard files' bytes, numpy.fromfile", n, file_raw)
+    line("raw sequential read of the rows into recycled blocks, fgscale's reader (the limit)",
+         n, raw)
+    line("raw sequential read of the rows into fresh arrays, fgscale's reader", n, fresh_raw)
+    line("raw read of an epoch's random batches into recycled blocks, fgscale's reader",
+         n, batch_raw)
+    line("raw read of the shard files' bytes, numpy.fromfile (fresh arrays)", n, file_raw)
     line("raw sequential read of the rows, zarr's own `X[a:b]`", n, zarr_raw)
     for (kind, rows), r in runs.items():
         line(f"streamed FG, {args.n_workers} worker {kind}, first epoch", rows, r["first"])

@@ -62,10 +62,45 @@ def test_read_rows_any_order_and_duplicates(store, data, rows):
 def test_read_rows_direct_reader_equals_zarr(store):
     rows = np.array([36, 0, 7, 7, 12, 35])
     oracle = np.stack([store.X[int(r)] for r in rows])
-    np.testing.assert_array_equal(store._reader.read(np.unique(rows))[[4, 0, 1, 1, 2, 3]], oracle)
+    np.testing.assert_array_equal(store.read_rows(rows), oracle)
     store_fallback = open_store(store.path)
     store_fallback._reader = None
     np.testing.assert_array_equal(store_fallback.read_rows(rows), oracle)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_read_rows_into_out(store, data, direct):
+    if not direct:  # the zarr fallback
+        store = open_store(store.path)
+        store._reader = None
+    out = np.full((4, store.n_features), np.nan, np.float32)
+    assert store.read_rows([9, 3, 9, 10], out=out) is out
+    np.testing.assert_array_equal(out, data[0][[9, 3, 9, 10]])
+    with pytest.raises(ValueError, match=r"out must be a C-contiguous float32 array of shape \(3, "):
+        store.read_rows([1, 2, 3], out=out)
+    with pytest.raises(ValueError, match="out must be"):
+        store.read_rows(range(4), out=np.empty((store.n_features, 4), np.float32).T)
+
+
+def test_reader_sees_a_shard_rewritten_in_place(tmp_path, data):
+    """The reader keeps each shard's index, but reads it again once the file has changed."""
+    import google_crc32c
+
+    X, y, mask, affine = data
+    path = write_store(tmp_path / "s.zarr", X, y, mask, affine, block_rows=8).path
+    store = open_store(path)
+    np.testing.assert_array_equal(store.read_rows([9, 10]), X[9:11])
+    # the same rows, stored in reverse order in the file: only a fresh index finds them
+    shard = path / "X" / "c" / "1" / "0"
+    raw, nbytes = shard.read_bytes(), 4 * X.shape[1]
+    body = b"".join(raw[i * nbytes:(i + 1) * nbytes] for i in reversed(range(8)))
+    index = np.array([[(7 - i) * nbytes, nbytes] for i in range(8)], "<u8")
+    tmp = shard.with_name("new")
+    tmp.write_bytes(body + index.tobytes() + np.uint32(google_crc32c.value(index.tobytes())).tobytes())
+    tmp.replace(shard)
+    np.testing.assert_array_equal(zarr.open_array(path / "X", mode="r")[9:11], X[9:11])
+    np.testing.assert_array_equal(store.read_rows([9, 10]), X[9:11])
+    np.testing.assert_array_equal([row.copy() for _, row in store.iter_rows([10])], X[[10]])
 
 
 @given(rows=st.lists(st.integers(0, 36), min_size=0, max_size=60), direct=st.booleans())
