@@ -9,7 +9,8 @@ throughput and memory are measured), a small bank, then reports:
    best of five passes; fresh arrays, an epoch's random batches, the whole shard files read as
    bytes and zarr's own reader are shown too) and against one epoch from rows already in memory;
    with the embedded default of training (thread workers in the central process) and with worker
-   processes (each block then goes through a socket);
+   processes (each block then goes through a socket); and against the compute bound of this
+   machine (its cores doing nothing but reading, projecting and stepping, with no overhead);
 2. peak RSS of the central process for epochs over n and 4n rows (each in a fresh process);
 3. a run over a store larger than the workers' total memory limit (default 2 x 1 GiB worker
    processes and a ~6 GB store), which must complete without spilling.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -100,6 +102,35 @@ def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
             "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss_before,
             "spilled_keys": int(sum(spilled.values())),
             "max_in_flight": source.prefetcher.max_seen}
+
+
+def compute_bound(store, bank, model, opt, plan, k: int) -> tuple[float, str]:
+    """Samples/s the work of streamed FG training allows on this machine's cores, with no
+    overhead at all: the CPU time per row of the worker task (read and project, run here in
+    the calling thread) and of its share of the central step (one torch thread), each measured
+    alone; all cores busy with nothing else. The streamed epoch over this bound is the share of
+    the machine the pipeline turns into training, whatever the number of cores."""
+    from fgscale.stream import load_batch
+    from fgscale.training import Batch
+
+    def cpu_per_row(fn) -> float:
+        start = time.process_time()  # all threads of the process
+        fn()
+        return (time.process_time() - start) / sum(len(b) for b in plan.batches)
+
+    path = str(store.path)
+    pairs = list(zip(plan.batches, plan.groupings.tolist(), strict=True))
+    read = cpu_per_row(lambda: [None for b, _ in pairs for _ in store.iter_rows(b)])
+    blocks = []
+    worker = cpu_per_row(lambda: blocks.extend(Batch(*load_batch(path, b, g, k), g)
+                                               for b, g in pairs))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    step = cpu_per_row(lambda: train_epoch(model, opt, blocks, bank=torch.as_tensor(bank)))
+    torch.set_num_threads(threads)
+    costs = (f"worker task {1e3 * worker:.3f} (of which the read {1e3 * read:.3f}), "
+             f"central step {1e3 * step:.3f} (batch {len(plan.batches[0])})")
+    return os.cpu_count() / (worker + step), costs
 
 
 def _spilled_keys(dask_worker) -> int:
@@ -210,15 +241,18 @@ def main() -> None:
     start = time.perf_counter()
     train_epoch(model, opt, MemorySource(X, y, bank).batches(plan), bank=torch.as_tensor(bank))
     memory = rows.size / (time.perf_counter() - start)
+    bound, costs = compute_bound(store, bank, model, opt, plan, int(bank.max()) + 1)
 
     print(f"\n{args.n_workers} workers x {args.memory_limit}, batch {args.batch_size}, "
           f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}, "
           f"central torch threads {torch.get_num_threads()}\n")
-    print("| what | rows | samples/s | ratio to the rows read | ratio to the files read |")
-    print("|---|---|---|---|---|")
+    print("| what | rows | samples/s | ratio to the rows read | ratio to the files read | "
+          "ratio to the compute bound |")
+    print("|---|---|---|---|---|---|")
 
     def line(what: str, rows: int, rate: float) -> None:
-        print(f"| {what} | {rows} | {rate:.0f} | {rate / raw:.2f} | {rate / file_raw:.2f} |")
+        print(f"| {what} | {rows} | {rate:.0f} | {rate / raw:.2f} | {rate / file_raw:.2f} | "
+              f"{rate / bound:.2f} |")
 
     line("raw sequential read of the rows into recycled blocks, fgscale's reader (the limit)",
          n, raw)
@@ -231,6 +265,8 @@ def main() -> None:
         line(f"streamed FG, {args.n_workers} worker {kind}, first epoch", rows, r["first"])
         line(f"streamed FG, {args.n_workers} worker {kind}, second epoch", rows, r["steady"])
     line("in-memory FG epoch (rows preloaded)", n // 4, memory)
+    line(f"compute bound: {os.cpu_count()} cores doing only the work, no overhead", n // 4, bound)
+    print(f"\nCPU ms per row, measured one at a time in this process: {costs}")
     print("\n| central process | workers | n rows | peak RSS (MB) | spilled keys | max in flight |")
     print("|---|---|---|---|---|---|")
     for (kind, rows), r in sorted(runs.items()):
