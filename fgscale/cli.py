@@ -67,7 +67,7 @@ def _cmd_train(args) -> int:
 def _cmd_evaluate(args) -> int:
     from fgscale.run import evaluate_run
 
-    metrics = evaluate_run(args.run, args.store, **_cluster_kwargs(args),
+    metrics = evaluate_run(args.run, args.store, device=args.device, **_cluster_kwargs(args),
                            processes=args.worker_processes)
     print(json.dumps(metrics))
     return 0
@@ -210,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="score a trained run on a store's test rows")
     p.add_argument("run", help="run folder (from fgscale train)")
     p.add_argument("store", help="the Zarr store")
+    p.add_argument("--device", default=None,
+                   help="torch device (default: the run's own, else the CPU where it has no GPU)")
     _add_cluster_args(p)
     _add_worker_kind_arg(p)
     p.set_defaults(func=_cmd_evaluate)

@@ -7,6 +7,7 @@ builder (:mod:`fgscale.bank`), the planner (:mod:`fgscale.plan`) and the trainin
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import numbers
@@ -110,7 +111,9 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
     validation_fraction : float
     patience : int
     device : str
-        Torch device of the model, e.g. "cpu" or "cuda".
+        Torch device of the model, e.g. "cpu", "cuda" or "cuda:1". A pickled estimator holds
+        its model on the CPU, so that it loads on any machine; the model goes back to
+        ``device`` when it predicts (``set_params(device="cpu")`` to predict without a GPU).
     scheduler : str, optional
         Address of a Dask scheduler for fitting on a store; default an embedded LocalCluster
         of thread workers in this process (see :func:`fgscale.cluster.get_client`).
@@ -170,6 +173,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"dropout must lie in [0, 1), got {self.dropout!r}")
         if self.early_stopping not in (True, False, "auto"):
             raise ValueError(f"early_stopping must be True, False or 'auto', got {self.early_stopping!r}")
+        check_device(self.device)
 
     def _use_early_stopping(self) -> bool:
         if self.early_stopping == "auto":
@@ -256,7 +260,9 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
             train, val = _validation_split(y_idx[rows], self.validation_fraction, seed)
             rows, val_rows = rows[train], rows[val]
         self.bank_ = bank
-        with torch.random.fork_rng(devices=[]):
+        device = torch.device(self.device)
+        # the caller's generators are left as they were, the GPU's too (dropout draws there)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(seed)
             self.model_ = build_model(self.model, self.n_features_in_, len(self.classes_),
                                       regularizer=self.regularizer, dropout=self.dropout,
@@ -274,7 +280,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
                                                  seed=seed, n_groupings=n_groupings))
 
             validation = None if val_rows is None else (lambda: source.blocks(val_rows))
-            if not run.finished:
+            if not run.stopped_early:  # the epochs left: none once max_epochs are done
                 fit(self.model_, optimizer, epoch_batches=epoch_batches,
                     max_epochs=self.max_epochs, bank=bank_t, device=self.device,
                     validation=validation, stopper=stopper, start_epoch=start_epoch,
@@ -292,7 +298,19 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float32, reset=False)
         blocks = (X[i : i + _BLOCK] for i in range(0, len(X), _BLOCK))
-        return predict_logits(self.model_, blocks, device=self.device)
+        return predict_logits(self.placed_model(), blocks, device=self.device)
+
+    def placed_model(self) -> torch.nn.Module:
+        """``model_`` on ``device``: an unpickled estimator holds it on the CPU."""
+        return self.model_.to(self.device)
+
+    def __getstate__(self):
+        # The model on the CPU: a run trained on a GPU node loads on a CPU-only one.
+        state = super().__getstate__()
+        model = state.get("model_")
+        if model is not None and any(p.device.type != "cpu" for p in model.parameters()):
+            state["model_"] = copy.deepcopy(model).cpu()
+        return state
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities, shape (n_samples, n_classes)."""
@@ -303,6 +321,23 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         """Predicted class labels, shape (n_samples,)."""
         check_is_fitted(self)
         return self.classes_[self._logits(X).argmax(axis=1)]
+
+
+def check_device(device) -> None:
+    """A device torch can use here; checked before any work, so that a run asking for a GPU
+    on a machine without one stops at once, not after its bank is built."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must name a torch device ('cpu', 'cuda', 'cuda:1'), "
+                         f"got {device!r}") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"device={str(device)!r}: this torch {torch.__version__} sees no "
+                             "CUDA GPU (use device='cpu')")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"device={str(device)!r}: this machine has {count} CUDA GPU(s)")
 
 
 def _validation_split(y: np.ndarray, fraction: float, seed: int):
@@ -323,9 +358,14 @@ class _Run:
         self.dir = None if run_dir is None else Path(run_dir)
         self.estimator, self.optimizer, self.stopper = estimator, optimizer, stopper
         self.history: list[dict] = []
-        self.finished = False
         self.params = {k: repr(v) for k, v in estimator.get_params().items()
                        if k not in RUNTIME_PARAMS}
+
+    @property
+    def stopped_early(self) -> bool:
+        """Early stopping ended the run: resuming it, even with a larger ``max_epochs``,
+        trains no more. A run that ended at ``max_epochs`` goes on when that is raised."""
+        return self.stopper is not None and self.stopper.bad_epochs >= self.stopper.patience
 
     def resume(self) -> int:
         """Load the checkpoint if there is one; return the first epoch left to run."""
@@ -341,7 +381,10 @@ class _Run:
         if self.stopper is not None:
             self.stopper.load_state_dict(state["stopper"])
         torch.set_rng_state(state["rng"])
-        self.history, self.finished = state["history"], state["finished"]
+        device = torch.device(self.estimator.device)
+        if state.get("cuda_rng") is not None and device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], device)
+        self.history = state["history"]
         log.info("resumed %s after epoch %d", self.dir, state["epoch"])
         return state["epoch"] + 1
 
@@ -349,12 +392,13 @@ class _Run:
         self.history.append(metrics)
         if self.dir is None:
             return
-        stop = self.stopper is not None and self.stopper.bad_epochs >= self.stopper.patience
-        self.finished = stop or metrics["epoch"] + 1 >= self.estimator.max_epochs
+        device = torch.device(self.estimator.device)
+        cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
         save_checkpoint({"epoch": metrics["epoch"], "model": self.estimator.model_.state_dict(),
                          "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
+                         "cuda_rng": cuda_rng,
                          "stopper": None if self.stopper is None else self.stopper.state_dict(),
-                         "history": self.history, "finished": self.finished,
+                         "history": self.history,
                          "params": self.params}, self.dir / "checkpoint.pt")
         with atomic_path(self.dir / "metrics.jsonl") as tmp:
             tmp.write_text("".join(json.dumps(h) + "\n" for h in self.history))

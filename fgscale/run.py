@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fgscale.checkpoint import atomic_path
 from fgscale.cluster import get_client
-from fgscale.estimator import RUNTIME_PARAMS, FeatureGroupingClassifier
+from fgscale.estimator import RUNTIME_PARAMS, FeatureGroupingClassifier, check_device
 from fgscale.nifti import unmask
 from fgscale.store import open_store
 from fgscale.stream import StoreSource
@@ -65,6 +65,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     """
     out = Path(out)
     clf = FeatureGroupingClassifier(**(params or {}))
+    clf._check_params()  # a bad parameter (or a GPU this machine lacks) stops before any write
     params = json.loads(json.dumps(clf.get_params(), default=str))  # every parameter, as saved
     if (out / "config.json").exists():
         if not resume:
@@ -108,16 +109,31 @@ def _evaluate(clf: FeatureGroupingClassifier, store, client) -> dict:
         raise ValueError(f"{store.path}: classes {list(store.classes)} differ from the run's "
                          f"{list(clf.classes_)}")
     source = StoreSource(client, store.path, prefetch=clf.prefetch)
-    return evaluate(clf.model_, source.blocks(rows), device=clf.device)
+    return evaluate(clf.placed_model(), source.blocks(rows), device=clf.device)
 
 
-def evaluate_run(run_dir, store_path, *, client=None, **cluster) -> dict:
-    """Score a trained run on a store's test rows, streamed; returns loss, accuracy, n."""
+def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
+                 **cluster) -> dict:
+    """Score a trained run on a store's test rows, streamed; returns loss, accuracy, n.
+
+    ``device`` is the torch device to evaluate on; by default the run's own, or the CPU
+    where this machine has no such device (a run trained on a GPU node, scored on a login
+    node).
+    """
     path = Path(run_dir) / "estimator.pkl"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no trained estimator (run fgscale train first)")
     with open(path, "rb") as f:
         clf = pickle.load(f)
+    if device is None:
+        try:
+            check_device(clf.device)
+            device = clf.device
+        except ValueError as exc:
+            log.warning("%s: evaluating on the CPU", exc)
+            device = "cpu"
+    check_device(device)
+    clf.set_params(device=device)
     store = open_store(store_path)
     if store.n_features != clf.n_features_in_:
         raise ValueError(f"{store.path}: {store.n_features} features, the run was trained on "

@@ -123,6 +123,8 @@ def test_feature_grouping_helps_on_noisy_smooth_data():
     (dict(n_clusters=10_000), "n_clusters"),
     (dict(dropout=1.0), "dropout"),
     (dict(mask=np.ones(7, bool)), "mask has 7 voxels"),
+    (dict(device="gpu"), "device must name a torch device"),
+    (dict(device="cuda:99"), "'cuda:99'"),  # no GPU here, or fewer than 100
 ])
 def test_bad_parameters_are_named(rng, params, match):
     X, y, _ = smooth_problem(rng, n=20)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 import nibabel as nib
 import numpy as np
 import pytest
+import torch
 
 from fgscale.cli import main
 from fgscale.run import evaluate_run, train_run
@@ -85,6 +87,65 @@ def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, cl
     np.testing.assert_allclose(weights(killed_run), weights(whole_run), rtol=1e-6, atol=1e-7)
     lines = metrics.read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(epochs))
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(dropout=2.0), "dropout must lie in"),
+    (dict(device="cuda:99"), "'cuda:99'"),  # a GPU this machine lacks: before the bank is built
+])
+def test_bad_parameters_stop_before_anything_is_written(tiny_store, client, tmp_path,
+                                                        params, match):
+    run = tmp_path / "run"
+    with pytest.raises(ValueError, match=match):
+        train_run(tiny_store.path, run, params=dict(PARAMS, **params), client=client)
+    assert not run.exists()  # so the corrected command is not refused as a resumed run
+    assert "bank" not in tiny_store.group
+
+
+def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path):
+    run = tmp_path / "run"
+    train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
+    summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=4), resume=True,
+                        client=client)
+    assert summary["epochs"] == 4
+    train_run(tiny_store.path, tmp_path / "whole", params=dict(PARAMS, max_epochs=4), client=client)
+    np.testing.assert_allclose(weights(run), weights(tmp_path / "whole"), rtol=1e-6, atol=1e-7)
+
+
+def test_an_early_stopped_run_is_not_restarted_by_a_larger_max_epochs(tiny_store, client, tmp_path):
+    run = tmp_path / "run"
+    params = dict(PARAMS, model="mlp", hidden_layer_sizes=(8,), early_stopping=True, patience=1,
+                  learning_rate=5.0, max_epochs=30)  # a step this large stops it early
+    first = train_run(tiny_store.path, run, params=params, client=client)
+    assert first["epochs"] < 30
+    again = train_run(tiny_store.path, run, params=dict(params, max_epochs=60), resume=True,
+                      client=client)
+    assert again["epochs"] == first["epochs"]
+    assert again["test"] == first["test"]
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_resumed_dropout_run_draws_the_same_masks(tiny_store, client, tmp_path, device):
+    """An MLP with dropout, stopped after 3 epochs and resumed to 6, ends as a 6-epoch run:
+    the checkpoint restores the generator dropout draws from (the CPU's, or the GPU's)."""
+    params = dict(PARAMS, model="mlp", hidden_layer_sizes=(16,), dropout=0.5,
+                  early_stopping=False, device=device)
+    run, whole = tmp_path / "run", tmp_path / "whole"
+    train_run(tiny_store.path, run, params=dict(params, max_epochs=3), client=client)
+    train_run(tiny_store.path, run, params=dict(params, max_epochs=6), resume=True, client=client)
+    summary = train_run(tiny_store.path, whole, params=dict(params, max_epochs=6), client=client)
+    # a GPU sums its scatters in no fixed order: equal to float tolerance there
+    tol = dict(rtol=1e-6, atol=1e-7) if device == "cpu" else dict(rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(weights(run), weights(whole), **tol)
+    # the pickled estimator holds its model on the CPU: a GPU run is scored on a CPU-only node
+    with open(whole / "estimator.pkl", "rb") as f:
+        assert {p.device.type for p in pickle.load(f).model_.parameters()} == {"cpu"}
+    on_cpu = evaluate_run(whole, tiny_store.path, device="cpu", client=client)
+    assert on_cpu["accuracy"] == summary["test"]["accuracy"]
+    assert on_cpu["loss"] == pytest.approx(summary["test"]["loss"], rel=1e-5)
 
 
 def test_atomic_path_keeps_the_old_file_when_a_write_fails(tmp_path):
