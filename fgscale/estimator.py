@@ -298,9 +298,9 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float32, reset=False)
         blocks = (X[i : i + _BLOCK] for i in range(0, len(X), _BLOCK))
-        return predict_logits(self.placed_model(), blocks, device=self.device)
+        return predict_logits(self._placed_model(), blocks, device=self.device)
 
-    def placed_model(self) -> torch.nn.Module:
+    def _placed_model(self) -> torch.nn.Module:
         """``model_`` on ``device``: an unpickled estimator holds it on the CPU."""
         return self.model_.to(self.device)
 

@@ -109,7 +109,7 @@ def _evaluate(clf: FeatureGroupingClassifier, store, client) -> dict:
         raise ValueError(f"{store.path}: classes {list(store.classes)} differ from the run's "
                          f"{list(clf.classes_)}")
     source = StoreSource(client, store.path, prefetch=clf.prefetch)
-    return evaluate(clf.placed_model(), source.blocks(rows), device=clf.device)
+    return evaluate(clf._placed_model(), source.blocks(rows), device=clf.device)
 
 
 def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
