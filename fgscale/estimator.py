@@ -360,6 +360,8 @@ class _Run:
         self.history: list[dict] = []
         self.params = {k: repr(v) for k, v in estimator.get_params().items()
                        if k not in RUNTIME_PARAMS}
+        device = torch.device(estimator.device)
+        self.gpu = device if device.type == "cuda" else None  # its generator is checkpointed
 
     @property
     def stopped_early(self) -> bool:
@@ -381,9 +383,8 @@ class _Run:
         if self.stopper is not None:
             self.stopper.load_state_dict(state["stopper"])
         torch.set_rng_state(state["rng"])
-        device = torch.device(self.estimator.device)
-        if state.get("cuda_rng") is not None and device.type == "cuda":
-            torch.cuda.set_rng_state(state["cuda_rng"], device)
+        if state.get("cuda_rng") is not None and self.gpu is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"], self.gpu)
         self.history = state["history"]
         log.info("resumed %s after epoch %d", self.dir, state["epoch"])
         return state["epoch"] + 1
@@ -392,8 +393,7 @@ class _Run:
         self.history.append(metrics)
         if self.dir is None:
             return
-        device = torch.device(self.estimator.device)
-        cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+        cuda_rng = None if self.gpu is None else torch.cuda.get_rng_state(self.gpu)
         save_checkpoint({"epoch": metrics["epoch"], "model": self.estimator.model_.state_dict(),
                          "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
                          "cuda_rng": cuda_rng,

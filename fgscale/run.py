@@ -126,13 +126,14 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     with open(path, "rb") as f:
         clf = pickle.load(f)
     if device is None:
+        device = clf.device
         try:
-            check_device(clf.device)
-            device = clf.device
+            check_device(device)
         except ValueError as exc:
             log.warning("%s: evaluating on the CPU", exc)
             device = "cpu"
-    check_device(device)
+    else:
+        check_device(device)
     clf.set_params(device=device)
     store = open_store(store_path)
     if store.n_features != clf.n_features_in_:
