@@ -62,11 +62,19 @@ def test_cli_train_and_evaluate(tiny_store, tmp_path, capsys):
     assert "no such store" in capsys.readouterr().err
 
 
-def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, client, tmp_path):
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+# a GPU sums its scatters in no fixed order: equal to float tolerance there
+TOLERANCE = {"cpu": dict(rtol=1e-6, atol=1e-7), "cuda": dict(rtol=1e-4, atol=1e-5)}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, client, tmp_path,
+                                                                    device):
     epochs = 40
     killed_run, whole_run = tmp_path / "killed", tmp_path / "whole"
     cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out",
-           str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", *ARGS]
+           str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", "--device", device,
+           *ARGS]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     metrics = killed_run / "metrics.jsonl"
@@ -81,10 +89,10 @@ def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, cl
     assert 3 <= done < epochs, "the run was not killed mid-way"
     assert not (killed_run / "final.json").exists()
 
-    params = dict(PARAMS, max_epochs=epochs)
+    params = dict(PARAMS, max_epochs=epochs, device=device)
     train_run(tiny_store.path, killed_run, params=params, resume=True, client=client)
     train_run(tiny_store.path, whole_run, params=params, client=client)
-    np.testing.assert_allclose(weights(killed_run), weights(whole_run), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(weights(killed_run), weights(whole_run), **TOLERANCE[device])
     lines = metrics.read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(epochs))
 
@@ -124,9 +132,6 @@ def test_an_early_stopped_run_is_not_restarted_by_a_larger_max_epochs(tiny_store
     assert again["test"] == first["test"]
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 def test_resumed_dropout_run_draws_the_same_masks(tiny_store, client, tmp_path, device):
     """An MLP with dropout, stopped after 3 epochs and resumed to 6, ends as a 6-epoch run:
@@ -137,9 +142,7 @@ def test_resumed_dropout_run_draws_the_same_masks(tiny_store, client, tmp_path, 
     train_run(tiny_store.path, run, params=dict(params, max_epochs=3), client=client)
     train_run(tiny_store.path, run, params=dict(params, max_epochs=6), resume=True, client=client)
     summary = train_run(tiny_store.path, whole, params=dict(params, max_epochs=6), client=client)
-    # a GPU sums its scatters in no fixed order: equal to float tolerance there
-    tol = dict(rtol=1e-6, atol=1e-7) if device == "cpu" else dict(rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(weights(run), weights(whole), **tol)
+    np.testing.assert_allclose(weights(run), weights(whole), **TOLERANCE[device])
     # the pickled estimator holds its model on the CPU: a GPU run is scored on a CPU-only node
     with open(whole / "estimator.pkl", "rb") as f:
         assert {p.device.type for p in pickle.load(f).model_.parameters()} == {"cpu"}
