@@ -82,6 +82,16 @@ def _n_clusters(value: str):
     return int(k) if k >= 1 and k.is_integer() else k
 
 
+def _prefetch(value: str):
+    """"auto" or a count of minibatches."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer, got {value!r}") from None
+
+
 def _add_bank_args(p, note: str) -> None:
     """The store and the bank's parameters, shared by ``bank`` and ``train``."""
     p.add_argument("store", help="the Zarr store (from fgscale convert)")
@@ -201,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
                    type=str.lower)
     p.add_argument("--patience", type=int, default=10)
     p.add_argument("--device", default="cpu", help="torch device of the central model (cpu, cuda)")
-    p.add_argument("--prefetch", type=int, default=4, help="minibatches in flight at most")
+    p.add_argument("--prefetch", type=_prefetch, default="auto",
+                   help="minibatches in flight at most (default auto: two per worker thread, "
+                        "within 1 GiB of blocks)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     _add_cluster_args(p)
     _add_worker_kind_arg(p)

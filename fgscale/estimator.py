@@ -117,8 +117,9 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
     scheduler : str, optional
         Address of a Dask scheduler for fitting on a store; default an embedded LocalCluster
         of thread workers in this process (see :func:`fgscale.cluster.get_client`).
-    prefetch : int
-        With a store: minibatches in flight on the workers at most.
+    prefetch : int or "auto"
+        With a store: minibatches in flight on the workers at most. "auto": two per worker
+        thread of the cluster, within 1 GiB of blocks (:func:`fgscale.stream.auto_window`).
     verbose : int
         1 or more: a progress bar over epochs.
     random_state : int, RandomState or None
@@ -142,7 +143,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
                  dropout=0.5, n_clusters=0.1, n_groupings=100, n_bootstrap=50,
                  hidden_layer_sizes=(256,), learning_rate=0.01, batch_size=200, max_epochs=200,
                  early_stopping="auto", validation_fraction=0.1, patience=10, device="cpu",
-                 scheduler=None, prefetch=4, verbose=0, random_state=None):
+                 scheduler=None, prefetch="auto", verbose=0, random_state=None):
         self.mask = mask
         self.model = model
         self.regularizer = regularizer
@@ -174,6 +175,9 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         if self.early_stopping not in (True, False, "auto"):
             raise ValueError(f"early_stopping must be True, False or 'auto', got {self.early_stopping!r}")
         check_device(self.device)
+        from fgscale.stream import check_prefetch
+
+        check_prefetch(self.prefetch)
 
     def _use_early_stopping(self) -> bool:
         if self.early_stopping == "auto":

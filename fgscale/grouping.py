@@ -97,7 +97,9 @@ def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None, *,
     Z = torch.from_numpy(out)
     for i, row in rows:  # 1D scatter_add_ measured 1.6x faster than 1D index_add_ here
         Z[i].scatter_add_(0, lab, torch.from_numpy(row))
-    Z *= _scale(lab, k, Z.dtype)
+    # in numpy, on this thread: many thread workers each opening torch's intra-op pool for
+    # this product oversubscribe the cores (the 1D scatter above runs on one thread already)
+    np.multiply(out, _scale(lab, k, Z.dtype).numpy(), out=out)
     return out
 
 

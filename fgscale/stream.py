@@ -5,12 +5,15 @@ For each minibatch it submits one small task carrying the store path, the row in
 grouping index; the worker reads those rows, reduces them with the grouping (the bank is read
 from the store once per worker process and cached) and returns an (m x k) block. A bounded
 window of in-flight tasks keeps the workers busy while the central memory holds only the model
-and at most ``prefetch`` blocks, however many rows the store has.
+and at most ``prefetch`` blocks, however many rows the store has. By default (``"auto"``) the
+window holds two tasks per worker thread of the cluster, so that every thread has work while
+finished blocks wait their turn, within :data:`PREFETCH_BYTES` of blocks.
 """
 
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import threading
 from collections import deque
@@ -26,9 +29,12 @@ from fgscale.plan import EpochPlan
 from fgscale.store import Store, open_store
 from fgscale.training import Batch
 
-__all__ = ["Prefetcher", "StoreSource"]
+__all__ = ["PREFETCH_BYTES", "Prefetcher", "StoreSource", "auto_window"]
 
 log = logging.getLogger(__name__)
+
+PREFETCH_BYTES = 2**30
+"""With ``prefetch="auto"``: the bytes of the blocks in flight at most (1 GiB)."""
 
 # Per worker process: the open store and its bank, keyed by (path, key). The key names the
 # store's state (see StoreSource), so a store rewritten at the same path is opened afresh.
@@ -96,13 +102,15 @@ class Prefetcher:
         self.size = size
         self.max_seen = 0
 
-    def map(self, func: Callable, args: Iterable[tuple]) -> Iterator:
-        """Yield ``func(*a)`` for each ``a`` in ``args``, in order, computed on the cluster."""
+    def map(self, func: Callable, args: Iterable[tuple], size: int | None = None) -> Iterator:
+        """Yield ``func(*a)`` for each ``a`` in ``args``, in order, computed on the cluster,
+        with at most ``size`` tasks in flight (default ``self.size``)."""
+        size = self.size if size is None else size
         args = iter(args)
         window: deque = deque()
         try:
             while True:
-                while len(window) < self.size:
+                while len(window) < size:
                     a = next(args, None)
                     if a is None:
                         break
@@ -119,6 +127,27 @@ class Prefetcher:
                 future.cancel()
 
 
+def check_prefetch(prefetch):
+    """``prefetch`` itself, if it is "auto" or an integer >= 1; else a ValueError."""
+    if isinstance(prefetch, str) and prefetch == "auto":
+        return prefetch
+    if not isinstance(prefetch, numbers.Integral) or isinstance(prefetch, bool) or prefetch < 1:
+        raise ValueError(f"prefetch must be 'auto' or an integer >= 1, got {prefetch!r}")
+    return int(prefetch)
+
+
+def auto_window(client, block_bytes: int) -> int:
+    """In-flight tasks for ``prefetch="auto"``: two per worker thread of the cluster (counted
+    now: an adaptive cluster may have grown), at most :data:`PREFETCH_BYTES` of blocks of
+    ``block_bytes``, and at least 2.
+
+    On 16 cores (15 thread workers, FG blocks of 200 x 27,080 float32), a fixed window of 4
+    kept 4 threads busy: 3,774 samples/s against 4,887 for one raw read of the rows.
+    """
+    threads = sum(client.nthreads().values())
+    return max(2, min(2 * threads, PREFETCH_BYTES // max(block_bytes, 1)))
+
+
 class StoreSource:
     """Batches and evaluation blocks of a store, computed on a Dask cluster.
 
@@ -132,8 +161,9 @@ class StoreSource:
     bank_key : str
         Identity of the bank (e.g. its parameters). With the time the store's metadata was
         last written, it keys the workers' caches: they reopen a store rewritten in place.
-    prefetch : int
-        Blocks in flight at most.
+    prefetch : int or "auto"
+        Blocks in flight at most; "auto" (the default): :func:`auto_window`, for each epoch's
+        batches and each evaluation pass.
     block_size : int, optional
         Rows per evaluation block; default the store's rows per shard (about 64 MiB). The
         central process holds up to ``prefetch + 1`` blocks: at HCP resolution, evaluating 2,000
@@ -142,21 +172,30 @@ class StoreSource:
     """
 
     def __init__(self, client, path, *, n_clusters: int = 0, bank_key: str = "",
-                 prefetch: int = 4, block_size: int | None = None):
+                 prefetch: int | str = "auto", block_size: int | None = None):
         self.path = str(Path(path).resolve())
         self.n_clusters = n_clusters
         self.key = f"{os.stat(Path(self.path) / 'zarr.json').st_mtime_ns}|{bank_key}"
-        if block_size is None:
-            block_size = int(zarr.open_group(self.path, mode="r").attrs["block_rows"])
-        self.block_size = block_size
-        self.prefetcher = Prefetcher(client, prefetch)
+        group = zarr.open_group(self.path, mode="r")
+        self.n_features = int(group["X"].shape[1])
+        self.block_size = int(group.attrs["block_rows"]) if block_size is None else block_size
+        self.prefetch = check_prefetch(prefetch)
+        self.prefetcher = Prefetcher(client, 4 if prefetch == "auto" else prefetch)
+
+    def _window(self, rows: int, width: int) -> int:
+        """Tasks in flight for blocks of ``rows`` x ``width`` float32."""
+        if self.prefetch == "auto":
+            return auto_window(self.prefetcher.client, 4 * rows * width)
+        return self.prefetch
 
     def batches(self, plan: EpochPlan) -> Iterator[Batch]:
         """The plan's minibatches, projected on the workers, in plan order."""
         groupings = plan.groupings if plan.groupings is not None else [None] * len(plan)
         args = ((self.path, rows, None if g is None else int(g), self.n_clusters, self.key)
                 for rows, g in zip(plan.batches, groupings, strict=True))
-        for (x, y), g in zip(self.prefetcher.map(load_batch, args), groupings, strict=True):
+        width = self.n_features if plan.groupings is None else self.n_clusters
+        size = self._window(max(map(len, plan.batches), default=1), width)
+        for (x, y), g in zip(self.prefetcher.map(load_batch, args, size), groupings, strict=True):
             yield Batch(x, y, None if g is None else int(g))
 
     def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -164,4 +203,5 @@ class StoreSource:
         rows = np.asarray(rows, dtype=np.int64)
         args = ((self.path, rows[i : i + self.block_size], self.key)
                 for i in range(0, rows.size, self.block_size))
-        yield from self.prefetcher.map(load_rows, args)
+        yield from self.prefetcher.map(load_rows, args,
+                                       self._window(self.block_size, self.n_features))

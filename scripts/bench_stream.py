@@ -66,7 +66,7 @@ def peak_rss_mb() -> float:
 
 
 def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
-               batch_size: int, prefetch: int, processes: bool) -> dict:
+               batch_size: int, prefetch: int, processes: bool, device: str) -> dict:
     """Two streamed FG epochs over the first ``n_rows`` rows (run in a fresh process): the
     first includes the ramp-up (cluster warm-up, the first block with nothing to overlap), the
     second is the steady state of a training run."""
@@ -81,9 +81,9 @@ def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
     rows = np.arange(n_rows)
     torch.manual_seed(0)
     model = build_model("logreg", store.n_features, len(store.classes),
-                        regularizer="feature_grouping", dropout=0.0)
+                        regularizer="feature_grouping", dropout=0.0).to(device)
     opt = make_optimizer(model, 1e-3)
-    bank_t = torch.as_tensor(bank)
+    bank_t = torch.as_tensor(bank, device=device)
     rss_before = peak_rss_mb()
     seconds = []
     with get_client(n_workers=n_workers, processes=processes,
@@ -94,7 +94,8 @@ def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
             plan = epoch_plan(rows, batch_size=batch_size, epoch=epoch, seed=0,
                               n_groupings=len(bank))
             start = time.perf_counter()
-            train_epoch(model, opt, source.batches(plan), bank=bank_t)
+            train_epoch(model, opt, source.batches(plan), bank=bank_t, device=device)
+            synchronize(device)
             seconds.append(time.perf_counter() - start)
         spilled = client.run(_spilled_keys)
     return {"rows": n_rows, "processes": processes, "seconds": seconds,
@@ -104,12 +105,18 @@ def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
             "max_in_flight": source.prefetcher.max_seen}
 
 
-def compute_bound(store, bank, model, opt, plan, k: int) -> tuple[float, str]:
+def synchronize(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def compute_bound(store, bank, model, opt, plan, k: int, device: str) -> tuple[float, str]:
     """Samples/s the work of streamed FG training allows on this machine's cores, with no
     overhead at all: the CPU time per row of the worker task (read and project, run here in
     the calling thread) and of its share of the central step (one torch thread), each measured
     alone; all cores busy with nothing else. The streamed epoch over this bound is the share of
-    the machine the pipeline turns into training, whatever the number of cores."""
+    the machine the pipeline turns into training, whatever the number of cores. On a GPU, the
+    central step's wall time per row bounds it too."""
     from fgscale.stream import load_batch
     from fgscale.training import Batch
 
@@ -126,11 +133,19 @@ def compute_bound(store, bank, model, opt, plan, k: int) -> tuple[float, str]:
                                                for b, g in pairs))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    step = cpu_per_row(lambda: train_epoch(model, opt, blocks, bank=torch.as_tensor(bank)))
+    bank_t = torch.as_tensor(bank, device=device)
+    train_epoch(model, opt, blocks[:2], bank=bank_t, device=device)  # GPU warm-up
+    synchronize(device)
+    wall = time.perf_counter()
+    step = cpu_per_row(lambda: (train_epoch(model, opt, blocks, bank=bank_t, device=device),
+                                synchronize(device)))
+    wall = (time.perf_counter() - wall) / sum(len(b) for b in plan.batches)
     torch.set_num_threads(threads)
     costs = (f"worker task {1e3 * worker:.3f} (of which the read {1e3 * read:.3f}), "
-             f"central step {1e3 * step:.3f} (batch {len(plan.batches[0])})")
-    return os.cpu_count() / (worker + step), costs
+             f"central step {1e3 * step:.3f} (batch {len(plan.batches[0])}, on {device}; "
+             f"wall {1e3 * wall:.3f})")
+    bound = os.cpu_count() / (worker + step)
+    return (bound if device == "cpu" else min(bound, 1 / wall)), costs
 
 
 def _spilled_keys(dask_worker) -> int:
@@ -143,7 +158,8 @@ def run_child(args, n_rows: int, processes: bool) -> dict:
            "--child-kind", "processes" if processes else "threads",
            "--rows", str(args.rows), "--p", str(args.p), "--n-workers", str(args.n_workers),
            "--memory-limit", args.memory_limit, "--batch-size", str(args.batch_size),
-           "--prefetch", str(args.prefetch), "--central-threads", str(args.central_threads or 0)]
+           "--prefetch", str(args.prefetch), "--central-threads", str(args.central_threads or 0),
+           "--device", args.device]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -156,10 +172,11 @@ def main() -> None:
     parser.add_argument("--n-workers", type=int, default=2)
     parser.add_argument("--memory-limit", default="1GiB")
     parser.add_argument("--batch-size", type=int, default=200)
-    parser.add_argument("--prefetch", type=int, default=4)
+    parser.add_argument("--prefetch", type=lambda v: v if v == "auto" else int(v), default="auto")
     parser.add_argument("--n-groupings", type=int, default=10)
     parser.add_argument("--central-threads", type=int, default=None,
                         help="torch threads of the central process (default: torch's)")
+    parser.add_argument("--device", default="cpu", help="torch device of the central model")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-kind", default="threads", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -169,7 +186,7 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(two_epochs(str(store_path), args.child, args.n_workers,
                                     args.memory_limit, args.batch_size, args.prefetch,
-                                    args.child_kind == "processes")))
+                                    args.child_kind == "processes", args.device)))
         return
 
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -235,17 +252,19 @@ def main() -> None:
     from fgscale.models import build_model
 
     model = build_model("logreg", store.n_features, len(store.classes),
-                        regularizer="feature_grouping", dropout=0.0)
+                        regularizer="feature_grouping", dropout=0.0).to(args.device)
     opt = make_optimizer(model, 1e-3)
     plan = epoch_plan(rows, batch_size=args.batch_size, epoch=0, seed=0, n_groupings=len(bank))
     start = time.perf_counter()
-    train_epoch(model, opt, MemorySource(X, y, bank).batches(plan), bank=torch.as_tensor(bank))
+    train_epoch(model, opt, MemorySource(X, y, bank).batches(plan),
+                bank=torch.as_tensor(bank, device=args.device), device=args.device)
+    synchronize(args.device)
     memory = rows.size / (time.perf_counter() - start)
-    bound, costs = compute_bound(store, bank, model, opt, plan, int(bank.max()) + 1)
+    bound, costs = compute_bound(store, bank, model, opt, plan, int(bank.max()) + 1, args.device)
 
     print(f"\n{args.n_workers} workers x {args.memory_limit}, batch {args.batch_size}, "
           f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}, "
-          f"central torch threads {torch.get_num_threads()}\n")
+          f"central model on {args.device}, central torch threads {torch.get_num_threads()}\n")
     print("| what | rows | samples/s | ratio to the rows read | ratio to the files read | "
           "ratio to the compute bound |")
     print("|---|---|---|---|---|---|")

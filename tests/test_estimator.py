@@ -125,6 +125,8 @@ def test_feature_grouping_helps_on_noisy_smooth_data():
     (dict(mask=np.ones(7, bool)), "mask has 7 voxels"),
     (dict(device="gpu"), "device must name a torch device"),
     (dict(device="cuda:99"), "'cuda:99'"),  # no GPU here, or fewer than 100
+    (dict(prefetch=0), "prefetch must be 'auto' or an integer >= 1, got 0"),
+    (dict(prefetch="all"), "prefetch must be"),
 ])
 def test_bad_parameters_are_named(rng, params, match):
     X, y, _ = smooth_problem(rng, n=20)
