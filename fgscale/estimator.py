@@ -175,8 +175,6 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         if self.early_stopping not in (True, False, "auto"):
             raise ValueError(f"early_stopping must be True, False or 'auto', got {self.early_stopping!r}")
         check_device(self.device)
-        from fgscale.stream import check_prefetch
-
         check_prefetch(self.prefetch)
 
     def _use_early_stopping(self) -> bool:
@@ -264,9 +262,9 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
             train, val = _validation_split(y_idx[rows], self.validation_fraction, seed)
             rows, val_rows = rows[train], rows[val]
         self.bank_ = bank
-        device = torch.device(self.device)
+        gpu = _cuda(self.device)
         # the caller's generators are left as they were, the GPU's too (dropout draws there)
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        with torch.random.fork_rng(devices=[] if gpu is None else [gpu]):
             torch.manual_seed(seed)
             self.model_ = build_model(self.model, self.n_features_in_, len(self.classes_),
                                       regularizer=self.regularizer, dropout=self.dropout,
@@ -344,6 +342,22 @@ def check_device(device) -> None:
             raise ValueError(f"device={str(device)!r}: this machine has {count} CUDA GPU(s)")
 
 
+def check_prefetch(prefetch):
+    """``prefetch`` itself, if it is "auto" or an integer >= 1; else a ValueError. Here, not
+    in :mod:`fgscale.stream`, so that checking an in-memory fit's parameters imports no zarr."""
+    if isinstance(prefetch, str) and prefetch == "auto":
+        return prefetch
+    if not isinstance(prefetch, numbers.Integral) or isinstance(prefetch, bool) or prefetch < 1:
+        raise ValueError(f"prefetch must be 'auto' or an integer >= 1, got {prefetch!r}")
+    return int(prefetch)
+
+
+def _cuda(device) -> torch.device | None:
+    """``device`` as a torch device if it is a GPU, else None."""
+    device = torch.device(device)
+    return device if device.type == "cuda" else None
+
+
 def _validation_split(y: np.ndarray, fraction: float, seed: int):
     """Split rows into training and validation, stratified when every class allows it."""
     rows = np.arange(len(y))
@@ -364,8 +378,7 @@ class _Run:
         self.history: list[dict] = []
         self.params = {k: repr(v) for k, v in estimator.get_params().items()
                        if k not in RUNTIME_PARAMS}
-        device = torch.device(estimator.device)
-        self.gpu = device if device.type == "cuda" else None  # its generator is checkpointed
+        self.gpu = _cuda(estimator.device)  # its generator is checkpointed
 
     @property
     def stopped_early(self) -> bool:

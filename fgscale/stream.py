@@ -13,7 +13,6 @@ finished blocks wait their turn, within :data:`PREFETCH_BYTES` of blocks.
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 import threading
 from collections import deque
@@ -127,15 +126,6 @@ class Prefetcher:
                 future.cancel()
 
 
-def check_prefetch(prefetch):
-    """``prefetch`` itself, if it is "auto" or an integer >= 1; else a ValueError."""
-    if isinstance(prefetch, str) and prefetch == "auto":
-        return prefetch
-    if not isinstance(prefetch, numbers.Integral) or isinstance(prefetch, bool) or prefetch < 1:
-        raise ValueError(f"prefetch must be 'auto' or an integer >= 1, got {prefetch!r}")
-    return int(prefetch)
-
-
 def auto_window(client, block_bytes: int) -> int:
     """In-flight tasks for ``prefetch="auto"``: two per worker thread of the cluster (counted
     now: an adaptive cluster may have grown), at most :data:`PREFETCH_BYTES` of blocks of
@@ -179,8 +169,11 @@ class StoreSource:
         group = zarr.open_group(self.path, mode="r")
         self.n_features = int(group["X"].shape[1])
         self.block_size = int(group.attrs["block_rows"]) if block_size is None else block_size
+        # the central process has the estimator loaded; workers never build a StoreSource
+        from fgscale.estimator import check_prefetch
+
         self.prefetch = check_prefetch(prefetch)
-        self.prefetcher = Prefetcher(client, 4 if prefetch == "auto" else prefetch)
+        self.prefetcher = Prefetcher(client)  # each pass sets its window: _window
 
     def _window(self, rows: int, width: int) -> int:
         """Tasks in flight for blocks of ``rows`` x ``width`` float32."""
