@@ -131,8 +131,9 @@ def auto_window(client, block_bytes: int) -> int:
     now: an adaptive cluster may have grown), at most :data:`PREFETCH_BYTES` of blocks of
     ``block_bytes``, and at least 2.
 
-    On 16 cores (15 thread workers, FG blocks of 200 x 27,080 float32), a fixed window of 4
-    kept 4 threads busy: 3,774 samples/s against 4,887 for one raw read of the rows.
+    On 16 cores (15 worker processes, FG blocks of 200 x 27,080 float32), a fixed window of 4
+    kept 4 workers busy: 2,713 samples/s, against 4,060 with this window and 4,772 for one raw
+    read of the rows (``scripts/bench_stream.py``). Thread workers did not gain (2,418-3,695).
     """
     threads = sum(client.nthreads().values())
     return max(2, min(2 * threads, PREFETCH_BYTES // max(block_bytes, 1)))
