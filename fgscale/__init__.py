@@ -1,34 +1,48 @@
 """fgscale: feature grouping as a stochastic regularizer, trained out-of-core on Dask and Zarr.
 
+The subpackages follow the data flow::
+
+    images      NIfTI files and cohort tables in, voxel maps out
+    store       the Zarr store (samples x in-mask voxels) and the conversion into it
+    grouping    ReNA, projections with a grouping, banks of groupings (in memory, on Dask)
+    training    minibatch plans, torch models, the training loop, the streamed source
+    estimators  the scikit-learn estimators
+    runs        run folders: checkpoints, metrics, weight maps; training and scoring on a store
+
 Public names are imported lazily, so that a Dask worker that only converts NIfTI files or
 builds groupings does not pay for importing torch.
 """
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("fgscale")
+except PackageNotFoundError:  # a source tree that was not installed
+    __version__ = "0+unknown"
 
 _EXPORTS = {
-    "FeatureGroupingClassifier": "fgscale.estimator",
+    "FeatureGroupingClassifier": "fgscale.estimators",
     "back_project": "fgscale.grouping",
     "project": "fgscale.grouping",
-    "grid_edges": "fgscale.rena",
-    "rena": "fgscale.rena",
-    "make_bank": "fgscale.bank",
+    "grid_edges": "fgscale.grouping",
+    "rena": "fgscale.grouping",
+    "make_bank": "fgscale.grouping",
+    "build_bank": "fgscale.grouping",
+    "load_bank": "fgscale.grouping",
+    "export_map": "fgscale.grouping",
     "Store": "fgscale.store",
     "StoreError": "fgscale.store",
     "open_store": "fgscale.store",
     "write_store": "fgscale.store",
-    "convert": "fgscale.convert",
-    "make_cohort": "fgscale.datasets",
-    "make_classification_volumes": "fgscale.datasets",
-    "unmask": "fgscale.nifti",
-    "load_img": "fgscale.nifti",
-    "build_bank": "fgscale.dask_bank",
-    "load_bank": "fgscale.dask_bank",
+    "convert": "fgscale.store",
+    "make_cohort": "fgscale.images",
+    "make_classification_volumes": "fgscale.images",
+    "unmask": "fgscale.images",
+    "load_img": "fgscale.images",
     "get_client": "fgscale.cluster",
-    "train_run": "fgscale.run",
-    "evaluate_run": "fgscale.run",
+    "train_run": "fgscale.runs",
+    "evaluate_run": "fgscale.runs",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -40,4 +54,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return __all__
+    return [*__all__, "__version__"]

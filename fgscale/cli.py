@@ -24,7 +24,7 @@ def _cmd_demo(args) -> int:
 
 def _cmd_bank(args) -> int:
     from fgscale.cluster import dashboard_link, get_client
-    from fgscale.dask_bank import build_bank
+    from fgscale.grouping._dask_bank import build_bank
 
     with get_client(**_cluster_kwargs(args)) as client:
         print(f"dashboard: {dashboard_link(client) or 'none'}")
@@ -43,7 +43,7 @@ def _cluster_kwargs(args) -> dict:
 
 
 def _cmd_train(args) -> int:
-    from fgscale.run import train_run
+    from fgscale.runs import train_run
 
     params = {"model": args.model, "regularizer": args.regularizer,
               "n_clusters": args.n_clusters, "n_groupings": args.n_groupings,
@@ -65,7 +65,7 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
-    from fgscale.run import evaluate_run
+    from fgscale.runs import evaluate_run
 
     metrics = evaluate_run(args.run, args.store, device=args.device, **_cluster_kwargs(args),
                            processes=args.worker_processes)
@@ -116,7 +116,7 @@ def _add_worker_kind_arg(p) -> None:
 
 
 def _cmd_convert(args) -> int:
-    from fgscale.convert import convert
+    from fgscale.store._convert import convert
 
     cohort = args.cohort[0] if len(args.cohort) == 1 and args.labels is None else args.cohort
     resample = args.resample
@@ -135,7 +135,7 @@ def _cmd_convert(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from fgscale.nifti import export_map
+    from fgscale.grouping._export import export_map
 
     img = export_map(args.store, args.out, values=args.npy, grouping=args.grouping,
                      omega=args.omega)

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 from fgscale.cluster import dashboard_link, get_client
-from fgscale.convert import convert
-from fgscale.dask_bank import build_bank
-from fgscale.datasets import make_cohort
-from fgscale.run import train_run
+from fgscale.grouping._dask_bank import build_bank
+from fgscale.images._synthetic import make_cohort
+from fgscale.runs import train_run
+from fgscale.store._convert import convert
 
 __all__ = ["run_demo"]
 

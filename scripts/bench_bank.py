@@ -1,7 +1,7 @@
 """Benchmark the distributed bank build against a serial loop of nilearn's ReNA.
 
 Data: a SYNTHETIC cohort on the HCP 2 mm grid (brain-shaped mask, p = 270,806 voxels) from
-:func:`fgscale.datasets.make_classification_volumes`, written once to a Zarr store (every 4th row
+:func:`fgscale.images.make_classification_volumes`, written once to a Zarr store (every 4th row
 is a test row). The bank is b groupings, each ReNA with k = p / 10 clusters on r = 50 bootstrap
 rows of the training rows.
 
@@ -9,7 +9,7 @@ Compared, on the same rows (the bootstrap rows of grouping i, read from the same
 
 - nilearn: ``nilearn.regions.ReNA(n_clusters=k, scaling=False)`` (its default ``n_iter=10``),
   one grouping after the other in this process, reads included;
-- fgscale: :func:`fgscale.dask_bank.build_bank` on a LocalCluster of 1 then 2 single-threaded
+- fgscale: :func:`fgscale.grouping.build_bank` on a LocalCluster of 1 then 2 single-threaded
   worker processes (cluster start and the workers' imports not counted; ``overwrite=True`` so
   every grouping is built).
 
@@ -29,10 +29,10 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale.bank import bootstrap_rows, grouping_seed
 from fgscale.cluster import get_client
-from fgscale.dask_bank import build_bank
-from fgscale.datasets import make_classification_volumes
+from fgscale.grouping._bank import bootstrap_rows, grouping_seed
+from fgscale.grouping._dask_bank import build_bank
+from fgscale.images._synthetic import make_classification_volumes
 from fgscale.store import StoreError, open_store, write_store
 
 
@@ -68,7 +68,7 @@ def nilearn_loop(store, n_groupings: int, n_bootstrap: int, k: int, seed: int) -
 
 def _warm_up() -> None:
     """Import the task's modules on a worker, so that the timing excludes imports."""
-    import fgscale.dask_bank  # noqa: F401
+    import fgscale.grouping._dask_bank  # noqa: F401
 
 
 def fgscale_bank(path: Path, n_workers: int, n_groupings: int, n_bootstrap: int, k: int,

@@ -1,10 +1,10 @@
-"""Benchmark ``fgscale.convert`` against plain nibabel on the same files.
+"""Benchmark ``fgscale.store._convert`` against plain nibabel on the same files.
 
 Usage::
 
     .venv/bin/python scripts/bench_convert.py [--n-files 480] [--grid 2mm] [--block-rows N]
 
-Writes a SYNTHETIC cohort (``fgscale.datasets.make_cohort``, .nii.gz) once into ``--cohort``,
+Writes a SYNTHETIC cohort (``fgscale.images.make_cohort``, .nii.gz) once into ``--cohort``,
 then reports files/s and MB/s (of float32 in-mask rows) for:
 
 - the baseline: ``nibabel.load(path).get_fdata()`` of every file, one process;
@@ -38,7 +38,7 @@ def baseline(paths) -> float:
 
 
 def timed_convert(csv_path, out, client, **kwargs) -> float:
-    from fgscale.convert import convert
+    from fgscale.store._convert import convert
 
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
@@ -50,7 +50,7 @@ def timed_convert(csv_path, out, client, **kwargs) -> float:
 
 def main() -> None:
     from fgscale.cluster import get_client
-    from fgscale.datasets import brain_mask, grid_geometry, make_cohort
+    from fgscale.images._synthetic import brain_mask, grid_geometry, make_cohort
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-files", type=int, default=480)
@@ -87,7 +87,7 @@ def main() -> None:
         for n_workers in (1, 2):
             # the cluster `fgscale convert` itself starts (fgscale's worker settings)
             clients[n_workers] = stack.enter_context(get_client(n_workers=n_workers))
-            clients[n_workers].run(__import__, "fgscale.convert")
+            clients[n_workers].run(__import__, "fgscale.store._convert")
             timed_convert(csv_path, scratch / "warm.zarr", clients[n_workers], mask=mask_path, **kw)
         for _ in range(args.repeat):
             runs = [baseline(paths),

@@ -1,4 +1,4 @@
-"""Benchmark fgscale.rena against nilearn.regions.ReNA on a brain-sized synthetic problem.
+"""Benchmark fgscale.grouping._rena against nilearn.regions.ReNA on a brain-sized synthetic problem.
 
 The mask is nilearn's MNI152 2 mm brain mask (shipped with nilearn, no download). The data are
 synthetic: white-noise volumes smoothed with a Gaussian filter, plus white noise. Both clusterings
@@ -20,7 +20,7 @@ from nilearn.datasets import load_mni152_brain_mask
 from nilearn.regions import ReNA
 from scipy.ndimage import gaussian_filter
 
-from fgscale.rena import rena
+from fgscale.grouping._rena import rena
 
 
 def brain_mask() -> np.ndarray:
@@ -96,7 +96,7 @@ def main() -> None:
           f"r = {args.samples}, k = {k}, held-out samples = 20, timing = median of {repeats}\n")
 
     rows = {}
-    for name, fn in [("fgscale.rena", run_ours), ("nilearn ReNA (n_iter=10)", run_nilearn)]:
+    for name, fn in [("fgscale.grouping._rena", run_ours), ("nilearn ReNA (n_iter=10)", run_nilearn)]:
         seconds, labels = timed(lambda fn=fn: fn(X, mask, k), repeats)
         rows[name] = (seconds, relative_error(held_out, labels), *size_stats(labels))
 

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from fgscale.grouping import project
-from fgscale.models import build_model
-from fgscale.training import make_optimizer
+from fgscale.grouping._projection import project
+from fgscale.training._loop import make_optimizer
+from fgscale.training._models import build_model
 
 
 def median_time(fn, repeats: int) -> float:

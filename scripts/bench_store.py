@@ -24,7 +24,7 @@ import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
 
-from fgscale.shards import ShardRowReader
+from fgscale.store._shards import ShardRowReader
 
 
 def layouts(n_rows: int, p: int, shard_rows: int) -> dict[str, dict]:

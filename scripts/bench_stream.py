@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fgscale.buffers import POOL
-from fgscale.plan import epoch_plan
 from fgscale.store import block_range, create_store, mark_complete, open_store, write_block
-from fgscale.training import MemorySource, make_optimizer, train_epoch
+from fgscale.store._buffers import POOL
+from fgscale.training._loop import MemorySource, make_optimizer, train_epoch
+from fgscale.training._plan import epoch_plan
 
 
 def make_store(path: Path, n: int, p: int, n_classes: int = 20) -> None:
@@ -71,9 +71,9 @@ def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
     first includes the ramp-up (cluster warm-up, the first block with nothing to overlap), the
     second is the steady state of a training run."""
     from fgscale.cluster import get_client
-    from fgscale.dask_bank import load_bank
-    from fgscale.models import build_model
-    from fgscale.stream import StoreSource
+    from fgscale.grouping._dask_bank import load_bank
+    from fgscale.training._models import build_model
+    from fgscale.training._stream import StoreSource
 
     store = open_store(store_path)
     bank, info = load_bank(store_path)
@@ -117,8 +117,8 @@ def compute_bound(store, bank, model, opt, plan, k: int, device: str) -> tuple[f
     alone; all cores busy with nothing else. The streamed epoch over this bound is the share of
     the machine the pipeline turns into training, whatever the number of cores. On a GPU, the
     central step's wall time per row bounds it too."""
-    from fgscale.stream import load_batch
-    from fgscale.training import Batch
+    from fgscale.training._loop import Batch
+    from fgscale.training._stream import load_batch
 
     def cpu_per_row(fn) -> float:
         start = time.process_time()  # all threads of the process
@@ -197,7 +197,7 @@ def main() -> None:
     print(f"SYNTHETIC store {store_path}: {store.n_samples} x {store.n_features} float32 "
           f"({size_gb:.1f} GB), ready in {time.perf_counter() - t:.0f} s")
     from fgscale.cluster import get_client
-    from fgscale.dask_bank import build_bank
+    from fgscale.grouping._dask_bank import build_bank
     with get_client(n_workers=args.n_workers) as client:
         build_bank(store_path, n_groupings=args.n_groupings, n_bootstrap=50, n_clusters=0.1,
                    seed=0, client=client, progress=False)
@@ -249,7 +249,7 @@ def main() -> None:
     X = store.read_rows(rows)
     y = store.y.astype(np.int64)
     torch.manual_seed(0)
-    from fgscale.models import build_model
+    from fgscale.training._models import build_model
 
     model = build_model("logreg", store.n_features, len(store.classes),
                         regularizer="feature_grouping", dropout=0.0).to(args.device)

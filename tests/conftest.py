@@ -20,7 +20,7 @@ def rng():
     return np.random.default_rng(0)
 
 
-# --- store fixtures (fgscale.datasets / fgscale.store) ---
+# --- store fixtures (fgscale.images._synthetic / fgscale.store) ---
 TINY_GRID = (12, 14, 12)  # 605 in-mask voxels: a whole synthetic cohort in milliseconds
 
 
@@ -30,7 +30,7 @@ def tiny_cohort(tmp_path_factory):
 
     Returns the cohort.csv path; treat the folder as read-only (copy it to modify files).
     """
-    from fgscale.datasets import make_cohort
+    from fgscale.images._synthetic import make_cohort
 
     return make_cohort(tmp_path_factory.mktemp("tiny_cohort"), n_samples=24, n_classes=3,
                        grid=TINY_GRID, n_subjects=4, snr_db=0.0, seed=0)
@@ -39,7 +39,7 @@ def tiny_cohort(tmp_path_factory):
 @pytest.fixture
 def tiny_store(tmp_path):
     """A complete store written from a SYNTHETIC in-memory cohort (40 rows, 4 classes)."""
-    from fgscale.datasets import make_classification_volumes
+    from fgscale.images._synthetic import make_classification_volumes
     from fgscale.store import write_store
 
     X, y, mask, affine = make_classification_volumes(40, 4, grid=TINY_GRID, n_subjects=5, seed=0)

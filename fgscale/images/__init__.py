@@ -1,0 +1,26 @@
+"""Images in, maps out: NIfTI files and cohort tables read and checked, voxel values put back
+on a grid as NIfTI, and SYNTHETIC cohorts generated for demos and tests.
+
+Nothing here imports torch or scikit-learn: conversion workers import this package.
+"""
+
+from fgscale.images._cohort import read_cohort
+from fgscale.images._nifti import (
+    ImageHeader,
+    load_img,
+    load_mask,
+    read_data,
+    read_header,
+    read_image,
+    unmask,
+)
+from fgscale.images._synthetic import (
+    brain_mask,
+    grid_geometry,
+    make_classification_volumes,
+    make_cohort,
+)
+
+__all__ = ["ImageHeader", "brain_mask", "grid_geometry", "load_img", "load_mask",
+           "make_classification_volumes", "make_cohort", "read_cohort", "read_data",
+           "read_header", "read_image", "unmask"]

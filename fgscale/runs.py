@@ -1,0 +1,269 @@
+"""Run folders: the one module that writes and reads the files of a training run.
+
+A run folder holds::
+
+    config.json      the estimator's parameters, the store, the fgscale/torch/Python versions
+    checkpoint.pt    model, optimiser, early-stopping and RNG state after the last epoch
+    metrics.jsonl    one JSON line per epoch (train loss, validation loss and accuracy)
+    estimator.pkl    the fitted estimator (without its bank), for ``fgscale evaluate``
+    weights.nii.gz   first-layer weights as a 4D NIfTI image on the store's grid (one
+                     volume per class for logistic regression, per hidden unit for the MLP)
+    final.json       test metrics on the store's test rows and the run's summary
+
+Every file is written under a temporary name and renamed (:func:`atomic_path`): a run killed
+mid-write keeps the previous version of each file.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import pickle
+import platform
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import torch
+
+from fgscale._params import check_device
+from fgscale.cluster import get_client
+from fgscale.estimators._classifier import FeatureGroupingClassifier, _cuda, _History
+from fgscale.images._nifti import unmask
+from fgscale.store._reader import open_store
+from fgscale.training._loop import evaluate
+from fgscale.training._stream import StoreSource
+
+__all__ = ["RunFolder", "atomic_path", "evaluate_run", "train_run"]
+
+log = logging.getLogger(__name__)
+
+# Parameters that do not change what a fit computes: a run may resume with other values
+# (max_epochs too, so that a finished run can be extended).
+RUNTIME_PARAMS = ("device", "scheduler", "prefetch", "max_epochs", "verbose")
+
+
+@contextmanager
+def atomic_path(path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success rename it to ``path``.
+
+    A crash mid-write leaves the previous file intact. The temporary name keeps the file's
+    suffixes (``.nii.gz``, ``.json``) so that writers that look at them still work.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{path.name}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _versions() -> dict:
+    try:
+        fgscale_version = version("fgscale")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        fgscale_version = "unknown"
+    return {"fgscale": fgscale_version, "torch": torch.__version__,
+            "python": platform.python_version()}
+
+
+class RunFolder:
+    """The files of one run folder (see the module docstring), read and written here only.
+
+    Parameters
+    ----------
+    path : str or Path
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def _write_json(self, obj, name: str) -> None:
+        with atomic_path(self / name) as tmp:
+            tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+
+    def start(self, params: dict, store, *, resume: bool) -> None:
+        """Check that a run may start (or resume) here, then write ``config.json``.
+
+        A folder with a run in it is refused unless ``resume``, and then only with the same
+        parameters, bar :data:`RUNTIME_PARAMS`.
+        """
+        config = self / "config.json"
+        if config.exists():
+            if not resume:
+                raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
+                                 "continue it or choose another --out")
+            saved = json.loads(config.read_text())["params"]
+            changed = sorted(k for k in params
+                             if k not in RUNTIME_PARAMS and saved.get(k) != params[k])
+            if changed:
+                raise ValueError(f"{self.path}: --resume with other parameters than the saved "
+                                 f"run ({', '.join(changed)}; see {config})")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._write_json({"params": params, "store": str(store.path.resolve()),
+                          "synthetic": bool(store.attrs.get("synthetic", False)),
+                          "versions": _versions()}, "config.json")
+
+    def checkpoints(self, estimator, optimizer, stopper) -> _Checkpoints:
+        """The estimator's per-epoch hook: a checkpoint and the metrics after every epoch."""
+        return _Checkpoints(self, estimator, optimizer, stopper)
+
+    def write_estimator(self, clf) -> None:
+        slim = copy.copy(clf)
+        slim.bank_ = None  # the bank is in the store; the model alone predicts
+        with atomic_path(self / "estimator.pkl") as tmp, open(tmp, "wb") as f:
+            pickle.dump(slim, f)
+
+    def read_estimator(self):
+        path = self / "estimator.pkl"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no trained estimator (run fgscale train first)")
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+    def write_weights(self, weight, store) -> Path:
+        """First-layer weights ``weight`` (n_outputs, n_features) as a NIfTI on the store's grid."""
+        path = self / "weights.nii.gz"
+        with atomic_path(path) as tmp:
+            unmask(weight, store.mask, store.affine).to_filename(tmp)
+        return path
+
+    def write_final(self, summary: dict) -> None:
+        self._write_json(summary, "final.json")
+
+
+class _Checkpoints(_History):
+    """Checkpoints and per-epoch metrics of one fit in a run folder."""
+
+    def __init__(self, folder: RunFolder, estimator, optimizer, stopper):
+        super().__init__(estimator, optimizer, stopper)
+        self.folder = folder
+        self.params = {k: repr(v) for k, v in estimator.get_params().items()
+                       if k not in RUNTIME_PARAMS}
+        self.gpu = _cuda(estimator.device)  # its generator is checkpointed
+
+    def resume(self) -> int:
+        """Load the checkpoint if there is one; return the first epoch left to run."""
+        path = self.folder / "checkpoint.pt"
+        if not path.exists():
+            return 0
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state["params"] != self.params:
+            changed = sorted(k for k in self.params if state["params"].get(k) != self.params[k])
+            raise ValueError(f"{path}: saved with other parameters ({', '.join(changed)}); "
+                             "use a new run folder")
+        self.estimator.model_.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.stopper is not None:
+            self.stopper.load_state_dict(state["stopper"])
+        torch.set_rng_state(state["rng"])
+        if state.get("cuda_rng") is not None and self.gpu is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"], self.gpu)
+        self.history = state["history"]
+        log.info("resumed %s after epoch %d", self.folder.path, state["epoch"])
+        return state["epoch"] + 1
+
+    def epoch_end(self, metrics: dict) -> None:
+        super().epoch_end(metrics)
+        cuda_rng = None if self.gpu is None else torch.cuda.get_rng_state(self.gpu)
+        state = {"epoch": metrics["epoch"], "model": self.estimator.model_.state_dict(),
+                 "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
+                 "cuda_rng": cuda_rng,
+                 "stopper": None if self.stopper is None else self.stopper.state_dict(),
+                 "history": self.history, "params": self.params}
+        with atomic_path(self.folder / "checkpoint.pt") as tmp:
+            torch.save(state, tmp)
+        with atomic_path(self.folder / "metrics.jsonl") as tmp:
+            tmp.write_text("".join(json.dumps(h) + "\n" for h in self.history))
+
+
+def train_run(store_path, out, *, params: dict | None = None, resume: bool = False,
+              client=None, **cluster) -> dict:
+    """Train a :class:`FeatureGroupingClassifier` on a store, streaming, into a run folder.
+
+    Parameters
+    ----------
+    store_path : str or Path
+        A complete store.
+    out : str or Path
+        The run folder. An existing run is refused unless ``resume``: then the checkpoint
+        is continued, and the run ends with the parameters of an uninterrupted one.
+    params : dict, optional
+        Estimator parameters (``model``, ``regularizer``, ``random_state``...).
+    resume : bool, default=False
+    client : distributed.Client, optional
+    **cluster
+        Else, arguments of :func:`fgscale.cluster.get_client` (``scheduler``,
+        ``scheduler_file``, ``n_workers``...): default an embedded LocalCluster of thread
+        workers (``processes=False``), the fastest hand-over of blocks on one machine.
+
+    Returns
+    -------
+    summary : dict
+        Test metrics (on the store's test rows), epochs run, seconds, paths of the outputs.
+    """
+    folder = RunFolder(out)
+    clf = FeatureGroupingClassifier(**(params or {}))
+    clf._check_params()  # a bad parameter (or a GPU this machine lacks) stops before any write
+    params = json.loads(json.dumps(clf.get_params(), default=str))  # every parameter, as saved
+    store = open_store(store_path)
+    folder.start(params, store, resume=resume)
+    start = time.perf_counter()
+    with get_client(client=client, **{"processes": False, **cluster}) as client:
+        clf._fit_store(store.path, client, folder.checkpoints)
+        test = _evaluate(clf, store, client)
+    seconds = time.perf_counter() - start
+    folder.write_estimator(clf)
+    weights = folder.write_weights(clf.model_.first.weight.detach().cpu().numpy(), store)
+    summary = {"test": test, "epochs": len(clf.history_), "seconds": round(seconds, 2),
+               "n_clusters": clf.n_clusters_, "run": str(folder.path), "weights": str(weights)}
+    folder.write_final(summary)
+    return summary
+
+
+def _evaluate(clf: FeatureGroupingClassifier, store, client) -> dict:
+    rows = store.test_rows()
+    if rows.size == 0:
+        log.warning("%s has no test rows: no test metrics", store.path)
+        return {"loss": None, "accuracy": None, "n": 0}
+    if list(clf.classes_) != list(store.classes):
+        raise ValueError(f"{store.path}: classes {list(store.classes)} differ from the run's "
+                         f"{list(clf.classes_)}")
+    source = StoreSource(client, store.path, prefetch=clf.prefetch)
+    return evaluate(clf._placed_model(), source.blocks(rows), device=clf.device)
+
+
+def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
+                 **cluster) -> dict:
+    """Score a trained run on a store's test rows, streamed; returns loss, accuracy, n.
+
+    ``device`` is the torch device to evaluate on; by default the run's own, or the CPU
+    where this machine has no such device (a run trained on a GPU node, scored on a login
+    node).
+    """
+    clf = RunFolder(run_dir).read_estimator()
+    if device is None:
+        device = clf.device
+        try:
+            check_device(device)
+        except ValueError as exc:
+            log.warning("%s: evaluating on the CPU", exc)
+            device = "cpu"
+    else:
+        check_device(device)
+    clf.set_params(device=device)
+    store = open_store(store_path)
+    if store.n_features != clf.n_features_in_:
+        raise ValueError(f"{store.path}: {store.n_features} features, the run was trained on "
+                         f"{clf.n_features_in_}")
+    with get_client(client=client, **{"processes": False, **cluster}) as client:
+        return _evaluate(clf, store, client)

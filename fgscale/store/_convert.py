@@ -1,0 +1,321 @@
+"""Convert a NIfTI cohort (3D maps or 4D series) into an fgscale store, as Dask tasks.
+
+Steps, each checked before the next so that bad input fails before anything is written:
+
+1. read the cohort table (CSV/TSV with ``path``, ``label`` and optional ``group``, ``split``; or
+   file globs plus labels) and every file's header: missing or unreadable files, bad labels and
+   grids that do not match the mask are reported with the file's name;
+2. choose the grid (the mask's, the first image's, or a resampled one) and the mask (given,
+   computed as "finite and non-zero in every image" by Dask tasks, or both intersected);
+3. create the store (``done`` flags all 0, ``complete`` false) and convert it block by block:
+   task i reads the files of rows ``[i * block_rows, (i + 1) * block_rows)``, masks them and
+   writes shard i of ``X`` (its own object: no two tasks share a chunk), then sets ``done[i]``;
+4. mark the store complete and record a summary.
+
+Resuming: the store records a fingerprint of the inputs and arguments. Re-running with the
+same ones skips the blocks whose ``done`` flag is set and completes the store; on a complete
+store it does nothing. Zarr's LocalStore writes every object atomically (temporary file, then
+rename) and a flag is set only after its shard, so a killed run leaves whole shards and true
+flags only; a block interrupted mid-way has no flag and is rewritten whole. Different inputs
+on an existing store are refused rather than overwritten. The NaN policy is not part of the
+fingerprint: a block written under either policy had no NaN, so after fixing a file (or
+choosing ``nan="zero"``) the re-run resumes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+from nibabel.processing import resample_from_to, vox2out_vox
+
+from fgscale.cluster import get_client
+from fgscale.images._cohort import read_cohort
+from fgscale.images._nifti import load_img, load_mask, read_header, read_image
+from fgscale.store._layout import block_range, create_store, mark_complete, write_block_rows
+from fgscale.store._reader import Store, open_group_checked, open_store
+from fgscale.store._shards import StoreError
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------- grid and mask
+
+def _target_grid(entries, headers, mask_img, resample):
+    """Grid (shape, affine) of the store, and whether images must be resampled."""
+    reference = mask_img if mask_img is not None else headers[0]
+    if resample is None or resample == "mask":
+        if resample == "mask" and mask_img is None:
+            raise ValueError("resample='mask' needs a mask image")
+        grid = (tuple(reference.shape[:3]), reference.affine)
+        if resample is None:
+            for e, img in zip(entries, headers, strict=True):
+                if img.shape[:3] != grid[0] or not np.allclose(img.affine, grid[1], atol=1e-4):
+                    raise ValueError(
+                        f"{e['path']}: grid {img.shape[:3]} with affine "
+                        f"{np.round(img.affine, 4).tolist()} does not match the "
+                        f"{'mask' if mask_img is not None else 'first image'}'s grid {grid[0]} "
+                        f"with affine {np.round(grid[1], 4).tolist()} (pass --resample)")
+        return grid, resample == "mask"
+    mm = float(resample)
+    if not mm > 0:
+        raise ValueError(f"resample must be a positive voxel size in mm or 'mask', got {resample}")
+    shape, affine = vox2out_vox((reference.shape[:3], reference.affine), (mm, mm, mm))
+    return (tuple(int(s) for s in shape), affine), True
+
+
+def _mask_block(sources, grid, resampled: bool) -> np.ndarray:
+    """Dask task: voxels finite and non-zero in every given volume, shape grid_shape, bool."""
+    mask = np.ones(grid[0], bool)
+    for vol in _iter_volumes(sources, grid, resampled):
+        mask &= np.isfinite(vol) & (vol != 0)
+    return mask
+
+
+def _iter_volumes(sources, grid, resampled: bool):
+    """Yield each (path, volume) of ``sources`` as a float32 array on the grid."""
+    cached_path, data = None, None
+    for path, volume in sources:
+        if path != cached_path:  # rows of a 4D file are consecutive: read it once per block
+            img, data = read_image(path)
+            cached_path = path
+        vol = data if data.ndim == 3 else data[..., volume]
+        if resampled:
+            vol = resample_from_to(nib.Nifti1Image(vol, img.affine), grid, order=1).get_fdata(
+                dtype=np.float32)
+        yield vol
+
+
+@functools.lru_cache(maxsize=4)
+def _store_mask(out: str, fingerprint: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mask of the store being written (read once per worker process and conversion), and
+    the flat positions of its voxels, in the mask's C order, in a C- and an F-ordered volume."""
+    import zarr
+
+    mask = zarr.open_group(out, mode="r")["mask"][:]
+    voxels = np.nonzero(mask)
+    return (mask, np.ravel_multi_index(voxels, mask.shape, order="C"),
+            np.ravel_multi_index(voxels, mask.shape, order="F"))
+
+
+def _masked(vol: np.ndarray, mask, c_index, f_index, out: np.ndarray) -> np.ndarray:
+    """``vol[mask]`` written into ``out``: a gather by flat index where ``vol`` is contiguous
+    (NIfTI data is F-ordered), 1.1-1.5x faster than boolean indexing across the memory order
+    (1.16 against 1.32 ms a 2 mm volume fresh from decompression, 0.35 against 0.53 ms hot)."""
+    if vol.flags.f_contiguous:
+        return np.take(vol.ravel(order="F"), f_index, out=out)
+    if vol.flags.c_contiguous:
+        return np.take(vol.ravel(order="C"), c_index, out=out)
+    out[:] = vol[mask]
+    return out
+
+
+def _convert_block(out: str, fingerprint: str, block: int, sources, grid, resampled: bool,
+                   nan: str) -> dict:
+    """Dask task: convert the files of one block into its shard of ``X``, a row at a time."""
+    start_time = time.perf_counter()
+    mask, c_index, f_index = _store_mask(out, fingerprint)
+    row = np.empty(c_index.size, np.float32)  # every row goes through it, hot in the cache
+
+    def rows():
+        for (path, volume), vol in zip(sources, _iter_volumes(sources, grid, resampled),
+                                       strict=True):
+            _masked(vol, mask, c_index, f_index, out=row)
+            if not np.isfinite(row).all():
+                bad = ~np.isfinite(row)
+                if nan != "zero":
+                    raise ValueError(f"{path} (volume {volume}): {int(bad.sum())} NaN/inf "
+                                     "values inside the mask; fix the file or convert with "
+                                     "--nan zero")
+                row[bad] = 0.0
+            yield row
+
+    write_block_rows(out, block, rows())
+    return {"block": block, "rows": len(sources), "bytes": len(sources) * row.nbytes,
+            "seconds": time.perf_counter() - start_time}
+
+
+# ---------------------------------------------------------------- the conversion
+
+def _fingerprint(rows, mask, resample, block_rows, intersect_mask) -> str:
+    mask_digest = None if mask is None else (
+        hashlib.sha256(Path(mask).read_bytes()).hexdigest() if isinstance(mask, (str, Path))
+        else hashlib.sha256(np.asarray(mask.dataobj).tobytes()).hexdigest())
+    key = json.dumps([rows, mask_digest, resample, block_rows, intersect_mask])
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _run_tasks(client, func, args_list, progress, total, unit, initial=0):
+    """Submit one task per args, gather results with a progress bar; raise the first error
+    only after every other task has finished (so their work is kept)."""
+    from distributed import as_completed
+    from tqdm.auto import tqdm
+
+    futures = [client.submit(func, *args, pure=False) for args in args_list]
+    results, errors = [], []
+    with tqdm(total=total, initial=initial, unit=unit, disable=not progress) as bar:
+        for future in as_completed(futures):
+            if future.status == "error":
+                errors.append(future)
+                continue
+            result = future.result()
+            results.append(result)
+            bar.update(result["rows"] if isinstance(result, dict) else 1)
+    if errors:
+        errors[0].result()  # re-raises the worker's exception, naming the file
+    return results
+
+
+def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels=None,
+            classes=None, intersect_mask: bool = False, client=None, scheduler: str | None = None,
+            scheduler_file=None, n_workers: int | None = None, block_rows: int | None = None,
+            progress: bool = True) -> Store:
+    """Convert a NIfTI cohort into a complete fgscale store (resumable).
+
+    Parameters
+    ----------
+    cohort : str or Path or list of str
+        Cohort table (``.csv``/``.tsv``: path, label[, group][, split]) or files / globs.
+        A 4D file gives one row per volume.
+    out : str or Path
+        Store directory.
+    mask : str, Path or nibabel image, optional
+        Mask image (resampled to the grid, nearest neighbour, if needed). Default: computed
+        from the data (voxels finite and non-zero in every image).
+    resample : float or "mask", optional
+        Resample every image (linear) to this voxel size in mm, or to the mask's grid.
+    nan : {"error", "zero"}
+        What to do with NaN/inf inside the mask.
+    labels : list of str or path, optional
+        Labels for a list of files / globs (one per file, sorted order).
+    classes : list of str, optional
+        Allowed labels in class-index order (others are an error); default sorted labels.
+    intersect_mask : bool
+        With ``mask``: also compute the data mask and keep the intersection.
+    client : distributed.Client, optional
+        Existing client; else ``scheduler`` is connected to, else a LocalCluster is started.
+    scheduler, scheduler_file : str, optional
+        Address, or scheduler file, of a running Dask cluster.
+    n_workers : int, optional
+        LocalCluster workers (default: one per core).
+    block_rows : int, optional
+        Rows per task and per shard of ``X`` (default from the row size).
+    progress : bool
+
+    Returns
+    -------
+    store : Store
+    """
+    if nan not in ("error", "zero"):
+        raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
+    if resample not in (None, "mask"):
+        resample = float(resample)
+    out = Path(out)
+    t0 = time.perf_counter()
+    entries = read_cohort(cohort, labels, classes)
+    headers = [read_header(e["path"]) for e in entries]
+    rows = [(str(Path(e["path"]).resolve()), v, e["label"], e["group"], e["split"])
+            for e, img in zip(entries, headers, strict=True)
+            for v in range(img.shape[3] if img.ndim == 4 else 1)]
+    mask_img = None if mask is None else load_img(mask)
+    grid, resampled = _target_grid(entries, headers, mask_img, resample)
+    grid = (tuple(grid[0]), np.asarray(grid[1]).tolist())
+    fingerprint = _fingerprint(rows, mask, resample, block_rows, intersect_mask)
+
+    g = None
+    if out.exists():
+        g = open_group_checked(out, "r+")
+        if g.attrs.get("params", {}).get("fingerprint") != fingerprint:
+            raise StoreError(f"{out}: exists and was made from other inputs or arguments; remove "
+                             "it or choose another --out")
+        if g.attrs.get("complete"):
+            log.info("%s is already complete; nothing to do", out)
+            return open_store(out)
+        log.info("resuming the conversion into %s", out)
+    sources = [(r[0], r[1]) for r in rows]
+    with get_client(scheduler, scheduler_file=scheduler_file, n_workers=n_workers,
+                    client=client) as c:
+        if g is None:
+            store_mask = _final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
+                                     progress)
+            names = list(classes) if classes is not None else sorted({r[2] for r in rows})
+            synthetic = _is_synthetic(cohort)
+            g = create_store(
+                out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),
+                y=np.array([names.index(r[2]) for r in rows]), classes=names,
+                source=[r[0] for r in rows], volume=[r[1] for r in rows],
+                groups=[r[3] for r in rows], split=[r[4] for r in rows],
+                block_rows=block_rows,
+                attrs={"synthetic": synthetic, "params": {
+                    "fingerprint": fingerprint, "cohort": str(cohort), "mask": _describe(mask),
+                    "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
+                    "n_files": len(entries)}})
+        n_rows, step = len(rows), g.attrs["block_rows"]
+        done = g["done"][:]
+        todo = np.flatnonzero(done == 0)
+        args = [(str(out), fingerprint, int(b), sources[slice(*block_range(b, step, n_rows))],
+                 grid, resampled, nan) for b in todo]
+        already = n_rows - sum(len(a[3]) for a in args)
+        results = _run_tasks(c, _convert_block, args, progress, n_rows, "rows", already)
+        n_workers_used = len(c.nthreads())
+    seconds = time.perf_counter() - t0
+    n_features = int(g["X"].shape[1])
+    written = sum(r["bytes"] for r in results)
+    summary = {"n_samples": n_rows, "n_features": n_features, "bytes": n_rows * n_features * 4,
+               "bytes_written_this_run": written, "blocks_skipped": int(done.sum()),
+               "seconds": round(seconds, 3), "n_workers": n_workers_used,
+               "task_seconds": round(sum(r["seconds"] for r in results), 3),
+               "mb_per_s": round(written / 1e6 / max(seconds, 1e-9), 2),
+               "rows_per_s": round(sum(r["rows"] for r in results) / max(seconds, 1e-9), 2)}
+    mark_complete(out, summary=summary)
+    log.info("converted %d rows x %d voxels (%.1f MB) in %.1f s", n_rows, n_features,
+             summary["bytes"] / 1e6, seconds)
+    return open_store(out)
+
+
+def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress) -> np.ndarray:
+    """The store's mask: given (put on the grid), computed from the data, or both intersected."""
+    given = None
+    if mask_img is not None:
+        given, affine = load_mask(mask_img)
+        if given.shape != tuple(grid[0]) or not np.allclose(affine, grid[1], atol=1e-4):
+            img = nib.Nifti1Image(given.astype(np.float32), affine)
+            given = resample_from_to(img, grid, order=0).get_fdata() > 0.5
+            if not given.any():
+                raise ValueError(f"{_describe(mask_img)}: the mask is empty on the target grid")
+        if not intersect:
+            return given
+    step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
+    parts = [sources[i:i + step] for i in range(0, len(sources), step)]
+    partial = _run_tasks(client, _mask_block, [(p, grid, resampled) for p in parts],
+                         progress, len(parts), "blocks")
+    computed = np.logical_and.reduce(partial)
+    final = computed if given is None else computed & given
+    if not final.any():
+        raise ValueError("the mask is empty: no voxel is finite and non-zero in every image"
+                         + (" and inside the given mask" if given is not None else ""))
+    return final
+
+
+def _describe(mask) -> str | None:
+    if mask is None:
+        return None
+    if isinstance(mask, (str, Path)):
+        return str(mask)
+    return str(mask.get_filename() or "<in-memory mask image>")
+
+
+def _is_synthetic(cohort) -> bool:
+    """True when the cohort table comes from :func:`fgscale.images.make_cohort`."""
+    if not isinstance(cohort, (str, Path)):
+        return False
+    sidecar = Path(cohort).with_suffix(".json")
+    try:
+        return bool(json.loads(sidecar.read_text()).get("synthetic", False))
+    except (OSError, ValueError, AttributeError):
+        return False

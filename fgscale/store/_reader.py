@@ -1,0 +1,221 @@
+"""Reading a complete fgscale store: :class:`Store` and :func:`open_store`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import zarr
+
+from fgscale.store._buffers import POOL
+from fgscale.store._shards import ShardRowReader, StoreError
+
+__all__ = ["Store", "open_group_checked", "open_store"]
+
+FORMAT_VERSION = 1
+
+
+def _read_str(array: zarr.Array) -> np.ndarray:
+    return np.asarray(array[:].tolist(), dtype=str)
+
+
+class Store:
+    """Read view over a complete fgscale store; use :func:`open_store` to build one.
+
+    Attributes
+    ----------
+    path : Path
+    X : zarr.Array of shape (n_samples, n_features), float32
+    y : ndarray of shape (n_samples,), int32
+    classes : ndarray of shape (n_classes,), str
+    split, groups, source : ndarray of shape (n_samples,), str
+    volume : ndarray of shape (n_samples,), int32
+    mask : ndarray of shape grid_shape, bool
+    affine : ndarray of shape (4, 4)
+    n_samples, n_features, block_rows : int
+    attrs : dict
+        Group attributes: ``params`` of the conversion, ``synthetic``, ``summary``...
+    """
+
+    def __init__(self, path: Path, group: zarr.Group):
+        self.path = path
+        self.group = group
+        self.X = group["X"]
+        self.y = group["y"][:]
+        self.classes = _read_str(group["classes"])
+        self.split = _read_str(group["split"])
+        self.groups = _read_str(group["group"])
+        self.source = _read_str(group["source"])
+        self.volume = group["volume"][:]
+        self.mask = group["mask"][:]
+        self.affine = group["affine"][:]
+        self.attrs = dict(group.attrs)
+        self.n_samples, self.n_features = self.X.shape
+        self.block_rows = int(self.attrs["block_rows"])
+        self._reader = ShardRowReader.from_array(self.X)
+
+    def __repr__(self) -> str:
+        return (f"Store({str(self.path)!r}, n_samples={self.n_samples}, "
+                f"n_features={self.n_features}, classes={len(self.classes)})")
+
+    def _check_rows(self, rows) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.n_samples):
+            raise IndexError(f"{self.path}: rows must be in [0, {self.n_samples}), "
+                             f"got {rows.min()}..{rows.max()}")
+        return rows
+
+    def read_rows(self, rows, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows of ``X`` in the order given (duplicates allowed).
+
+        Parameters
+        ----------
+        rows : array-like of shape (m,), int
+        out : ndarray of shape (m, n_features), float32, optional
+            A C-contiguous array to read into (e.g. from :data:`fgscale.store.POOL`, whose
+            recycled memory skips the page faults of a fresh array: sequential blocks read
+            1.6x faster); default a new array.
+
+        Returns
+        -------
+        X_rows : ndarray of shape (m, n_features), float32
+            ``out`` when given.
+        """
+        rows = self._check_rows(rows)
+        shape = (rows.size, self.n_features)
+        if out is None:
+            out = np.empty(shape, np.float32)
+        elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}, "
+                             f"got {out.dtype} {out.shape}")
+        if rows.size == 0:
+            return out
+        # Each row is read once, shard by shard in storage order, straight to its place in
+        # ``out``; a row asked for again is copied from its first place.
+        uniq, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+        if self._reader is not None:
+            self._reader.read(uniq, out, first)
+        else:
+            out[first] = np.stack([self.X[int(r)] for r in uniq])
+        again = np.flatnonzero(first[inverse] != np.arange(rows.size))
+        out[again] = out[first[inverse[again]]]
+        return out
+
+    def iter_rows(self, rows) -> Iterator[tuple[int, np.ndarray]]:
+        """Visit rows one at a time, each read into the same small buffer.
+
+        Rows are visited in storage order, each shard once, which is what makes this cheaper
+        than :meth:`read_rows` for work that reduces each row at once (projecting it with a
+        grouping): the batch is never gathered whole in memory, and the row being reduced stays
+        in the CPU cache.
+
+        Parameters
+        ----------
+        rows : array-like of shape (m,), int
+            Any order, duplicates allowed.
+
+        Yields
+        ------
+        i : int
+            Position in ``rows``.
+        row : ndarray of shape (n_features,), float32
+            Valid only until the next item is yielded: copy it to keep it.
+        """
+        rows = self._check_rows(rows)
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        first = np.searchsorted(inverse[order], np.arange(uniq.size + 1))
+        if self._reader is not None:
+            views = self._reader.each_row(uniq, POOL.empty((self.n_features,)))
+        else:
+            views = ((j, row) for start in range(0, uniq.size, self.block_rows)
+                     for j, row in enumerate(self.read_rows(uniq[start:start + self.block_rows]),
+                                             start))
+        for j, row in views:
+            for i in order[first[j]:first[j + 1]]:
+                yield int(i), row
+
+    def iter_blocks(self, rows=None, block_size: int | None = None
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Iterate over rows in sequential, shard-aligned blocks.
+
+        Parameters
+        ----------
+        rows : array-like of int, optional
+            Rows to visit (sorted and deduplicated); default all rows.
+        block_size : int, optional
+            Rows per block, rounded up to whole shards; default one shard.
+
+        Yields
+        ------
+        row_indices : ndarray of shape (m,), int64
+        X_block : ndarray of shape (m, n_features), float32
+        """
+        span = self.block_rows * max(1, -(-(block_size or self.block_rows) // self.block_rows))
+        rows = (np.arange(self.n_samples, dtype=np.int64) if rows is None
+                else np.unique(np.asarray(rows, dtype=np.int64)))
+        for part in np.split(rows, np.flatnonzero(np.diff(rows // span)) + 1):
+            if part.size:  # recycled memory: 1.6x faster than fresh arrays (fgscale.store._buffers)
+                yield part, self.read_rows(part, out=POOL.empty((part.size, self.n_features)))
+
+    def train_rows(self) -> np.ndarray:
+        """Rows whose split is "train" or unassigned, shape (n_train,), int64."""
+        return np.flatnonzero(self.split != "test").astype(np.int64)
+
+    def test_rows(self) -> np.ndarray:
+        """Rows whose split is "test", shape (n_test,), int64."""
+        return np.flatnonzero(self.split == "test").astype(np.int64)
+
+    def mask_img(self) -> nib.Nifti1Image:
+        """The mask as a uint8 NIfTI image on the store's grid."""
+        return nib.Nifti1Image(self.mask.astype(np.uint8), self.affine)
+
+
+def open_group_checked(path, mode: str = "r") -> zarr.Group:
+    """Open an fgscale store group and check its format version (complete or not)."""
+    path = Path(path)
+    if not path.exists():
+        raise StoreError(f"{path}: no such store (create one with fgscale convert)")
+    try:
+        g = zarr.open_group(str(path), mode=mode)
+    except Exception as exc:  # zarr raises several types for a foreign directory
+        raise StoreError(f"{path}: not a Zarr group ({exc})") from exc
+    version = g.attrs.get("fgscale_format_version")
+    if version is None or "X" not in g:
+        raise StoreError(f"{path}: not an fgscale store (no fgscale_format_version attribute)")
+    if version != FORMAT_VERSION:
+        raise StoreError(f"{path}: store format version {version}, this fgscale reads "
+                         f"version {FORMAT_VERSION}; re-run fgscale convert")
+    return g
+
+
+def open_store(path, mode: str = "r") -> Store:
+    """Open a complete store.
+
+    Parameters
+    ----------
+    path : str or Path
+    mode : {"r", "r+"}
+        "r+" lets a caller add arrays (the bank) to the group.
+
+    Returns
+    -------
+    store : Store
+
+    Raises
+    ------
+    StoreError
+        If the path is missing, not an fgscale store, of another format version, or not
+        marked complete.
+    """
+    if mode not in ("r", "r+"):
+        raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
+    path = Path(path)
+    g = open_group_checked(path, mode)
+    if not g.attrs.get("complete", False):
+        done = g["done"][:]
+        raise StoreError(f"{path}: store is not complete ({int(done.sum())} of {done.size} "
+                         "blocks written); re-run fgscale convert to finish it")
+    return Store(path, g)

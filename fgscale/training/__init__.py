@@ -1,0 +1,22 @@
+"""Training: seeded minibatch plans, torch models with a grouped first layer, the training
+loop fed by any batch source, and the streamed source (Dask workers read and project rows).
+"""
+
+from fgscale.training._loop import (
+    Batch,
+    EarlyStopping,
+    MemorySource,
+    evaluate,
+    fit,
+    make_optimizer,
+    predict_logits,
+    train_epoch,
+)
+from fgscale.training._models import MLP, GroupedLinear, LogisticRegression, build_model
+from fgscale.training._plan import EpochPlan, epoch_plan
+from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window
+
+__all__ = ["MLP", "PREFETCH_BYTES", "Batch", "EarlyStopping", "EpochPlan", "GroupedLinear",
+           "LogisticRegression", "MemorySource", "Prefetcher", "StoreSource", "auto_window",
+           "build_model", "epoch_plan", "evaluate", "fit", "make_optimizer", "predict_logits",
+           "train_epoch"]

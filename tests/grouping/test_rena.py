@@ -1,0 +1,261 @@
+"""Tests for fgscale.grouping._rena: exact k, connected clusters, determinism, errors, nilearn quality."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import ndimage
+from scipy.sparse import csgraph
+
+from fgscale.grouping._rena import grid_edges, rena
+
+
+def _largest_component(mask):
+    labelled, n = ndimage.label(mask)  # face connectivity, as grid_edges
+    if n == 0:
+        return mask
+    sizes = np.bincount(labelled.ravel())[1:]
+    return labelled == 1 + np.argmax(sizes)
+
+
+def _random_mask(seed, shape):
+    rng = np.random.default_rng(seed)
+    mask = _largest_component(rng.random(shape) < 0.7)
+    if mask.sum() == 0:
+        mask.flat[0] = True
+    return mask
+
+
+def _n_pieces(labels, edges):
+    """Connected components of the graph keeping only edges inside a cluster."""
+    inside = labels[edges[0]] == labels[edges[1]]
+    p = len(labels)
+    graph = sp.coo_matrix((np.ones(inside.sum()), tuple(edges[:, inside])), shape=(p, p))
+    return csgraph.connected_components(graph, directed=False)[0]
+
+
+def _check_partition(labels, k, edges):
+    assert labels.dtype == np.int32
+    assert set(np.unique(labels)) == set(range(k))
+    assert _n_pieces(labels, edges) == k, "some cluster is not connected"
+
+
+def _canonical(labels):
+    """Relabel clusters by order of first appearance, to compare partitions."""
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse]
+
+
+def _reference_rena(X, edges, k):
+    """Slow, loop-based ReNA: each node to its nearest neighbour, merge components, contract."""
+    data = X.T.astype(np.float64)
+    sizes = np.ones(len(data))
+    labels = np.arange(len(data))
+    pairs = {tuple(e) for e in edges.T}
+    while len(data) > k:
+        dist = {(a, b): ((data[a] - data[b]) ** 2).sum() for a, b in pairs}
+        nearest = {}
+        for (a, b), d in dist.items():
+            for node in (a, b):
+                if node not in nearest or d < dist[nearest[node]]:
+                    nearest[node] = (a, b)
+        chosen = sorted(set(nearest.values()), key=dist.get)[: len(data) - k]
+        graph = sp.coo_matrix((np.ones(len(chosen)), tuple(np.array(chosen).T.reshape(2, -1))),
+                              shape=(len(data), len(data)))
+        n_new, node_labels = csgraph.connected_components(graph, directed=False)
+        new_sizes = np.bincount(node_labels, weights=sizes)
+        data = np.stack([(data[node_labels == c] * sizes[node_labels == c, None]).sum(0)
+                         for c in range(n_new)]) / new_sizes[:, None]
+        sizes, labels = new_sizes, node_labels[labels]
+        pairs = {(min(node_labels[a], node_labels[b]), max(node_labels[a], node_labels[b]))
+                 for a, b in pairs if node_labels[a] != node_labels[b]}
+    return labels
+
+
+def _smooth_samples(mask, n, seed, sigma=1.5, noise=0.3):
+    rng = np.random.default_rng(seed)
+    vols = [ndimage.gaussian_filter(rng.standard_normal(mask.shape), sigma) for _ in range(n)]
+    X = np.stack([v[mask] / v.std() for v in vols])
+    return X + noise * rng.standard_normal(X.shape)
+
+
+def _held_out_error(X, labels):
+    k = labels.max() + 1
+    counts = np.bincount(labels, minlength=k)
+    errors = [np.linalg.norm(x - (np.bincount(labels, weights=x, minlength=k) / counts)[labels])
+              / np.linalg.norm(x) for x in X]
+    return np.mean(errors)
+
+
+def test_grid_edges_match_brute_force():
+    mask = _random_mask(3, (4, 5, 6))
+    coords = np.argwhere(mask)
+    gaps = np.abs(coords[:, None] - coords[None]).sum(-1)
+    expected = np.argwhere(np.triu(gaps == 1))
+    edges = grid_edges(mask)
+    assert edges.dtype == np.int64
+    np.testing.assert_array_equal(edges.T, expected)  # already sorted by (i, j)
+
+
+def test_grid_edges_1d_is_chain_and_2d_counts():
+    np.testing.assert_array_equal(grid_edges(np.ones(5, bool)), [[0, 1, 2, 3], [1, 2, 3, 4]])
+    assert grid_edges(np.ones((3, 4), bool)).shape == (2, 3 * 3 + 2 * 4)
+    assert grid_edges(np.ones((2, 2, 2), bool)).shape == (2, 12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), three_d=st.booleans(), frac=st.floats(0, 1))
+def test_exact_k_and_connected_clusters(seed, three_d, frac):
+    mask = _random_mask(seed, (5, 6, 4) if three_d else (9, 11))
+    p = int(mask.sum())
+    k = 1 + int(frac * (p - 1))
+    X = np.random.default_rng(seed).standard_normal((7, p))
+    labels = rena(X, mask, k, random_state=seed)
+    _check_partition(labels, k, grid_edges(mask))
+
+
+@pytest.mark.parametrize("k", [1, 2, 17, 119, 120])
+def test_extreme_k(k):
+    mask = np.ones((10, 12), bool)
+    labels = rena(np.random.default_rng(0).standard_normal((5, 120)), mask, k)
+    _check_partition(labels, k, grid_edges(mask))
+    if k == 120:
+        np.testing.assert_array_equal(labels, np.arange(120))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matches_loop_reference(seed):
+    mask = _random_mask(seed, (6, 7))
+    p = int(mask.sum())
+    X = np.random.default_rng(seed).standard_normal((4, p))
+    k = max(1, p // 5)
+    expected = _reference_rena(X, grid_edges(mask), k)
+    np.testing.assert_array_equal(_canonical(rena(X, mask, k)), _canonical(expected))
+
+
+def test_deterministic_for_a_seed_with_ties():
+    mask = np.ones((8, 8, 3), bool)
+    X = np.random.default_rng(0).integers(0, 2, size=(3, mask.sum())).astype(float)  # many ties
+    first = rena(X, mask, 20, random_state=7)
+    np.testing.assert_array_equal(first, rena(X, mask, 20, random_state=7))
+    np.testing.assert_array_equal(rena(X, mask, 20), rena(X, mask, 20))
+    _check_partition(first, 20, grid_edges(mask))
+
+
+@pytest.mark.parametrize("X", [np.zeros((3, 60)), np.ones((4, 60)), np.zeros((0, 60))],
+                         ids=["zeros", "identical", "no-samples"])
+def test_degenerate_data_gives_no_warning(X):
+    mask = np.ones((6, 10), bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        labels = rena(X, mask, 7, random_state=0)
+    _check_partition(labels, 7, grid_edges(mask))
+
+
+def test_huge_values_do_not_overflow():
+    mask = np.ones(30, bool)
+    X = np.random.default_rng(0).standard_normal((3, 30)) * 1e300
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        labels = rena(X, mask, 4)
+    _check_partition(labels, 4, grid_edges(mask))
+
+
+def test_1d_mask_gives_contiguous_segments():
+    mask = np.ones(50, bool)
+    mask[[3, 20]] = False  # the chain breaks into 3 pieces, so k = 2 is impossible
+    X = np.random.default_rng(1).standard_normal((6, 48))
+    with pytest.raises(ValueError, match="3 connected components"):
+        rena(X, mask, 2)
+    labels = rena(X, mask, 5)
+    _check_partition(labels, 5, grid_edges(mask))
+    assert np.count_nonzero(np.diff(labels[:3])) + np.count_nonzero(np.diff(labels[3:19])) \
+        + np.count_nonzero(np.diff(labels[19:])) == 2  # 3 segments already, 2 more cuts
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "upper-only"])
+def test_sparse_adjacency_equals_grid(fmt):
+    mask = _random_mask(5, (5, 6, 4))
+    p = int(mask.sum())
+    edges = grid_edges(mask)
+    adjacency = sp.coo_matrix((np.ones(edges.shape[1]), tuple(edges)), shape=(p, p))
+    if fmt != "upper-only":
+        adjacency = (adjacency + adjacency.T + sp.eye(p)).asformat(fmt)
+    X = np.random.default_rng(5).standard_normal((5, p))
+    for seed in (None, 3):
+        np.testing.assert_array_equal(rena(X, adjacency, p // 7, random_state=seed),
+                                      rena(X, mask, p // 7, random_state=seed))
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), frac=st.floats(0, 1))
+def test_general_sparse_graph(seed, frac):
+    rng = np.random.default_rng(seed)
+    p = 40
+    heads = np.concatenate([np.arange(p - 1), rng.integers(0, p, 30)])  # a path plus random edges
+    tails = np.concatenate([np.arange(1, p), rng.integers(0, p, 30)])
+    adjacency = sp.coo_array((rng.random(p + 29) + 0.5, (tails, heads)), shape=(p, p))
+    k = 1 + int(frac * (p - 1))
+    labels = rena(rng.standard_normal((3, p)), adjacency, k, random_state=seed)
+    edges = np.stack([np.minimum(heads, tails), np.maximum(heads, tails)])
+    _check_partition(labels, k, edges[:, edges[0] != edges[1]])
+
+
+def test_explicit_zeros_are_not_edges():
+    adjacency = sp.csr_matrix((np.array([1.0, 0.0]), np.array([1, 2]), np.array([0, 1, 2, 2])),
+                              shape=(3, 3))  # edges 0-1 and an explicitly stored zero 1-2
+    with pytest.raises(ValueError, match="2 connected components"):
+        rena(np.zeros((2, 3)), adjacency, 1)
+
+
+def test_n_iter_limits_rounds():
+    mask = np.ones((12, 12), bool)
+    X = np.random.default_rng(2).standard_normal((5, 144))
+    labels = rena(X, mask, 3, n_iter=1)
+    k = labels.max() + 1
+    assert 3 < k < 144
+    _check_partition(labels, k, grid_edges(mask))
+
+
+@pytest.mark.parametrize(("X", "mask", "k", "message"), [
+    (np.zeros((2, 6)), np.ones(6, bool), 0, "n_clusters"),
+    (np.zeros((2, 6)), np.ones(6, bool), 7, "n_clusters"),
+    (np.zeros((2, 6)), np.ones(6, bool), 2.5, "integer"),
+    (np.zeros((2, 5)), np.ones(6, bool), 2, "6 True"),
+    (np.full((2, 6), np.nan), np.ones(6, bool), 2, "NaN"),
+    (np.full((2, 6), np.inf), np.ones(6, bool), 2, "NaN or infinite"),
+    (np.zeros((2, 6)), np.ones(6, int), 2, "boolean"),
+    (np.zeros(6), np.ones(6, bool), 2, "2D"),
+    (np.zeros((2, 6)), sp.eye(5), 2, "shape"),
+    (np.zeros((2, 6)), sp.eye(6), 2, "6 connected components"),
+])
+def test_errors(X, mask, k, message):
+    with pytest.raises(ValueError, match=message):
+        rena(X, mask, k)
+
+
+def test_n_iter_must_be_positive():
+    with pytest.raises(ValueError, match="n_iter"):
+        rena(np.zeros((2, 6)), np.ones(6, bool), 2, n_iter=0)
+
+
+def test_quality_close_to_nilearn():
+    nilearn_rena = pytest.importorskip("nilearn.regions")
+    nib = pytest.importorskip("nibabel")
+    grid = np.indices((14, 14, 14)) - 6.5
+    mask = (grid**2).sum(0) < 6.5**2
+    k = int(mask.sum()) // 10
+    ours, theirs = [], []
+    for seed in range(3):
+        X, held_out = _smooth_samples(mask, 30, seed), _smooth_samples(mask, 20, 100 + seed)
+        ours.append(_held_out_error(held_out, rena(X, mask, k, random_state=seed)))
+        model = nilearn_rena.ReNA(mask_img=nib.Nifti1Image(mask.astype("uint8"), np.eye(4)),
+                                  n_clusters=k, scaling=False, n_iter=10)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            labels = model.fit(X).labels_
+        theirs.append(_held_out_error(held_out, np.unique(labels, return_inverse=True)[1]))
+    assert np.mean(ours) <= 1.05 * np.mean(theirs)

@@ -1,0 +1,298 @@
+"""Conversion NIfTI -> store on a real LocalCluster, against nibabel (and nibabel.processing)."""
+
+import csv
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import nibabel as nib
+import numpy as np
+import pytest
+import zarr
+from nibabel.processing import resample_to_output
+
+from fgscale.cli import main
+from fgscale.images._synthetic import brain_mask, grid_geometry, make_cohort
+from fgscale.store import StoreError, open_store
+from fgscale.store._convert import convert
+
+GRID = (12, 14, 12)
+
+
+def read_rows_of(csv_path):
+    with open(csv_path) as f:
+        return list(csv.DictReader(f))
+
+
+def write_rows(csv_path, rows):
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def oracle(store):
+    """Rows recomputed with plain nibabel: vol[mask] of each (file, volume)."""
+    out = []
+    for path, v in zip(store.source, store.volume, strict=True):
+        data = nib.load(path).get_fdata()
+        out.append((data if data.ndim == 3 else data[..., v])[store.mask])
+    return np.asarray(out, dtype=np.float32)
+
+
+@pytest.fixture
+def cohort_copy(tiny_cohort, tmp_path):
+    """A private copy of the tiny cohort, free to damage."""
+    folder = tmp_path / "cohort"
+    shutil.copytree(tiny_cohort.parent, folder)
+    return folder / "cohort.csv"
+
+
+def test_round_trip_equals_nibabel(tiny_cohort, tmp_path, client):
+    store = convert(tiny_cohort, tmp_path / "s.zarr", client=client, block_rows=5,
+                    progress=False)
+    assert store.n_samples == 24 and store.X.shards == (5, store.n_features)
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+    shape, _, n = grid_geometry(GRID)
+    np.testing.assert_array_equal(store.mask, brain_mask(shape, n))  # computed mask
+    rows = read_rows_of(tiny_cohort)
+    assert store.classes.tolist() == ["class_0", "class_1", "class_2"]
+    assert store.classes[store.y].tolist() == [r["label"] for r in rows]
+    assert store.split.tolist() == [r["split"] for r in rows]
+    assert store.groups.tolist() == [r["group"] for r in rows]
+    assert store.attrs["synthetic"] is True
+    assert store.attrs["summary"]["n_samples"] == 24
+
+
+def test_four_d_and_tsv(tmp_path, client):
+    csv_path = make_cohort(tmp_path / "c4", n_samples=10, n_classes=2, grid=GRID, n_subjects=2,
+                           four_d=True, seed=2)
+    tsv = csv_path.with_suffix(".tsv")
+    tsv.write_text(csv_path.read_text().replace(",", "\t"))
+    store = convert(tsv, tmp_path / "s4.zarr", client=client, block_rows=3, progress=False)
+    assert store.n_samples == 10 and store.volume.max() >= 1
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+    assert store.attrs["synthetic"] is True  # cohort.json sits beside cohort.tsv
+
+
+def test_globs_labels_and_given_mask(tiny_cohort, tmp_path, client):
+    folder = tiny_cohort.parent
+    labels = [r["label"] for r in read_rows_of(tiny_cohort)]  # rows are in sorted file order
+    (tmp_path / "labels.txt").write_text("\n".join(labels) + "\n")
+    shape, affine, n = grid_geometry(GRID)
+    small = brain_mask(shape, n) & (np.indices(shape)[0] < 6)
+    nib.save(nib.Nifti1Image(small.astype(np.uint8), affine), tmp_path / "mask.nii.gz")
+    assert main(["convert", str(folder / "synthetic_*.nii.gz"), "--labels",
+                 str(tmp_path / "labels.txt"), "--mask", str(tmp_path / "mask.nii.gz"),
+                 "--out", str(tmp_path / "g.zarr"), "--scheduler", client.scheduler.address,
+                 "--no-progress"]) == 0
+    store = open_store(tmp_path / "g.zarr")
+    np.testing.assert_array_equal(store.mask, small)
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+    assert store.classes[store.y].tolist() == labels
+
+
+def test_resampled_store_matches_nibabel_processing(tiny_cohort, tmp_path, client):
+    store = convert(tiny_cohort, tmp_path / "r.zarr", resample=6, client=client,
+                    progress=False)
+    images = [resample_to_output(nib.load(p), voxel_sizes=6.0, order=1) for p in store.source]
+    assert store.mask.shape == images[0].shape
+    np.testing.assert_allclose(store.affine, images[0].affine)
+    data = np.stack([img.get_fdata(dtype=np.float32) for img in images])
+    expected_mask = np.all(np.isfinite(data) & (data != 0), axis=0)
+    np.testing.assert_array_equal(store.mask, expected_mask)
+    np.testing.assert_allclose(store.X[:], data[:, expected_mask], rtol=1e-6, atol=1e-6)
+
+
+def test_resample_to_mask_grid(tiny_cohort, tmp_path, client):
+    _, affine, _ = grid_geometry(GRID)
+    coarse = affine.copy()
+    coarse[:3, :3] *= 2
+    nib.save(nib.Nifti1Image(np.ones((6, 7, 6), np.uint8), coarse), tmp_path / "m.nii")
+    store = convert(tiny_cohort, tmp_path / "rm.zarr", mask=tmp_path / "m.nii",
+                    resample="mask", intersect_mask=True, client=client, progress=False)
+    assert store.mask.shape == (6, 7, 6)
+    np.testing.assert_array_equal(store.affine, coarse)
+    first = nib.processing.resample_from_to(nib.load(store.source[0]), ((6, 7, 6), coarse),
+                                            order=1).get_fdata(dtype=np.float32)
+    np.testing.assert_allclose(store.X[0], first[store.mask], rtol=1e-6, atol=1e-6)
+
+
+def test_rerun_complete_is_noop_and_other_args_refused(tiny_cohort, tmp_path, client):
+    out = tmp_path / "n.zarr"
+    convert(tiny_cohort, out, client=client, block_rows=8, progress=False)
+    shard = out / "X" / "c" / "0" / "0"
+    before = shard.stat().st_mtime_ns
+    store = convert(tiny_cohort, out, client=client, block_rows=8, progress=False)
+    assert shard.stat().st_mtime_ns == before and store.n_samples == 24
+    with pytest.raises(StoreError, match="made from other inputs"):
+        convert(tiny_cohort, out, client=client, block_rows=4, progress=False)
+    zarr.open_group(tmp_path / "foreign.zarr", mode="w")
+    with pytest.raises(StoreError, match="not an fgscale store"):
+        convert(tiny_cohort, tmp_path / "foreign.zarr", client=client, progress=False)
+
+
+_DRIVER = """
+import sys, time
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
+from fgscale.store._convert import convert
+
+class Slow(WorkerPlugin):  # a slow worker, so that the test can kill the run mid-way
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "memory":
+            time.sleep(0.25)
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.register_plugin(Slow())
+        convert(sys.argv[1], sys.argv[2], client=client, block_rows=2, progress=False)
+"""
+
+
+def test_killed_conversion_resumes_to_identical_store(tiny_cohort, tmp_path, client):
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(_DRIVER))
+    out = tmp_path / "killed.zarr"
+    proc = subprocess.Popen([sys.executable, str(driver), str(tiny_cohort), str(out)])
+    done = 0
+    deadline = time.monotonic() + 60
+    try:
+        while done < 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            try:
+                done = int(zarr.open_group(out, mode="r")["done"][:].sum())
+            except Exception:  # not created yet, or a flag being written
+                continue
+    finally:
+        proc.kill()
+        proc.wait()
+    g = zarr.open_group(out, mode="r")
+    assert 3 <= g["done"][:].sum() < 12 and not g.attrs["complete"], "not killed mid-way"
+    with pytest.raises(StoreError, match="re-run fgscale convert to finish it"):
+        open_store(out)
+
+    resumed = convert(tiny_cohort, out, client=client, block_rows=2, progress=False)
+    assert resumed.attrs["summary"]["blocks_skipped"] >= 3
+    fresh = convert(tiny_cohort, tmp_path / "fresh.zarr", client=client, block_rows=2,
+                    progress=False)
+    a, b = zarr.open_group(out, mode="r"), zarr.open_group(fresh.path, mode="r")
+    assert sorted(a.array_keys()) == sorted(b.array_keys())
+    for name in a.array_keys():
+        np.testing.assert_array_equal(a[name][:], b[name][:], err_msg=name)
+    strip = {"summary"}
+    assert ({k: v for k, v in a.attrs.items() if k not in strip}
+            == {k: v for k, v in b.attrs.items() if k not in strip})
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def damage(csv_path, index, how):
+    """Damage the file of row ``index`` of a cohort copy; return its path."""
+    path = csv_path.parent / read_rows_of(csv_path)[index]["path"]
+    img = nib.load(path)
+    if how == "truncate":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "nan":
+        vol = img.get_fdata(dtype=np.float32)
+        vol[tuple(np.argwhere(vol != 0)[0])] = np.nan
+        nib.save(nib.Nifti1Image(vol, img.affine), path)
+    elif how == "shape":
+        nib.save(nib.Nifti1Image(np.ones((12, 14, 11), np.float32), img.affine), path)
+    elif how == "affine":
+        nib.save(nib.Nifti1Image(img.get_fdata(dtype=np.float32), img.affine * 1.5), path)
+    return path
+
+
+@pytest.mark.parametrize("how, error, message", [
+    ("missing", FileNotFoundError, "no such NIfTI file"),
+    ("junk", ValueError, "not a readable NIfTI image"),
+    ("shape", ValueError, r"grid \(12, 14, 11\).*does not match"),
+    ("affine", ValueError, "does not match the first image's grid"),
+    ("truncate", ValueError, "truncated or corrupt"),  # found by the mask pass, before writing
+])
+def test_bad_file_fails_before_writing(cohort_copy, tmp_path, client, how, error, message):
+    if how == "missing":
+        path = cohort_copy.parent / read_rows_of(cohort_copy)[7]["path"]
+        path.unlink()
+    elif how == "junk":
+        path = cohort_copy.parent / read_rows_of(cohort_copy)[7]["path"]
+        path.write_bytes(b"\x1f\x8b garbage")
+    else:
+        path = damage(cohort_copy, 7, how)
+    with pytest.raises(error, match=message) as info:
+        convert(cohort_copy, tmp_path / "bad.zarr", client=client, block_rows=4, progress=False)
+    assert path.name in str(info.value)
+    assert not (tmp_path / "bad.zarr").exists()
+
+
+@pytest.mark.parametrize("how, message", [("truncate", "truncated or corrupt"),
+                                          ("nan", r"1 NaN/inf values inside the mask")])
+def test_bad_data_keeps_earlier_blocks_and_resumes(cohort_copy, tmp_path, client, how,
+                                                   message):
+    """With a given mask, data errors surface during conversion: other blocks are kept."""
+    shape, affine, n = grid_geometry(GRID)
+    nib.save(nib.Nifti1Image(brain_mask(shape, n).astype(np.uint8), affine),
+             tmp_path / "mask.nii.gz")
+    original = (cohort_copy.parent / read_rows_of(cohort_copy)[21]["path"]).read_bytes()
+    path = damage(cohort_copy, 21, how)  # block 5 of 6
+    out = tmp_path / "partial.zarr"
+    kwargs = dict(mask=tmp_path / "mask.nii.gz", client=client, block_rows=4, progress=False)
+    with pytest.raises(ValueError, match=message) as info:
+        convert(cohort_copy, out, **kwargs)
+    assert path.name in str(info.value)
+    done = zarr.open_group(out, mode="r")["done"][:]
+    assert done.tolist() == [1, 1, 1, 1, 1, 0]
+    assert not list(out.rglob("*.tmp"))  # the failed block left no partial shard behind
+    with pytest.raises(StoreError, match="not complete"):
+        open_store(out)
+    if how == "nan":  # the option to zero them
+        store = convert(cohort_copy, out, nan="zero", **kwargs)
+        assert store.attrs["summary"]["blocks_skipped"] == 5
+        np.testing.assert_array_equal(store.X[21], np.nan_to_num(oracle(store)[21]))
+    else:  # fix the file, re-run: resumes
+        path.write_bytes(original)
+        store = convert(cohort_copy, out, **kwargs)
+        np.testing.assert_array_equal(store.X[:], oracle(store))
+
+
+def test_bad_table(cohort_copy, tmp_path, client):
+    rows = read_rows_of(cohort_copy)
+    out = tmp_path / "t.zarr"
+    bad = [dict(r) for r in rows]
+    bad[3]["label"] = ""
+    write_rows(cohort_copy, bad)
+    with pytest.raises(ValueError, match=r"cohort.csv:5: missing label for .*synthetic_00003"):
+        convert(cohort_copy, out, client=client, progress=False)
+    write_rows(cohort_copy, rows)
+    with pytest.raises(ValueError, match=r"unknown label 'class_2'.*expected one of"):
+        convert(cohort_copy, out, classes=["class_0", "class_1"], client=client, progress=False)
+    bad = [dict(r) for r in rows]
+    bad[0]["split"] = "validation"
+    write_rows(cohort_copy, bad)
+    with pytest.raises(ValueError, match="split 'validation'"):
+        convert(cohort_copy, out, client=client, progress=False)
+    write_rows(cohort_copy, [{"file": r["path"], "label": r["label"]} for r in rows])
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['path'\]"):
+        convert(cohort_copy, out, client=client, progress=False)
+    with pytest.raises(FileNotFoundError, match="no such cohort table"):
+        convert(tmp_path / "none.csv", out, client=client, progress=False)
+    assert not out.exists()
+
+
+def test_empty_masks(cohort_copy, tmp_path, client):
+    shape, affine, _ = grid_geometry(GRID)
+    nib.save(nib.Nifti1Image(np.zeros(shape, np.uint8), affine), tmp_path / "empty.nii")
+    with pytest.raises(ValueError, match="empty.nii: the mask is empty"):
+        convert(cohort_copy, tmp_path / "e.zarr", mask=tmp_path / "empty.nii", client=client,
+                progress=False)
+    path = cohort_copy.parent / read_rows_of(cohort_copy)[0]["path"]
+    nib.save(nib.Nifti1Image(np.zeros(shape, np.float32), affine), path)
+    with pytest.raises(ValueError, match="no voxel is finite and non-zero in every image"):
+        convert(cohort_copy, tmp_path / "e.zarr", client=client, progress=False)
+    assert not (tmp_path / "e.zarr").exists()

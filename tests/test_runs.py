@@ -1,0 +1,166 @@
+"""``fgscale train`` / ``evaluate`` on real stores and a real LocalCluster."""
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+
+from fgscale.cli import main
+from fgscale.runs import evaluate_run, train_run
+
+ARGS = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size", "8",
+        "--learning-rate", "0.05", "--seed", "3"]
+PARAMS = dict(n_groupings=4, n_bootstrap=10, n_clusters=0.1, batch_size=8, learning_rate=0.05,
+              random_state=3)
+
+
+def weights(run):
+    return np.asarray(nib.load(run / "weights.nii.gz").dataobj)
+
+
+def test_train_writes_a_complete_run_folder(tiny_store, client, tmp_path):
+    run = tmp_path / "run"
+    summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=5), client=client)
+    for name in ("config.json", "checkpoint.pt", "metrics.jsonl", "estimator.pkl",
+                 "weights.nii.gz", "final.json"):
+        assert (run / name).exists(), name
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == list(range(5))
+    img = nib.load(run / "weights.nii.gz")
+    assert img.shape == (*tiny_store.mask.shape, len(tiny_store.classes))
+    np.testing.assert_array_equal(img.affine, tiny_store.affine)
+    w = np.asarray(img.dataobj)
+    assert np.all(w[~tiny_store.mask] == 0) and np.any(w[tiny_store.mask] != 0)
+    assert summary["test"]["n"] == tiny_store.test_rows().size
+    assert summary["test"] == evaluate_run(run, tiny_store.path, client=client)
+    with pytest.raises(ValueError, match="already exists"):
+        train_run(tiny_store.path, run, params=PARAMS, client=client)
+    with pytest.raises(ValueError, match="other parameters than the saved run .learning_rate"):
+        train_run(tiny_store.path, run, params=dict(PARAMS, learning_rate=0.5), resume=True,
+                  client=client)
+
+
+def test_cli_train_and_evaluate(tiny_store, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", str(tiny_store.path), "--out", str(run), "--max-epochs", "2",
+                 "--n-workers", "1", *ARGS]) == 0
+    assert "test accuracy" in capsys.readouterr().out
+    assert main(["evaluate", str(run), str(tiny_store.path), "--n-workers", "1",
+                 "--worker-processes"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["n"] == tiny_store.test_rows().size
+    # a bad store path is a clear error, not a traceback
+    assert main(["train", str(tmp_path / "nope.zarr"), "--out", str(tmp_path / "r2")]) == 2
+    assert "no such store" in capsys.readouterr().err
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+# a GPU sums its scatters in no fixed order: equal to float tolerance there
+TOLERANCE = {"cpu": dict(rtol=1e-6, atol=1e-7), "cuda": dict(rtol=1e-4, atol=1e-5)}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, client, tmp_path,
+                                                                    device):
+    epochs = 40
+    killed_run, whole_run = tmp_path / "killed", tmp_path / "whole"
+    cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out",
+           str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", "--device", device,
+           *ARGS]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics = killed_run / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its LocalCluster, mid-run
+    proc.wait()
+    done = len(metrics.read_text().splitlines())
+    assert 3 <= done < epochs, "the run was not killed mid-way"
+    assert not (killed_run / "final.json").exists()
+
+    params = dict(PARAMS, max_epochs=epochs, device=device)
+    train_run(tiny_store.path, killed_run, params=params, resume=True, client=client)
+    train_run(tiny_store.path, whole_run, params=params, client=client)
+    np.testing.assert_allclose(weights(killed_run), weights(whole_run), **TOLERANCE[device])
+    lines = metrics.read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == list(range(epochs))
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(dropout=2.0), "dropout must lie in"),
+    (dict(device="cuda:99"), "'cuda:99'"),  # a GPU this machine lacks: before the bank is built
+])
+def test_bad_parameters_stop_before_anything_is_written(tiny_store, client, tmp_path,
+                                                        params, match):
+    run = tmp_path / "run"
+    with pytest.raises(ValueError, match=match):
+        train_run(tiny_store.path, run, params=dict(PARAMS, **params), client=client)
+    assert not run.exists()  # so the corrected command is not refused as a resumed run
+    assert "bank" not in tiny_store.group
+
+
+def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path):
+    run = tmp_path / "run"
+    train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
+    summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=4), resume=True,
+                        client=client)
+    assert summary["epochs"] == 4
+    train_run(tiny_store.path, tmp_path / "whole", params=dict(PARAMS, max_epochs=4), client=client)
+    np.testing.assert_allclose(weights(run), weights(tmp_path / "whole"), rtol=1e-6, atol=1e-7)
+
+
+def test_an_early_stopped_run_is_not_restarted_by_a_larger_max_epochs(tiny_store, client, tmp_path):
+    run = tmp_path / "run"
+    params = dict(PARAMS, model="mlp", hidden_layer_sizes=(8,), early_stopping=True, patience=1,
+                  learning_rate=5.0, max_epochs=30)  # a step this large stops it early
+    first = train_run(tiny_store.path, run, params=params, client=client)
+    assert first["epochs"] < 30
+    again = train_run(tiny_store.path, run, params=dict(params, max_epochs=60), resume=True,
+                      client=client)
+    assert again["epochs"] == first["epochs"]
+    assert again["test"] == first["test"]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_resumed_dropout_run_draws_the_same_masks(tiny_store, client, tmp_path, device):
+    """An MLP with dropout, stopped after 3 epochs and resumed to 6, ends as a 6-epoch run:
+    the checkpoint restores the generator dropout draws from (the CPU's, or the GPU's)."""
+    params = dict(PARAMS, model="mlp", hidden_layer_sizes=(16,), dropout=0.5,
+                  early_stopping=False, device=device)
+    run, whole = tmp_path / "run", tmp_path / "whole"
+    train_run(tiny_store.path, run, params=dict(params, max_epochs=3), client=client)
+    train_run(tiny_store.path, run, params=dict(params, max_epochs=6), resume=True, client=client)
+    summary = train_run(tiny_store.path, whole, params=dict(params, max_epochs=6), client=client)
+    np.testing.assert_allclose(weights(run), weights(whole), **TOLERANCE[device])
+    # the pickled estimator holds its model on the CPU: a GPU run is scored on a CPU-only node
+    with open(whole / "estimator.pkl", "rb") as f:
+        assert {p.device.type for p in pickle.load(f).model_.parameters()} == {"cpu"}
+    on_cpu = evaluate_run(whole, tiny_store.path, device="cpu", client=client)
+    assert on_cpu["accuracy"] == summary["test"]["accuracy"]
+    assert on_cpu["loss"] == pytest.approx(summary["test"]["loss"], rel=1e-5)
+
+
+def test_atomic_path_keeps_the_old_file_when_a_write_fails(tmp_path):
+    from fgscale.runs import atomic_path
+
+    target = tmp_path / "final.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert target.read_text() == "old"
+    assert list(tmp_path.iterdir()) == [target]  # no temporary left behind
+    with atomic_path(target) as tmp:
+        tmp.write_text("new")
+    assert target.read_text() == "new" and list(tmp_path.iterdir()) == [target]

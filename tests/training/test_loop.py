@@ -1,0 +1,148 @@
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from fgscale.grouping._projection import back_project, project
+from fgscale.training._loop import (
+    Batch,
+    EarlyStopping,
+    MemorySource,
+    evaluate,
+    fit,
+    make_optimizer,
+    train_epoch,
+)
+from fgscale.training._models import GroupedLinear, build_model
+from fgscale.training._plan import epoch_plan
+
+
+def random_labels(rng, p, k):
+    return rng.permutation(np.concatenate([np.arange(k), rng.integers(0, k, p - k)])).astype(np.int32)
+
+
+@pytest.mark.parametrize("model_name", ["logreg", "mlp"])
+def test_grouped_step_equals_plain_sgd_on_smoothed_input(model_name):
+    """Algorithm 1: one step on (Phi x, W0 Phi^T) == plain SGD on f(Phi^T Phi x; W0)."""
+    rng = np.random.default_rng(0)
+    p, k, m, n_classes = 60, 13, 16, 4
+    labels = random_labels(rng, p, k)
+    x = rng.standard_normal((m, p))
+    y = torch.as_tensor(rng.integers(0, n_classes, m))
+    torch.manual_seed(0)
+    grouped = build_model(model_name, p, n_classes, regularizer="feature_grouping", dropout=0.0,
+                          hidden_layer_sizes=(8, 5)).double()
+    dense = copy.deepcopy(grouped)
+    w0 = grouped.first.weight.detach().clone()
+    for model, inputs, grouping in [
+        (grouped, project(x, labels), torch.as_tensor(labels).long()),
+        (dense, back_project(project(x, labels), labels), None),
+    ]:
+        opt = make_optimizer(model, learning_rate=0.1)
+        opt.zero_grad()
+        F.cross_entropy(model(torch.as_tensor(inputs), grouping), y).backward()
+        opt.step()
+    for (name, a), b in zip(grouped.named_parameters(), dense.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
+    # W0 moved, and only along directions constant within each cluster
+    delta = (grouped.first.weight.detach() - w0).numpy()
+    assert np.abs(delta).max() > 1e-6
+    for q in range(k):
+        cols = delta[:, labels == q]
+        np.testing.assert_allclose(cols, cols[:, :1].repeat(cols.shape[1], 1), atol=1e-12)
+
+
+def test_grouped_linear_gradient_is_g_phi():
+    rng = np.random.default_rng(1)
+    p, k, h = 30, 7, 3
+    labels = random_labels(rng, p, k)
+    layer = GroupedLinear(p, h).double()
+    z = torch.as_tensor(rng.standard_normal((5, k)))
+    out = layer(z, torch.as_tensor(labels).long())
+    g = torch.as_tensor(rng.standard_normal(out.shape))
+    out.backward(g)
+    g_what = g.T @ z  # gradient w.r.t. W0_hat (h x k)
+    expected = back_project(g_what.numpy(), labels)  # g_W0hat Phi
+    np.testing.assert_allclose(layer.weight.grad.numpy(), expected, rtol=1e-10)
+
+
+def test_weight_decay_spares_biases():
+    model = build_model("logreg", 5, 2, regularizer="l2", dropout=0.0)
+    opt = make_optimizer(model, learning_rate=0.5, weight_decay=0.1)
+    w, b = model.first.weight.detach().clone(), model.first.bias.detach().clone()
+    for prm in model.parameters():
+        prm.grad = torch.zeros_like(prm)
+    opt.step()
+    torch.testing.assert_close(model.first.weight.detach(), w * (1 - 0.05))
+    torch.testing.assert_close(model.first.bias.detach(), b)
+
+
+def test_memory_source_follows_the_plan():
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((20, 9)).astype(np.float32)
+    y = rng.integers(0, 3, 20)
+    bank = np.stack([random_labels(rng, 9, 4) for _ in range(3)])
+    plan = epoch_plan(np.arange(20), batch_size=6, epoch=0, seed=0, n_groupings=3)
+    batches = list(MemorySource(X, y, bank).batches(plan))
+    assert [b.grouping for b in batches] == list(plan.groupings)
+    for batch, rows in zip(batches, plan.batches, strict=True):
+        np.testing.assert_array_equal(batch.x, project(X[rows], bank[batch.grouping]))
+        np.testing.assert_array_equal(batch.y, y[rows])
+
+
+def test_fit_learns_and_early_stopping_restores_best():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((200, 10)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] > 0).astype(np.int64)
+    torch.manual_seed(0)
+    model = build_model("mlp", 10, 2, regularizer="none", dropout=0.0, hidden_layer_sizes=(16,))
+    opt = make_optimizer(model, learning_rate=0.2)
+    stopper = EarlyStopping(patience=3)
+    saved = {}
+
+    def epochs(epoch):
+        plan = epoch_plan(np.arange(150), batch_size=25, epoch=epoch, seed=0)
+        return MemorySource(X, y).batches(plan)
+
+    def on_end(metrics):
+        saved[metrics["epoch"]] = copy.deepcopy(model.state_dict())
+
+    history = fit(model, opt, epoch_batches=epochs, max_epochs=200,
+                  validation=lambda: [(X[150:], y[150:])], stopper=stopper, on_epoch_end=on_end)
+    assert len(history) < 200  # stopped early
+    assert history[-1]["epoch"] - stopper.best_epoch == 3
+    best = min(history, key=lambda h: h["val_loss"])
+    assert best["epoch"] == stopper.best_epoch
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, saved[stopper.best_epoch][name])
+    assert evaluate(model, [(X[150:], y[150:])])["accuracy"] > 0.85
+
+
+def test_train_epoch_returns_mean_loss():
+    torch.manual_seed(0)
+    model = build_model("logreg", 4, 2, regularizer="none", dropout=0.0)
+    opt = make_optimizer(model, learning_rate=0.0)  # no update: the mean is a plain average
+    x = np.ones((3, 4), np.float32)
+    batches = [Batch(x, np.array([0, 1, 1])), Batch(x[:1], np.array([0]))]
+    loss = train_epoch(model, opt, batches)
+    with torch.no_grad():
+        logits = model(torch.as_tensor(x))
+        expected = (F.cross_entropy(logits, torch.tensor([0, 1, 1]), reduction="sum")
+                    + F.cross_entropy(logits[:1], torch.tensor([0]), reduction="sum")) / 4
+    assert loss == pytest.approx(float(expected), rel=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_grouped_step_on_cuda_matches_cpu():
+    rng = np.random.default_rng(4)
+    labels = torch.as_tensor(random_labels(rng, 50, 10)).long()
+    x = torch.as_tensor(rng.standard_normal((8, 10)), dtype=torch.float32)
+    torch.manual_seed(0)
+    cpu = build_model("logreg", 50, 3, regularizer="feature_grouping", dropout=0.0)
+    gpu = copy.deepcopy(cpu).cuda()
+    y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    for model, dev in [(cpu, "cpu"), (gpu, "cuda")]:
+        F.cross_entropy(model(x.to(dev), labels.to(dev)), y.to(dev)).backward()
+    torch.testing.assert_close(gpu.first.weight.grad.cpu(), cpu.first.weight.grad, rtol=1e-4, atol=1e-6)

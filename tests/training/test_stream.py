@@ -1,0 +1,194 @@
+"""Streaming from a store on a real LocalCluster, against the in-memory oracle."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+import zarr
+from distributed import Client, LocalCluster
+
+from fgscale import FeatureGroupingClassifier
+from fgscale.store import write_store
+from fgscale.training._loop import MemorySource
+from fgscale.training._plan import epoch_plan
+from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window, load_rows
+
+PARAMS = dict(n_clusters=0.1, n_groupings=6, n_bootstrap=12, max_epochs=8, batch_size=16,
+              learning_rate=0.05, random_state=5)
+
+
+def smooth_cohort(n=90, shape=(8, 9, 7), seed=0):
+    """Synthetic: 3 classes of smooth blobs plus white noise on a small grid."""
+    rng = np.random.default_rng(seed)
+    mask = np.ones(shape, bool)
+    mask[:2, :2, :] = False
+    grid = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1)
+    centres = rng.uniform(0, np.array(shape), size=(3, 3))
+    blobs = np.stack([np.exp(-((grid - c) ** 2).sum(-1) / 8.0)[mask] for c in centres])
+    y = rng.integers(0, 3, n)
+    X = (2 * blobs[y] + rng.standard_normal((n, mask.sum()))).astype(np.float32)
+    split = np.where(rng.random(n) < 0.25, "test", "train")
+    return X, np.array(["a", "b", "c"])[y], mask, split
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    X, y, mask, split = smooth_cohort()
+    path = tmp_path_factory.mktemp("stream") / "cohort.zarr"
+    write_store(path, X, y, mask, np.eye(4), split=split, block_rows=16,
+                attrs={"synthetic": True})
+    return path, X, y, mask, split
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def assert_same_model(a, b, rtol=1e-6, atol=1e-7):
+    for (name, x), y in zip(a.model_.state_dict().items(), b.model_.state_dict().values(),
+                            strict=True):
+        torch.testing.assert_close(x, y, rtol=rtol, atol=atol, msg=name)
+
+
+MLP_FG = dict(model="mlp", regularizer="feature_grouping", hidden_layer_sizes=(12,), dropout=0.3)
+
+
+@pytest.mark.parametrize("params", [
+    dict(model="logreg", regularizer="feature_grouping"),
+    MLP_FG,
+    dict(model="logreg", regularizer="l2", alpha=0.01),
+    pytest.param(dict(MLP_FG, device="cuda"), marks=CUDA),
+], ids=["logreg-fg", "mlp-fg-earlystop", "logreg-l2", "mlp-fg-cuda"])
+def test_streamed_training_equals_in_memory(cohort, client, tmp_path, params):
+    path, X, y, mask, split = cohort
+    # a fresh copy: the bank built by one case must not be reused by the next
+    store_path = tmp_path / "s.zarr"
+    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
+    train = split == "train"
+    memory = FeatureGroupingClassifier(mask=mask, **PARAMS, **params).fit(X[train], y[train])
+    streamed = FeatureGroupingClassifier(**PARAMS, **params).fit(store_path, client=client)
+    if memory.bank_ is not None:
+        np.testing.assert_array_equal(streamed.bank_, memory.bank_)
+    assert [h["epoch"] for h in streamed.history_] == [h["epoch"] for h in memory.history_]
+    # a GPU sums its scatters in no fixed order: equal to float tolerance there
+    on_gpu = params.get("device") == "cuda"
+    assert_same_model(streamed, memory, **(dict(rtol=1e-4, atol=1e-5) if on_gpu else {}))
+    np.testing.assert_array_equal(streamed.predict(X), memory.predict(X))
+
+
+def test_thread_workers_train_as_worker_processes_do(cohort, tmp_path):
+    """The embedded default of training: workers are threads of this process."""
+    path, X, y, mask, split = cohort
+    store_path = tmp_path / "s.zarr"
+    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
+    train = split == "train"
+    params = dict(PARAMS, model="mlp", hidden_layer_sizes=(12,), dropout=0.3)
+    memory = FeatureGroupingClassifier(mask=mask, **params).fit(X[train], y[train])
+    streamed = FeatureGroupingClassifier(**params).fit(store_path)  # embedded: threads
+    assert_same_model(streamed, memory)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as threads:
+        source = StoreSource(threads, store_path)
+        blocks = list(source.blocks(np.arange(len(y))))
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in blocks]), X)
+
+
+def test_source_batches_equal_memory_source(cohort, client):
+    path, X, y, mask, split = cohort
+    rows = np.flatnonzero(split == "train")
+    p = int(mask.sum())
+    bank = np.stack([np.arange(p) % 7, np.random.default_rng(0).permutation(np.arange(p) % 7)])
+    store_path = path.with_name("bank.zarr")
+    store = write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
+    zarr.open_group(str(store.path), mode="r+").create_array("bank", data=bank.astype(np.int32))
+    plan = epoch_plan(rows, batch_size=10, epoch=2, seed=1, n_groupings=2)
+    y_idx = np.unique(y, return_inverse=True)[1]
+    memory = list(MemorySource(X, y_idx, bank).batches(plan))
+    streamed = list(StoreSource(client, store_path, n_clusters=7, bank_key="k").batches(plan))
+    assert len(streamed) == len(memory) == 7
+    assert {b.grouping for b in streamed} == {0, 1}
+    for s, m in zip(streamed, memory, strict=True):
+        assert s.grouping == m.grouping and s.x.shape == (len(s.y), 7)
+        np.testing.assert_array_equal(s.x, m.x)
+        np.testing.assert_array_equal(s.y, m.y)
+
+
+def test_prefetch_never_exceeds_its_bound(cohort, client):
+    path = str(cohort[0])
+    prefetcher = Prefetcher(client, size=3)
+    in_flight = []
+
+    def count_on_scheduler(dask_scheduler):
+        return sum(1 for key in dask_scheduler.tasks if "load_rows" in str(key))
+
+    blocks = prefetcher.map(load_rows, ((path, np.array([i, i + 1])) for i in range(0, 40, 2)))
+    for i, (x, _) in enumerate(blocks):
+        in_flight.append(client.run_on_scheduler(count_on_scheduler))
+        np.testing.assert_array_equal(x, cohort[1][[2 * i, 2 * i + 1]])
+    assert prefetcher.max_seen == 3
+    assert max(in_flight) <= 3
+
+
+def test_auto_prefetch_keeps_two_tasks_per_thread_within_the_byte_bound(cohort, client):
+    path, X, y, mask, split = cohort
+    assert sum(client.nthreads().values()) == 2
+    assert auto_window(client, 1) == 4
+    assert auto_window(client, PREFETCH_BYTES // 3) == 3
+    assert auto_window(client, 2 * PREFETCH_BYTES) == 2  # never fewer: reading overlaps a step
+    source = StoreSource(client, path)  # "auto" by default
+    plan = epoch_plan(np.arange(60), batch_size=5, epoch=0, seed=0)
+    assert sum(len(b.y) for b in source.batches(plan)) == 60
+    assert source.prefetcher.max_seen == 4
+    with LocalCluster(n_workers=3, threads_per_worker=2, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as six_threads:
+        source = StoreSource(six_threads, path)
+        blocks = list(source.batches(plan))
+        assert source.prefetcher.max_seen == 12
+    np.testing.assert_array_equal(np.concatenate([b.x for b in blocks]), X[np.concatenate(plan.batches)])
+
+
+def test_killed_worker_during_an_epoch_does_not_change_the_result(cohort, tmp_path):
+    path, X, y, mask, split = cohort
+    store_path = tmp_path / "s.zarr"
+    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
+    train = split == "train"
+    params = dict(PARAMS, max_epochs=3, regularizer="none")
+    memory = FeatureGroupingClassifier(mask=mask, **params).fit(X[train], y[train])
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                      memory_limit="1GiB") as cluster, Client(cluster) as c:
+        original = StoreSource.batches
+        killed = []
+
+        def batches_with_a_kill(self, plan):
+            for i, batch in enumerate(original(self, plan)):
+                if plan.epoch == 1 and i == 1 and not killed:
+                    victim = sorted(c.scheduler_info()["workers"])[0]
+                    pid = c.run(os.getpid, workers=[victim])[victim]
+                    os.kill(pid, signal.SIGKILL)  # the nanny restarts it; tasks are retried
+                    killed.append(victim)
+                yield batch
+
+        StoreSource.batches = batches_with_a_kill
+        try:
+            streamed = FeatureGroupingClassifier(**params).fit(store_path, client=c)
+        finally:
+            StoreSource.batches = original
+    assert killed
+    assert_same_model(streamed, memory)
+
+
+def test_a_store_rewritten_in_place_is_read_afresh(cohort, client, tmp_path):
+    """Workers cache the open store; rewriting it at the same path must not serve stale labels."""
+    path, X, y, mask, split = cohort
+    store_path = tmp_path / "s.zarr"
+    rows = np.arange(10)
+    write_store(store_path, X, y, mask, np.eye(4), block_rows=16)
+    first = list(StoreSource(client, store_path).blocks(rows))[0]
+    write_store(store_path, X[::-1].copy(), y[::-1], mask, np.eye(4), block_rows=16)
+    second = list(StoreSource(client, store_path).blocks(rows))[0]
+    y_idx = np.unique(y, return_inverse=True)[1]
+    np.testing.assert_array_equal(first[1], y_idx[rows])
+    np.testing.assert_array_equal(second[1], y_idx[::-1][rows])
+    np.testing.assert_array_equal(second[0], X[::-1][rows])
