@@ -36,7 +36,7 @@ import torch
 
 from fgscale.store import block_range, create_store, mark_complete, open_store, write_block
 from fgscale.store._buffers import POOL
-from fgscale.training._loop import MemorySource, make_optimizer, train_epoch
+from fgscale.training import MemorySource, make_optimizer, train_epoch
 from fgscale.training._plan import epoch_plan
 
 

@@ -23,7 +23,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fgscale._params import check_device, check_prefetch
 from fgscale.grouping._bank import make_bank, resolve_n_clusters
-from fgscale.training._loop import EarlyStopping, MemorySource, fit, make_optimizer, predict_logits
+from fgscale.training._loop import EarlyStopping, fit, make_optimizer, predict_logits
+from fgscale.training._memory import MemorySource
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
 

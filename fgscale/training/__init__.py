@@ -5,13 +5,13 @@ loop fed by any batch source, and the streamed source (Dask workers read and pro
 from fgscale.training._loop import (
     Batch,
     EarlyStopping,
-    MemorySource,
     evaluate,
     fit,
     make_optimizer,
     predict_logits,
     train_epoch,
 )
+from fgscale.training._memory import MemorySource
 from fgscale.training._models import MLP, GroupedLinear, LogisticRegression, build_model
 from fgscale.training._plan import EpochPlan, epoch_plan
 from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window

@@ -1,7 +1,7 @@
 """The training loop of Algorithm 1, fed by any iterator of batches.
 
 The loop knows nothing about where batches come from: the in-memory source
-(:class:`MemorySource`) and the distributed Zarr streamer (:class:`fgscale.training.StoreSource`)
+(:class:`fgscale.training.MemorySource`) and the distributed Zarr streamer (:class:`fgscale.training.StoreSource`)
 both yield :class:`Batch` objects in the order of the same :class:`~fgscale.training.EpochPlan`.
 A batch carries the rows already reduced by its grouping (``Phi x``, m x k) together with the
 grouping's index in the bank, or full rows (m x p) when no grouping is used.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,11 +21,8 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from fgscale.grouping._projection import project_rows
-from fgscale.training._plan import EpochPlan
-
-__all__ = ["Batch", "EarlyStopping", "evaluate", "fit", "make_optimizer", "MemorySource",
-           "predict_logits", "train_epoch"]
+__all__ = ["Batch", "EarlyStopping", "evaluate", "fit", "make_optimizer", "predict_logits",
+           "train_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -45,50 +42,6 @@ class Batch:
     x: np.ndarray
     y: np.ndarray
     grouping: int | None = None
-
-
-# Default size of an in-memory evaluation block: the size of a store shard (fgscale.store), kept
-# here so that the core trainer does not import zarr and nibabel.
-_BLOCK_BYTES = 64 << 20
-
-
-class MemorySource:
-    """Batches and evaluation blocks from in-memory arrays (the oracle of the streamed source).
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features), float32
-    y : ndarray of shape (n_samples,), int64
-    bank : ndarray of shape (n_groupings, n_features), int32, optional
-    block_size : int, optional
-        Rows per evaluation block (each block is a copy); default about 64 MiB of rows.
-    """
-
-    def __init__(self, X: np.ndarray, y: np.ndarray, bank=None, *, block_size: int | None = None):
-        self.X, self.y, self.bank = X, y, bank
-        self.block_size = block_size or max(1, _BLOCK_BYTES // (4 * max(X.shape[1], 1)))
-
-    def batches(self, plan: EpochPlan) -> Iterator[Batch]:
-        """The plan's minibatches, reduced by the bank's groupings, in plan order.
-
-        A reduced batch is made row by row from views of ``X``, as the streamed source does
-        from the store: the batch's full rows are never copied together.
-        """
-        for i, rows in enumerate(plan.batches):
-            if plan.groupings is None:
-                yield Batch(self.X[rows], self.y[rows])
-            else:
-                g = int(plan.groupings[i])
-                x = project_rows(((j, self.X[r]) for j, r in enumerate(rows)), self.bank[g],
-                                 len(rows))
-                yield Batch(x, self.y[rows], g)
-
-    def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Full rows ``(x, y)`` in blocks, for validation and testing."""
-        rows = np.asarray(rows, dtype=np.int64)
-        for i in range(0, rows.size, self.block_size):
-            part = rows[i : i + self.block_size]
-            yield self.X[part], self.y[part]
 
 
 def make_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.0):

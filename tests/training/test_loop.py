@@ -6,7 +6,7 @@ import torch
 from torch.nn import functional as F
 
 from fgscale.grouping._projection import back_project, project
-from fgscale.training._loop import (
+from fgscale.training import (
     Batch,
     EarlyStopping,
     MemorySource,

@@ -11,7 +11,7 @@ from distributed import Client, LocalCluster
 
 from fgscale import FeatureGroupingClassifier
 from fgscale.store import write_store
-from fgscale.training._loop import MemorySource
+from fgscale.training import MemorySource
 from fgscale.training._plan import epoch_plan
 from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window, load_rows
 

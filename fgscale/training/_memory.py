@@ -1,0 +1,57 @@
+"""The in-memory batch source: the oracle that the streamed source is tested against."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from fgscale.grouping._projection import project_rows
+from fgscale.training._loop import Batch
+from fgscale.training._plan import EpochPlan
+
+__all__ = ["MemorySource"]
+
+
+# Default size of an in-memory evaluation block: the size of a store shard (fgscale.store), kept
+# here so that the core trainer does not import zarr and nibabel.
+_BLOCK_BYTES = 64 << 20
+
+
+class MemorySource:
+    """Batches and evaluation blocks from in-memory arrays (the oracle of the streamed source).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features), float32
+    y : ndarray of shape (n_samples,), int64
+    bank : ndarray of shape (n_groupings, n_features), int32, optional
+    block_size : int, optional
+        Rows per evaluation block (each block is a copy); default about 64 MiB of rows.
+    """
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, bank=None, *, block_size: int | None = None):
+        self.X, self.y, self.bank = X, y, bank
+        self.block_size = block_size or max(1, _BLOCK_BYTES // (4 * max(X.shape[1], 1)))
+
+    def batches(self, plan: EpochPlan) -> Iterator[Batch]:
+        """The plan's minibatches, reduced by the bank's groupings, in plan order.
+
+        A reduced batch is made row by row from views of ``X``, as the streamed source does
+        from the store: the batch's full rows are never copied together.
+        """
+        for i, rows in enumerate(plan.batches):
+            if plan.groupings is None:
+                yield Batch(self.X[rows], self.y[rows])
+            else:
+                g = int(plan.groupings[i])
+                x = project_rows(((j, self.X[r]) for j, r in enumerate(rows)), self.bank[g],
+                                 len(rows))
+                yield Batch(x, self.y[rows], g)
+
+    def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Full rows ``(x, y)`` in blocks, for validation and testing."""
+        rows = np.asarray(rows, dtype=np.int64)
+        for i in range(0, rows.size, self.block_size):
+            part = rows[i : i + self.block_size]
+            yield self.X[part], self.y[part]
