@@ -1,8 +1,9 @@
 """The training loop of Algorithm 1, fed by any iterator of batches.
 
 The loop knows nothing about where batches come from: the in-memory source
-(:class:`fgscale.training.MemorySource`) and the distributed Zarr streamer (:class:`fgscale.training.StoreSource`)
-both yield :class:`Batch` objects in the order of the same :class:`~fgscale.training.EpochPlan`.
+(:class:`fgscale.training.MemorySource`) and the distributed Zarr streamer
+(:class:`fgscale.training.StoreSource`) both yield :class:`Batch` objects in the order of the
+same :class:`~fgscale.training.EpochPlan`.
 A batch carries the rows already reduced by its grouping (``Phi x``, m x k) together with the
 grouping's index in the bank, or full rows (m x p) when no grouping is used.
 """
