@@ -23,6 +23,21 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_bank(args) -> int:
+    if args.list:
+        from fgscale.store._banks import list_banks
+
+        banks = list_banks(args.store)
+        if not banks:
+            print(f"{args.store}: no bank")
+            return 0
+        rows = [("key", "k", "r", "seed", "rows", "built")] + [
+            (b["key"], str(b["n_clusters"]), str(b["n_bootstrap"]), str(b["seed"]),
+             str(b["n_rows"]), f"{b['built']}/{b['total']}") for b in banks]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        return 0
+
     from fgscale.cluster import dashboard_link, get_client
     from fgscale.grouping._dask_bank import build_bank
 
@@ -31,9 +46,9 @@ def _cmd_bank(args) -> int:
         _, info = build_bank(args.store, n_groupings=args.n_groupings, n_bootstrap=args.n_bootstrap,
                              n_clusters=args.n_clusters, seed=args.seed, client=client,
                              overwrite=args.overwrite, return_info=True)
-    print(f"bank of {args.store}: {info['built']} groupings built, {info['reused']} reused "
-          f"(b={info['n_groupings']}, k={info['n_clusters']}, r={info['n_bootstrap']}, "
-          f"seed={info['seed']}) in {info['seconds']:.1f} s")
+    print(f"bank {info['key']} of {args.store}: {info['built']} groupings built, "
+          f"{info['reused']} reused (b={info['n_groupings']}, k={info['n_clusters']}, "
+          f"r={info['n_bootstrap']}, seed={info['seed']}) in {info['seconds']:.1f} s")
     return 0
 
 
@@ -43,17 +58,11 @@ def _cluster_kwargs(args) -> dict:
 
 
 def _cmd_train(args) -> int:
+    from fgscale._params import PARAMS
     from fgscale.runs import train_run
 
-    params = {"model": args.model, "regularizer": args.regularizer,
-              "n_clusters": args.n_clusters, "n_groupings": args.n_groupings,
-              "n_bootstrap": args.n_bootstrap, "alpha": args.alpha, "dropout": args.dropout,
-              "hidden_layer_sizes": tuple(args.hidden_layer_sizes),
-              "max_epochs": args.max_epochs, "batch_size": args.batch_size,
-              "learning_rate": args.learning_rate,
-              "early_stopping": {"auto": "auto", "on": True, "off": False}[args.early_stopping],
-              "patience": args.patience, "device": args.device, "prefetch": args.prefetch,
-              "verbose": 1, "random_state": args.seed}
+    params = {p.name: getattr(args, p.name) for p in PARAMS if p.cli}
+    params.update(verbose=1, random_state=args.seed)
     summary = train_run(args.store, args.out, params=params, resume=args.resume,
                         **_cluster_kwargs(args), processes=args.worker_processes)
     test = summary["test"]
@@ -73,34 +82,41 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
-def _n_clusters(value: str):
-    """k as a count ("5000") or as a fraction of the voxels ("0.1")."""
-    try:
-        k = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {value!r}") from None
-    return int(k) if k >= 1 and k.is_integer() else k
+def _add_param(p, name: str, note: str = "") -> None:
+    """The option of an estimator parameter, from the table: its type, default and help."""
+    from fgscale._params import _BY_NAME, Options, _Sizes
 
+    param = _BY_NAME[name]
 
-def _prefetch(value: str):
-    """"auto" or a count of minibatches."""
-    if value == "auto":
+    def parse(text: str):
+        try:
+            value = param.constraint.parse(text)
+        except ValueError:
+            value = None
+        if value is None or not param.constraint.accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {param.constraint.describe()}, got "
+                                             f"{text!r}")
         return value
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer, got {value!r}") from None
+
+    default = param.default
+    if isinstance(param.constraint, _Sizes):  # --hidden-layer-sizes 256 128
+        kwargs = {"type": int, "nargs": "+", "default": list(default)}
+        default = " ".join(map(str, default))
+    else:
+        kwargs = {"type": parse, "default": default}
+    metavar = ("{" + ",".join(param.constraint.choices) + "}"
+               if isinstance(param.constraint, Options) else name.upper())
+    p.add_argument("--" + name.replace("_", "-"), dest=name, metavar=metavar,
+                   help=f"{param.help} (default: {default}{note})", **kwargs)
 
 
 def _add_bank_args(p, note: str) -> None:
     """The store and the bank's parameters, shared by ``bank`` and ``train``."""
     p.add_argument("store", help="the Zarr store (from fgscale convert)")
-    p.add_argument("--n-groupings", type=int, default=100, help=f"b, groupings (default 100{note})")
-    p.add_argument("--n-bootstrap", type=int, default=50,
-                   help=f"r, rows per grouping (default 50{note})")
-    p.add_argument("--n-clusters", type=_n_clusters, default=0.1,
-                   help=f"k, or a fraction of the voxels if below 1 (default 0.1{note})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bank and of training")
+    for name in ("n_groupings", "n_bootstrap", "n_clusters"):
+        _add_param(p, name, note)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the bank and of training (default: 0)")
 
 
 def _add_cluster_args(p) -> None:
@@ -138,9 +154,15 @@ def _cmd_export(args) -> int:
     from fgscale.grouping._export import export_map
 
     img = export_map(args.store, args.out, values=args.npy, grouping=args.grouping,
-                     omega=args.omega)
+                     omega=args.omega, bank=args.bank)
     print(f"{args.out}: image of shape {img.shape}")
     return 0
+
+
+def _version() -> str:
+    from fgscale import __version__
+
+    return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Feature grouping as a stochastic regularizer, trained out-of-core on Dask and Zarr.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("demo", help="run the whole pipeline on a synthetic cohort (the README's main job)")
@@ -185,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--npy", default=None, help=".npy of shape (p,) or (n, p)")
     what.add_argument("--grouping", type=int, default=None, help="row I of the store's bank")
     what.add_argument("--omega", action="store_true", help="the bank's Omega diagonal")
+    p.add_argument("--bank", default=None, metavar="KEY",
+                   help="the bank of --grouping/--omega (default the store's only bank; "
+                        "fgscale bank STORE --list shows the keys)")
     p.set_defaults(func=_cmd_export)
 
     # --- distributed commands (bank, train, evaluate) ---
@@ -192,28 +218,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bank", help="build the bank of groupings into a store, on a Dask cluster")
     _add_bank_args(p, "")
     _add_cluster_args(p)
-    p.add_argument("--overwrite", action="store_true", help="rebuild a bank with other parameters")
+    p.add_argument("--overwrite", action="store_true",
+                   help="rebuild the bank of these parameters from scratch (other banks are kept)")
+    p.add_argument("--list", action="store_true",
+                   help="list the store's banks (key, k, r, seed, rows, built/total); build nothing")
     p.set_defaults(func=_cmd_bank)
 
     p = sub.add_parser("train", help="train on a store, streaming minibatches from the workers")
-    _add_bank_args(p, "; used when the store has no bank")
+    _add_bank_args(p, "")
     p.add_argument("--out", required=True, help="run folder (config, checkpoints, metrics, weights)")
-    p.add_argument("--model", choices=["logreg", "mlp"], default="logreg")
-    p.add_argument("--regularizer", choices=["none", "l2", "dropout", "feature_grouping"],
-                   default="feature_grouping")
-    p.add_argument("--alpha", type=float, default=1e-3, help="L2 strength (--regularizer l2)")
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--hidden-layer-sizes", type=int, nargs="+", default=[256])
-    p.add_argument("--max-epochs", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=200)
-    p.add_argument("--learning-rate", type=float, default=0.01)
-    p.add_argument("--early-stopping", choices=["auto", "on", "off"], default="auto",
-                   type=str.lower)
-    p.add_argument("--patience", type=int, default=10)
-    p.add_argument("--device", default="cpu", help="torch device of the central model (cpu, cuda)")
-    p.add_argument("--prefetch", type=_prefetch, default="auto",
-                   help="minibatches in flight at most (default auto: two per worker thread, "
-                        "within 1 GiB of blocks)")
+    from fgscale._params import PARAMS
+
+    for param in PARAMS:
+        if param.cli and param.name not in ("n_groupings", "n_bootstrap", "n_clusters"):
+            _add_param(p, param.name)
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     _add_cluster_args(p)
     _add_worker_kind_arg(p)

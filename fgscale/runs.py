@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from fgscale._params import check_device
+from fgscale._params import RUNTIME_PARAMS, check_device, params_to_json
 from fgscale.cluster import get_client
 from fgscale.estimators._classifier import FeatureGroupingClassifier, _cuda, _History
 from fgscale.images._nifti import unmask
@@ -41,11 +41,6 @@ from fgscale.training._stream import StoreSource
 __all__ = ["RunFolder", "atomic_path", "evaluate_run", "train_run"]
 
 log = logging.getLogger(__name__)
-
-# Parameters that do not change what a fit computes: a run may resume with other values
-# (max_epochs too, so that a finished run can be extended).
-RUNTIME_PARAMS = ("device", "scheduler", "prefetch", "max_epochs", "verbose")
-
 
 @contextmanager
 def atomic_path(path) -> Iterator[Path]:
@@ -147,7 +142,7 @@ class _Checkpoints(_History):
     def __init__(self, folder: RunFolder, estimator, optimizer, stopper):
         super().__init__(estimator, optimizer, stopper)
         self.folder = folder
-        self.params = {k: repr(v) for k, v in estimator.get_params().items()
+        self.params = {k: v for k, v in params_to_json(estimator.get_params()).items()
                        if k not in RUNTIME_PARAMS}
         self.gpu = _cuda(estimator.device)  # its generator is checkpointed
 
@@ -214,7 +209,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     folder = RunFolder(out)
     clf = FeatureGroupingClassifier(**(params or {}))
     clf._check_params()  # a bad parameter (or a GPU this machine lacks) stops before any write
-    params = json.loads(json.dumps(clf.get_params(), default=str))  # every parameter, as saved
+    params = params_to_json(clf.get_params())  # every parameter, as saved
     store = open_store(store_path)
     folder.start(params, store, resume=resume)
     start = time.perf_counter()

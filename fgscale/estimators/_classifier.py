@@ -1,14 +1,13 @@
 """``FeatureGroupingClassifier``: Algorithm 1 behind the scikit-learn API.
 
 The estimator is a thin layer: it validates, resolves its parameters, then calls the bank
-builder (:mod:`fgscale.grouping._bank`), the planner (:mod:`fgscale.training._plan`) and the training loop
-(:mod:`fgscale.training._loop`) on in-memory arrays.
+builder (:mod:`fgscale.grouping`), the planner and the training loop (:mod:`fgscale.training`)
+on in-memory arrays or on a store.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import numbers
 import os
@@ -21,7 +20,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fgscale._params import check_device, check_prefetch
+from fgscale._params import PARAMS, estimator_signature, numpydoc, validate_params
 from fgscale.grouping._bank import make_bank, resolve_n_clusters
 from fgscale.training._loop import EarlyStopping, fit, make_optimizer, predict_logits
 from fgscale.training._memory import MemorySource
@@ -32,8 +31,6 @@ __all__ = ["FeatureGroupingClassifier"]
 
 log = logging.getLogger(__name__)
 
-MODELS = ("logreg", "mlp")
-REGULARIZERS = ("none", "l2", "dropout", "feature_grouping")
 _MAX_SEED = np.iinfo(np.int32).max
 _BLOCK = 4096  # rows per block at prediction time
 
@@ -80,64 +77,23 @@ class _History:
 
 
 class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
-    """Classifier trained with feature grouping as a stochastic regularizer.
+    __doc__ = f"""Classifier trained with feature grouping as a stochastic regularizer.
 
     Each SGD step reduces its minibatch with a grouping drawn from a bank of ReNA
     clusterings and trains the first layer through it (Aydore et al., ICML 2019, Algorithm 1).
-    After training the weights live in the original feature space.
+    After training the weights live in the original feature space. The parameters are declared
+    once, in :data:`fgscale._params.PARAMS`, and all checked when ``fit`` starts.
 
     Parameters
     ----------
-    mask : ndarray of bool, Nifti1Image, path or None
-        Spatial layout of the features (``X`` columns are ``vol[mask]`` in C order); None
-        chains the features in a 1D graph.
-    model : {"logreg", "mlp"}
-    regularizer : {"none", "l2", "dropout", "feature_grouping"}
-    alpha : float
-        L2 strength (SGD weight decay on weight matrices) with ``regularizer="l2"``.
-    dropout : float
-        Dropout rate: on the input and hidden layers with ``regularizer="dropout"``, on hidden
-        layers only with ``"feature_grouping"`` (the paper's MLP; 0 disables it).
-    n_clusters : int or float
-        k, clusters per grouping; a float in (0, 1) is a fraction of the features.
-    n_groupings : int
-        b, groupings in the bank.
-    n_bootstrap : int
-        r, training rows (drawn with replacement) per grouping.
-    hidden_layer_sizes : tuple of int
-        Hidden layers of the MLP.
-    learning_rate : float
-        SGD step size.
-    batch_size : int
-        Minibatch size m.
-    max_epochs : int
-        Epochs (the exact number without early stopping).
-    early_stopping : bool or "auto"
-        Hold out ``validation_fraction`` of the training rows and stop after ``patience``
-        epochs without improvement of the validation loss, restoring the best weights.
-        "auto": on for the MLP, off for logistic regression.
-    validation_fraction : float
-    patience : int
-    device : str
-        Torch device of the model, e.g. "cpu", "cuda" or "cuda:1". A pickled estimator holds
-        its model on the CPU, so that it loads on any machine; the model goes back to
-        ``device`` when it predicts (``set_params(device="cpu")`` to predict without a GPU).
-    scheduler : str, optional
-        Address of a Dask scheduler for fitting on a store; default an embedded LocalCluster
-        of thread workers in this process (see :func:`fgscale.cluster.get_client`).
-    prefetch : int or "auto"
-        With a store: minibatches in flight on the workers at most. "auto": two per worker
-        thread of the cluster, within 1 GiB of blocks (:func:`fgscale.training.auto_window`).
-    verbose : int
-        1 or more: a progress bar over epochs.
-    random_state : int, RandomState or None
-        An int is the run's seed itself (bank, plan, initialisation, dropout).
+{numpydoc()}
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
     n_features_in_ : int
     n_clusters_ : int
+        k as resolved from ``n_clusters``.
     bank_ : ndarray of shape (n_groupings, n_features), int32, or None
     model_ : torch.nn.Module
     coef_ : ndarray of shape (n_classes, n_features)
@@ -145,45 +101,35 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
     intercept_ : ndarray of shape (n_classes,)
     history_ : list of dict
         Metrics of each epoch.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fgscale import FeatureGroupingClassifier
+    >>> rng = np.random.default_rng(0)
+    >>> mask = np.ones((6, 6, 6), bool)
+    >>> y = np.repeat([0, 1], 40)
+    >>> X = rng.standard_normal((80, 216)).astype(np.float32) + y[:, None]
+    >>> clf = FeatureGroupingClassifier(mask=mask, n_groupings=5, n_bootstrap=20,
+    ...                                 max_epochs=20, random_state=0).fit(X, y)
+    >>> clf.coef_.shape
+    (2, 216)
+    >>> bool(clf.score(X, y) > 0.9)
+    True
     """
 
-    def __init__(self, mask=None, model="logreg", regularizer="feature_grouping", alpha=1e-3,
-                 dropout=0.5, n_clusters=0.1, n_groupings=100, n_bootstrap=50,
-                 hidden_layer_sizes=(256,), learning_rate=0.01, batch_size=200, max_epochs=200,
-                 early_stopping="auto", validation_fraction=0.1, patience=10, device="cpu",
-                 scheduler=None, prefetch="auto", verbose=0, random_state=None):
-        self.mask = mask
-        self.model = model
-        self.regularizer = regularizer
-        self.alpha = alpha
-        self.dropout = dropout
-        self.n_clusters = n_clusters
-        self.n_groupings = n_groupings
-        self.n_bootstrap = n_bootstrap
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.device = device
-        self.scheduler = scheduler
-        self.prefetch = prefetch
-        self.verbose = verbose
-        self.random_state = random_state
+    def __init__(self, **params):
+        unknown = sorted(set(params) - {p.name for p in PARAMS})
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unexpected parameter(s) {unknown}")
+        for p in PARAMS:
+            setattr(self, p.name, params.get(p.name, p.default))
+
+    __init__.__signature__ = estimator_signature()
 
     def _check_params(self):
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
-        if self.regularizer not in REGULARIZERS:
-            raise ValueError(f"regularizer must be one of {REGULARIZERS}, got {self.regularizer!r}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must lie in [0, 1), got {self.dropout!r}")
-        if self.early_stopping not in (True, False, "auto"):
-            raise ValueError(f"early_stopping must be True, False or 'auto', got {self.early_stopping!r}")
-        check_device(self.device)
-        check_prefetch(self.prefetch)
+        """Check every parameter (the table's constraints), before any work."""
+        validate_params(self.get_params(), type(self).__name__)
 
     def _use_early_stopping(self) -> bool:
         if self.early_stopping == "auto":
@@ -197,12 +143,14 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         ----------
         X : array-like of shape (n_samples, n_features), or str or Path of a store
             In-memory data, or a complete fgscale store: then the labels, the mask and the
-            training rows come from the store, the bank is read from it (built on the cluster
-            first if missing) and minibatches are streamed from it by Dask workers.
+            training rows come from the store, the bank of these parameters is read from it
+            (built on the cluster first if missing) and minibatches are streamed from it by
+            Dask workers.
         y : array-like of shape (n_samples,)
             Labels; must be None with a store.
         client : distributed.Client, optional
-            With a store: the cluster to use; default ``scheduler``, else a LocalCluster.
+            With a store: the cluster to use; default the active ``distributed`` client, else an
+            embedded LocalCluster of thread workers (:func:`fgscale.cluster.get_client`).
 
         Returns
         -------
@@ -235,7 +183,7 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
 
     def _fit_store(self, path, client, history=_History):
         from fgscale.cluster import get_client
-        from fgscale.grouping._dask_bank import build_bank, load_bank
+        from fgscale.grouping._dask_bank import ensure_bank
         from fgscale.store._reader import open_store
         from fgscale.training._stream import StoreSource
 
@@ -244,20 +192,17 @@ class FeatureGroupingClassifier(ClassifierMixin, BaseEstimator):
         self.n_features_in_ = store.n_features
         self.n_clusters_ = resolve_n_clusters(self.n_clusters, store.n_features)
         seed, rows = self._seed(), store.train_rows()
-        with get_client(self.scheduler, client=client, processes=False) as client:
-            bank, info = None, {}
+        with get_client(client=client, processes=False) as client:
+            bank, key = None, ""
             if self.regularizer == "feature_grouping":
-                try:
-                    bank, info = load_bank(store.path)
-                except ValueError:  # no bank yet, or a partial one: build or finish it
-                    build_bank(store.path, n_groupings=self.n_groupings,
-                               n_bootstrap=self.n_bootstrap, n_clusters=self.n_clusters,
-                               seed=seed, client=client)
-                    bank, info = load_bank(store.path)
-                log.info("using the store's bank: %s", info)
-                self.n_clusters_ = int(info["n_clusters"])
-            source = StoreSource(client, store.path, n_clusters=self.n_clusters_,
-                                 bank_key=json.dumps(info, sort_keys=True), prefetch=self.prefetch)
+                # the bank of exactly these parameters and training rows, built if missing
+                bank, info = ensure_bank(store.path, n_groupings=self.n_groupings,
+                                         n_bootstrap=self.n_bootstrap, n_clusters=self.n_clusters,
+                                         seed=seed, client=client)
+                key = info["key"]
+                log.info("using the store's bank %s", key)
+            source = StoreSource(client, store.path, n_clusters=self.n_clusters_, bank_key=key,
+                                 prefetch=self.prefetch)
             return self._train(source, store.y.astype(np.int64), rows, bank, seed, history)
 
     def _train(self, source, y_idx, rows, bank, seed, history=_History):

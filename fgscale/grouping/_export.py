@@ -10,6 +10,7 @@ import numpy as np
 
 from fgscale.grouping._bank import omega_diagonal
 from fgscale.images._nifti import unmask
+from fgscale.store._banks import list_banks, open_bank
 from fgscale.store._reader import Store, open_store
 
 __all__ = ["export_map"]
@@ -17,8 +18,8 @@ __all__ = ["export_map"]
 log = logging.getLogger(__name__)
 
 
-def export_map(store, out, *, values=None, grouping: int | None = None,
-               omega: bool = False) -> nib.Nifti1Image:
+def export_map(store, out, *, values=None, grouping: int | None = None, omega: bool = False,
+               bank: str | None = None) -> nib.Nifti1Image:
     """Write per-voxel values of a store as a NIfTI image on its grid.
 
     Exactly one of ``values``, ``grouping`` and ``omega`` is given.
@@ -30,34 +31,63 @@ def export_map(store, out, *, values=None, grouping: int | None = None,
         Output image (``.nii`` or ``.nii.gz``).
     values : array-like of shape (n_features,) or (n_maps, n_features), or a ``.npy`` path
     grouping : int, optional
-        Row of the store's bank: the cluster labels of that grouping.
+        Row of the bank: the cluster labels of that grouping (it must be built).
     omega : bool
-        The bank's Omega diagonal (see :func:`fgscale.grouping.omega_diagonal`).
+        The bank's Omega diagonal (see :func:`fgscale.grouping.omega_diagonal`); every grouping
+        of the bank must be built.
+    bank : str, optional
+        Key of the bank (see :func:`fgscale.store.list_banks`) for ``grouping`` and ``omega``;
+        default the store's only bank.
 
     Returns
     -------
     img : nibabel.Nifti1Image
+
+    Raises
+    ------
+    ValueError
+        On a bad choice of values; for ``grouping`` and ``omega``: when the key is not one of
+        the store's, or none is given and the store holds no bank or several (the message
+        lists the keys), or the grouping is out of range or not built.
     """
     if sum(x is not None and x is not False for x in (values, grouping, omega)) != 1:
         raise ValueError("give exactly one of values, grouping or omega")
     store = store if isinstance(store, Store) else open_store(store)
     if values is not None:
+        if bank is not None:
+            raise ValueError("bank goes with grouping or omega, not with values")
         if isinstance(values, (str, Path)):
             if not Path(values).is_file():
                 raise FileNotFoundError(f"{values}: no such .npy file")
             values = np.load(values)
     else:
-        if "bank" not in store.group:
-            raise ValueError(f"{store.path}: no bank in the store yet (build one first)")
-        bank = store.group["bank"]
-        if grouping is not None:
-            if not 0 <= grouping < bank.shape[0]:
-                raise ValueError(f"{store.path}: grouping {grouping} out of range, the bank has "
-                                 f"{bank.shape[0]} groupings")
-            values = bank[grouping]
-        else:
-            values = omega_diagonal(bank)
+        values = _bank_values(store, bank, grouping)
     img = unmask(values, store.mask, store.affine)
     nib.save(img, out)
     log.info("wrote %s, shape %s", out, img.shape)
     return img
+
+
+def _bank_values(store: Store, key: str | None, grouping: int | None) -> np.ndarray:
+    """Grouping ``grouping`` of bank ``key`` (default the only bank), or its Omega (None)."""
+    if key is None:
+        keys = [b["key"] for b in list_banks(store)]
+        if len(keys) != 1:
+            raise ValueError(f"{store.path}: " + (
+                "no bank in the store yet (build one with 'fgscale bank')" if not keys else
+                f"the store holds {len(keys)} banks, choose one (--bank KEY): "
+                + ", ".join(keys)))
+        key = keys[0]
+    bank = open_bank(store, key)
+    done = bank.done[:]
+    if grouping is None:
+        if not done.all():
+            raise ValueError(f"{store.path}: bank {key!r} is incomplete ({int(done.sum())} of "
+                             f"{done.size} groupings built); Omega needs all of them")
+        return omega_diagonal(bank.labels)
+    if not 0 <= grouping < done.size:
+        raise ValueError(f"{store.path}: grouping {grouping} out of range, bank {key!r} has "
+                         f"{done.size} groupings")
+    if not done[grouping]:
+        raise ValueError(f"{store.path}: grouping {grouping} of bank {key!r} is not built yet")
+    return bank.labels[grouping]

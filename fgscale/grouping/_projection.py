@@ -66,7 +66,8 @@ def project(X, labels, n_clusters: int | None = None):
 
 
 def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None, *,
-                 out: np.ndarray | None = None) -> np.ndarray:
+                 out: np.ndarray | None = None, mean: np.ndarray | None = None,
+                 scale: np.ndarray | None = None) -> np.ndarray:
     """Reduce rows handed over one at a time, with the same numbers as :func:`project`.
 
     Meant for rows read straight from storage (:meth:`fgscale.store.Store.iter_rows`):
@@ -81,12 +82,18 @@ def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None, *,
     n_clusters : int, optional
     out : ndarray of shape (n_rows, n_clusters), float32, optional
         A C-contiguous array of zeros to write into; default a new one.
+    mean, scale : ndarray of shape (n_features,), float32, optional
+        Standardize each row before reducing it: ``(row - mean) * scale`` (``scale`` is
+        ``1 / std``), given together. The numbers are those of :func:`project` on the
+        standardized rows.
 
     Returns
     -------
     Z : ndarray of shape (n_rows, n_clusters), float32
         ``out`` when given.
     """
+    if (mean is None) != (scale is None):
+        raise ValueError("give mean and scale together, or neither")
     lab = torch.from_numpy(np.asarray(labels)).long()
     k = int(lab.max()) + 1 if n_clusters is None else n_clusters
     if out is None:
@@ -95,8 +102,23 @@ def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None, *,
         raise ValueError(f"out must be a C-contiguous float32 array of shape {(n_rows, k)}, "
                          f"got {out.dtype} {out.shape}")
     Z = torch.from_numpy(out)
-    for i, row in rows:  # 1D scatter_add_ measured 1.6x faster than 1D index_add_ here
-        Z[i].scatter_add_(0, lab, torch.from_numpy(row))
+    if mean is not None:
+        # Each row is standardized into one buffer, then scattered: 45 us a row against 40 for
+        # the scatter alone at p = 34k (best of 7), no slower than the form
+        # Phi(x * scale) - Phi(mean * scale) (one product a row, one k-vector a call), which
+        # loses digits to cancellation: on raw scanner units (mean/std ~ 10) and clusters of
+        # 340 features, 3e-4 away from the float64 result against 2e-6 here.
+        mean = np.asarray(mean, np.float32)
+        scale = np.asarray(scale, np.float32)
+        buffer = np.empty(lab.shape, np.float32)
+        standardized = torch.from_numpy(buffer)
+        for i, row in rows:
+            np.subtract(row, mean, out=buffer)
+            np.multiply(buffer, scale, out=buffer)
+            Z[i].scatter_add_(0, lab, standardized)
+    else:
+        for i, row in rows:  # 1D scatter_add_ measured 1.6x faster than 1D index_add_ here
+            Z[i].scatter_add_(0, lab, torch.from_numpy(row))
     # in numpy, on this thread: many thread workers each opening torch's intra-op pool for
     # this product oversubscribe the cores (the 1D scatter above runs on one thread already)
     np.multiply(out, _scale(lab, k, Z.dtype).numpy(), out=out)

@@ -28,11 +28,27 @@ class MemorySource:
     bank : ndarray of shape (n_groupings, n_features), int32, optional
     block_size : int, optional
         Rows per evaluation block (each block is a copy); default about 64 MiB of rows.
+    mean, scale : ndarray of shape (n_features,), optional
+        Standardize rows as they are used, ``(x - mean) * scale`` in float32 (``scale`` is
+        ``1 / std``, e.g. from :func:`fgscale.store.array_stats`), given together: batches,
+        reduced or not, and evaluation blocks are of standardized rows; ``X`` is never modified.
     """
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, bank=None, *, block_size: int | None = None):
+    def __init__(self, X: np.ndarray, y: np.ndarray, bank=None, *, block_size: int | None = None,
+                 mean: np.ndarray | None = None, scale: np.ndarray | None = None):
+        if (mean is None) != (scale is None):
+            raise ValueError("give mean and scale together, or neither")
         self.X, self.y, self.bank = X, y, bank
         self.block_size = block_size or max(1, _BLOCK_BYTES // (4 * max(X.shape[1], 1)))
+        self.mean = None if mean is None else np.asarray(mean, np.float32)
+        self.scale = None if scale is None else np.asarray(scale, np.float32)
+
+    def _rows(self, rows) -> np.ndarray:
+        """A copy of full rows, standardized when asked (the streamed source's numbers)."""
+        if self.mean is None:
+            return self.X[rows]
+        x = np.subtract(self.X[rows], self.mean, dtype=np.float32)  # a new array, whatever rows
+        return np.multiply(x, self.scale, out=x)
 
     def batches(self, plan: EpochPlan) -> Iterator[Batch]:
         """The plan's minibatches, reduced by the bank's groupings, in plan order.
@@ -42,11 +58,11 @@ class MemorySource:
         """
         for i, rows in enumerate(plan.batches):
             if plan.groupings is None:
-                yield Batch(self.X[rows], self.y[rows])
+                yield Batch(self._rows(rows), self.y[rows])
             else:
                 g = int(plan.groupings[i])
                 x = project_rows(((j, self.X[r]) for j, r in enumerate(rows)), self.bank[g],
-                                 len(rows))
+                                 len(rows), mean=self.mean, scale=self.scale)
                 yield Batch(x, self.y[rows], g)
 
     def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -54,4 +70,4 @@ class MemorySource:
         rows = np.asarray(rows, dtype=np.int64)
         for i in range(0, rows.size, self.block_size):
             part = rows[i : i + self.block_size]
-            yield self.X[part], self.y[part]
+            yield self._rows(part), self.y[part]

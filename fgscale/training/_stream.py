@@ -24,8 +24,10 @@ import zarr
 
 from fgscale._params import check_prefetch
 from fgscale.grouping._projection import project_rows
+from fgscale.store._banks import BANKS, LABELS, open_bank
 from fgscale.store._buffers import POOL
 from fgscale.store._reader import Store, open_store
+from fgscale.store._stats import read_saved, stats_key
 from fgscale.training._loop import Batch
 from fgscale.training._plan import EpochPlan
 
@@ -41,6 +43,7 @@ PREFETCH_BYTES = 2**30
 # Thread workers (``get_client(processes=False)``) share them, hence the lock.
 _STORES: dict[tuple[str, str], Store] = {}
 _BANKS: dict[tuple[str, str], np.ndarray] = {}
+_STATS: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -53,17 +56,32 @@ def _store(path: str, key: str) -> Store:
 
 
 def _bank(path: str, key: str) -> np.ndarray:
+    """The labels of the bank named in ``key`` (its last ``|`` field, see StoreSource)."""
     store = _store(path, key)
     with _CACHE_LOCK:
         if (path, key) not in _BANKS:
             _BANKS.clear()
-            _BANKS[path, key] = store.group["bank"][:]
+            _BANKS[path, key] = open_bank(store, key.rpartition("|")[2]).labels[:]
         return _BANKS[path, key]
 
 
+def _stats(path: str, key: str, stats: str) -> tuple[np.ndarray, np.ndarray]:
+    """Float32 ``(mean, 1 / std)`` saved in the store under ``stats/<stats>``."""
+    store = _store(path, key)
+    with _CACHE_LOCK:
+        if (path, key, stats) not in _STATS:
+            _STATS.clear()
+            mean, std = read_saved(store.group, stats)
+            _STATS[path, key, stats] = mean, 1 / std  # float32, as MemorySource gets it
+        return _STATS[path, key, stats]
+
+
 def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: int,
-               key: str = "") -> tuple[np.ndarray, np.ndarray]:
+               key: str = "", stats: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read a minibatch and reduce it with grouping ``grouping`` of the bank.
+
+    With ``stats`` (a key of :func:`fgscale.store.compute_stats`'s results in the store), each
+    row is standardized first, ``(x - mean) * (1 / std)`` in float32.
 
     Returns
     -------
@@ -71,18 +89,24 @@ def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: in
     y : ndarray of shape (m,), int64
     """
     store = _store(path, key)
+    mean, scale = (None, None) if stats is None else _stats(path, key, stats)
     # blocks come from the pool: recycled memory, no page faults (fgscale.store._buffers)
     if grouping is None:
         x = store.read_rows(rows, out=POOL.empty((len(rows), store.n_features)))
+        if mean is not None:
+            np.subtract(x, mean, out=x)
+            np.multiply(x, scale, out=x)
     else:  # reduce each row as it is read: the batch is never held whole
         x = project_rows(store.iter_rows(rows), _bank(path, key)[grouping],
-                         len(rows), n_clusters, out=POOL.zeros((len(rows), n_clusters)))
+                         len(rows), n_clusters, out=POOL.zeros((len(rows), n_clusters)),
+                         mean=mean, scale=scale)
     return x, store.y[rows].astype(np.int64)
 
 
-def load_rows(path: str, rows: np.ndarray, key: str = "") -> tuple[np.ndarray, np.ndarray]:
+def load_rows(path: str, rows: np.ndarray, key: str = "",
+              stats: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read full rows (evaluation), with their class indices."""
-    return load_batch(path, rows, None, 0, key)
+    return load_batch(path, rows, None, 0, key, stats)
 
 
 class Prefetcher:
@@ -147,12 +171,14 @@ class StoreSource:
     ----------
     client : distributed.Client
     path : str or Path
-        A complete store; with feature grouping, its ``bank`` array is used.
+        A complete store; with feature grouping, its bank ``bank_key`` is used.
     n_clusters : int
         k of the bank's groupings (0 without a bank).
     bank_key : str
-        Identity of the bank (e.g. its parameters). With the time the store's metadata was
-        last written, it keys the workers' caches: they reopen a store rewritten in place.
+        Key of the store's bank (:func:`fgscale.store.bank_key`, ``info["key"]`` of
+        :func:`fgscale.grouping.load_bank`); "" without feature grouping. With the times the
+        store's and the bank's metadata were last written, it keys the workers' caches: they
+        reopen a store rewritten in place, and a bank rebuilt or extended.
     prefetch : int or "auto"
         Blocks in flight at most; "auto" (the default): :func:`auto_window`, for each epoch's
         batches and each evaluation pass.
@@ -161,16 +187,35 @@ class StoreSource:
         central process holds up to ``prefetch + 1`` blocks: at HCP resolution, evaluating 2,000
         rows peaked at 0.55 GB with these 61-row blocks and at 1.1 GB with 256-row ones, at
         the same speed (1,200-2,000 rows/s for both on 2 cores).
+    standardize : bool, default=False
+        Standardize every row on the workers before it is reduced or returned, with the
+        statistics of ``stats_rows`` saved in the store by :func:`fgscale.store.compute_stats`
+        (compute them first).
+    stats_rows : array-like of int, optional
+        The rows whose statistics standardize; default the store's training rows.
     """
 
     def __init__(self, client, path, *, n_clusters: int = 0, bank_key: str = "",
-                 prefetch: int | str = "auto", block_size: int | None = None):
+                 prefetch: int | str = "auto", block_size: int | None = None,
+                 standardize: bool = False, stats_rows=None):
         self.path = str(Path(path).resolve())
         self.n_clusters = n_clusters
-        self.key = f"{os.stat(Path(self.path) / 'zarr.json').st_mtime_ns}|{bank_key}"
+        if "|" in bank_key:
+            raise ValueError(f"bank_key must be a bank's key, got {bank_key!r}")
+        stamps = [Path(self.path) / "zarr.json"]
+        if bank_key:
+            stamps.append(Path(self.path) / BANKS / bank_key / LABELS / "zarr.json")
+        self.key = "|".join([*(str(os.stat(p).st_mtime_ns) if p.exists() else "" for p in stamps),
+                             bank_key])  # the workers read the bank key in the last field
         group = zarr.open_group(self.path, mode="r")
         self.n_features = int(group["X"].shape[1])
         self.block_size = int(group.attrs["block_rows"]) if block_size is None else block_size
+        self.stats = None  # the key of the statistics the workers standardize with
+        if standardize:
+            if stats_rows is None:
+                stats_rows = open_store(self.path).train_rows()
+            self.stats = stats_key(stats_rows)
+            read_saved(group, self.stats)  # fails here, not on the workers, when not computed
         self.prefetch = check_prefetch(prefetch)
         self.prefetcher = Prefetcher(client)  # each pass sets its window: _window
 
@@ -183,8 +228,8 @@ class StoreSource:
     def batches(self, plan: EpochPlan) -> Iterator[Batch]:
         """The plan's minibatches, projected on the workers, in plan order."""
         groupings = plan.groupings if plan.groupings is not None else [None] * len(plan)
-        args = ((self.path, rows, None if g is None else int(g), self.n_clusters, self.key)
-                for rows, g in zip(plan.batches, groupings, strict=True))
+        args = ((self.path, rows, None if g is None else int(g), self.n_clusters, self.key,
+                 self.stats) for rows, g in zip(plan.batches, groupings, strict=True))
         width = self.n_features if plan.groupings is None else self.n_clusters
         size = self._window(max(map(len, plan.batches), default=1), width)
         for (x, y), g in zip(self.prefetcher.map(load_batch, args, size), groupings, strict=True):
@@ -193,7 +238,7 @@ class StoreSource:
     def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Full rows ``(x, y)`` in blocks of ``block_size``, for validation and testing."""
         rows = np.asarray(rows, dtype=np.int64)
-        args = ((self.path, rows[i : i + self.block_size], self.key)
+        args = ((self.path, rows[i : i + self.block_size], self.key, self.stats)
                 for i in range(0, rows.size, self.block_size))
         yield from self.prefetcher.map(load_rows, args,
                                        self._window(self.block_size, self.n_features))

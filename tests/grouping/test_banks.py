@@ -12,9 +12,9 @@ import zarr
 from fgscale.cli import main
 from fgscale.cluster import get_client
 from fgscale.grouping._bank import bootstrap_rows, grouping_seed, make_bank, omega_diagonal
-from fgscale.grouping._dask_bank import build_bank, load_bank
+from fgscale.grouping._dask_bank import build_bank, ensure_bank, load_bank
 from fgscale.images._synthetic import make_classification_volumes
-from fgscale.store import open_store, write_store
+from fgscale.store import BankError, bank_key, list_banks, open_bank, open_store, write_store
 
 R, K = 8, 36  # r bootstrap rows, k clusters (10% of the 360 voxels of the tiny grid)
 
@@ -56,9 +56,13 @@ def test_matches_in_memory_oracle_and_uses_train_rows_only(store_path, tmp_path,
     # Drawing from all rows (test rows included) would give another bank.
     all_rows = np.arange(40)
     assert not np.array_equal(bank, _oracle(path, 5, seed=3, rows=all_rows))
-    stored, info = load_bank(path)
+    stored, info = load_bank(path, n_clusters=0.1, n_bootstrap=R, seed=3)
     np.testing.assert_array_equal(stored, bank)
-    assert info == {"n_groupings": 5, "n_clusters": K, "n_bootstrap": R, "seed": 3}
+    train = open_store(path).train_rows()
+    key = bank_key(K, R, 3, train)
+    assert info == {"key": key, "n_groupings": 5, "n_clusters": K, "n_bootstrap": R, "seed": 3,
+                    "rows_sha1": info["rows_sha1"], "n_rows": 30}
+    assert key.startswith(f"k{K}-r{R}-s3-") and info["rows_sha1"].startswith(key[-8:])
 
 
 def test_bootstrap_rows_are_train_rows(store_path):
@@ -93,11 +97,11 @@ def test_resume_and_extend(store_path, tmp_path, client):
     np.testing.assert_array_equal(bank, expected)
     np.testing.assert_array_equal(bank[:3], first)
 
-    group = zarr.open_group(str(path), mode="r+")
-    group["bank_done"][4] = False  # as if the task for grouping 4 had died before its flag
-    group["bank"][4] = -1
-    with pytest.raises(ValueError, match="incomplete"):
-        load_bank(path)
+    stored = open_bank(path, info["key"], mode="r+")
+    stored.done[4] = False  # as if the task for grouping 4 had died before its flag
+    stored.labels[4] = -1
+    with pytest.raises(BankError, match="incomplete"):
+        load_bank(path, n_clusters=K, n_bootstrap=R, seed=1)
     bank, info = build_bank(path, n_groupings=6, **kw)
     assert (info["built"], info["reused"]) == (1, 5)
     np.testing.assert_array_equal(bank, expected)
@@ -105,21 +109,42 @@ def test_resume_and_extend(store_path, tmp_path, client):
     bank, info = build_bank(path, n_groupings=2, **kw)
     assert info["built"] == 0
     np.testing.assert_array_equal(bank, expected[:2])
-    assert load_bank(path)[0].shape == (6, 360)
+    assert load_bank(path, n_clusters=K, n_bootstrap=R, seed=1)[0].shape == (6, 360)
+    assert load_bank(path, n_clusters=K, n_bootstrap=R, seed=1, n_groupings=4)[0].shape == (4, 360)
 
 
-def test_parameter_mismatch_and_overwrite(store_path, tmp_path, client):
+def test_other_parameters_make_other_banks_and_overwrite_rebuilds_one(store_path, tmp_path,
+                                                                      client):
     path = _copy(store_path, tmp_path)
-    kw = dict(n_groupings=2, client=client, progress=False)
-    build_bank(path, n_bootstrap=R, n_clusters=K, seed=0, **kw)
+    kw = dict(n_groupings=2, client=client, progress=False, return_info=True)
+    _, first = build_bank(path, n_bootstrap=R, n_clusters=K, seed=0, **kw)
+    keys = {first["key"]}
     for change in ({"n_bootstrap": R + 1}, {"n_clusters": K + 1}, {"seed": 1}):
         args = {"n_bootstrap": R, "n_clusters": K, "seed": 0, **change}
-        name = next(iter(change))
-        with pytest.raises(ValueError, match=f"{name}: stored"):
-            build_bank(path, **args, **kw)
-    bank = build_bank(path, n_bootstrap=R, n_clusters=K, seed=1, overwrite=True, **kw)
-    np.testing.assert_array_equal(bank, _oracle(path, 2, seed=1))
-    assert load_bank(path)[1]["seed"] == 1
+        _, info = build_bank(path, **args, **kw)
+        assert info["built"] == 2 and info["key"] not in keys
+        keys.add(info["key"])
+    assert [b["key"] for b in list_banks(path)] == sorted(keys)
+    # overwrite rebuilds that key only, from scratch
+    open_bank(path, first["key"], mode="r+").labels[0] = 0
+    bank, info = build_bank(path, n_bootstrap=R, n_clusters=K, seed=0, overwrite=True, **kw)
+    assert (info["built"], info["key"]) == (2, first["key"])
+    np.testing.assert_array_equal(bank, _oracle(path, 2, seed=0))
+    assert len(list_banks(path)) == 4
+
+
+def test_ensure_bank_builds_only_what_is_missing(store_path, tmp_path, client):
+    path = _copy(store_path, tmp_path)
+    kw = dict(n_bootstrap=R, n_clusters=K, seed=4, client=client)
+    bank, info = ensure_bank(path, n_groupings=2, **kw)
+    assert info["built"] == 2 and info["n_groupings"] == 2
+    np.testing.assert_array_equal(bank, _oracle(path, 2, seed=4))
+    again, info = ensure_bank(path, n_groupings=2, **kw)  # read, nothing built
+    assert info["built"] == 0
+    np.testing.assert_array_equal(again, bank)
+    more, info = ensure_bank(path, n_groupings=3, **kw)  # extended by one
+    assert info["built"] == 1 and info["key"] == bank_key(K, R, 4, open_store(path).train_rows())
+    np.testing.assert_array_equal(more, _oracle(path, 3, seed=4))
 
 
 def test_bad_inputs(store_path, tmp_path, client):
@@ -129,8 +154,10 @@ def test_bad_inputs(store_path, tmp_path, client):
         build_bank(_copy(store_path, tmp_path), n_clusters=1.5, client=client)
     with pytest.raises(ValueError, match="no such store"):
         build_bank(tmp_path / "missing.zarr", client=client)
-    with pytest.raises(ValueError, match="no bank"):
-        load_bank(_copy(store_path, tmp_path))
+    with pytest.raises(BankError, match="no bank"):
+        load_bank(_copy(store_path, tmp_path), n_clusters=K, n_bootstrap=R, seed=0)
+    with pytest.raises(ValueError, match="seed"):
+        build_bank(_copy(store_path, tmp_path), seed=1.5, client=client)
     only_test = _write(tmp_path / "only_test.zarr", n_test=40).path
     with pytest.raises(ValueError, match="no training rows"):
         build_bank(only_test, client=client)
@@ -146,6 +173,7 @@ def test_killed_worker_does_not_change_the_bank(tmp_path, client):
         result["bank"] = build_bank(path, n_groupings=b, n_bootstrap=r, n_clusters=k,
                                     client=client, progress=False)
 
+    key = bank_key(k, r, 0, open_store(path).train_rows())
     pids = client.run(os.getpid)
     thread = threading.Thread(target=run)
     thread.start()
@@ -154,7 +182,7 @@ def test_killed_worker_does_not_change_the_bank(tmp_path, client):
     while done.sum() < 2 and time.monotonic() < deadline:
         time.sleep(0.005)
         try:
-            done = zarr.open_group(str(path), mode="r")["bank_done"][:]
+            done = zarr.open_group(str(path), mode="r")[f"banks/{key}/done"][:]
         except Exception:  # the arrays are not created yet, or a flag is being written
             continue
     os.kill(next(iter(pids.values())), signal.SIGKILL)
@@ -196,8 +224,14 @@ def test_cli_bank_joins_a_running_scheduler(store_path, tmp_path, client, capsys
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "3 groupings built, 0 reused" in out
-    np.testing.assert_array_equal(load_bank(path)[0], _oracle(path, 3, seed=2))
+    loaded, info = load_bank(path, n_clusters=0.1, n_bootstrap=R, seed=2)
+    assert f"bank {info['key']} of" in out
+    np.testing.assert_array_equal(loaded, _oracle(path, 3, seed=2))
     assert main(argv) == 0
     assert "0 groupings built, 3 reused" in capsys.readouterr().out
-    assert main(argv[:-2] + ["--seed", "5", "--scheduler", client.scheduler.address]) == 2
-    assert "--overwrite" in capsys.readouterr().err
+    # other parameters: another bank beside the first, which stays
+    assert main(argv[:-4] + ["--seed", "5", "--scheduler", client.scheduler.address]) == 0
+    assert "3 groupings built, 0 reused" in capsys.readouterr().out
+    assert len(list_banks(path)) == 2
+    np.testing.assert_array_equal(load_bank(path, n_clusters=K, n_bootstrap=R, seed=2)[0],
+                                  loaded)

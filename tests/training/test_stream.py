@@ -10,7 +10,15 @@ import zarr
 from distributed import Client, LocalCluster
 
 from fgscale import FeatureGroupingClassifier
-from fgscale.store import write_store
+from fgscale.grouping._projection import project, project_rows
+from fgscale.store import (
+    array_stats,
+    bank_key,
+    bank_params,
+    compute_stats,
+    create_bank,
+    write_store,
+)
 from fgscale.training import MemorySource
 from fgscale.training._plan import epoch_plan
 from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window, load_rows
@@ -101,11 +109,11 @@ def test_source_batches_equal_memory_source(cohort, client):
     bank = np.stack([np.arange(p) % 7, np.random.default_rng(0).permutation(np.arange(p) % 7)])
     store_path = path.with_name("bank.zarr")
     store = write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
-    zarr.open_group(str(store.path), mode="r+").create_array("bank", data=bank.astype(np.int32))
+    key = write_bank(store.path, bank.astype(np.int32))
     plan = epoch_plan(rows, batch_size=10, epoch=2, seed=1, n_groupings=2)
     y_idx = np.unique(y, return_inverse=True)[1]
     memory = list(MemorySource(X, y_idx, bank).batches(plan))
-    streamed = list(StoreSource(client, store_path, n_clusters=7, bank_key="k").batches(plan))
+    streamed = list(StoreSource(client, store_path, n_clusters=7, bank_key=key).batches(plan))
     assert len(streamed) == len(memory) == 7
     assert {b.grouping for b in streamed} == {0, 1}
     for s, m in zip(streamed, memory, strict=True):
@@ -192,3 +200,94 @@ def test_a_store_rewritten_in_place_is_read_afresh(cohort, client, tmp_path):
     np.testing.assert_array_equal(first[1], y_idx[rows])
     np.testing.assert_array_equal(second[1], y_idx[::-1][rows])
     np.testing.assert_array_equal(second[0], X[::-1][rows])
+
+
+# --- standardization (fgscale.store.compute_stats), on the workers and in memory ---
+
+
+def write_bank(path, bank: np.ndarray) -> str:
+    """Write ``bank`` into the store at ``path`` as one of its banks; return its key."""
+    params = bank_params(int(bank.max()) + 1, 1, 0, np.arange(3))
+    key = bank_key(int(bank.max()) + 1, 1, 0, np.arange(3))
+    written = create_bank(zarr.open_group(str(path), mode="r+"), key, params, *bank.shape)
+    for i, labels in enumerate(bank):
+        written.write(i, labels)
+    return key
+
+
+def test_project_rows_standardizes_as_project_of_the_standardized_rows(rng):
+    p, k = 500, 12
+    X = (rng.standard_normal((9, p)) * rng.uniform(0.5, 2, p) * 1000 + 10000).astype(np.float32)
+    labels = rng.permutation(np.arange(p) % k)  # clusters of ~42 features
+    mean, std = array_stats(X)
+    scale = 1 / std
+    standardized = (X - mean) * scale
+    rows = [4, 0, 4, 8]
+    got = project_rows(((i, X[r]) for i, r in enumerate(rows)), labels, len(rows), k,
+                       mean=mean, scale=scale)
+    np.testing.assert_allclose(got, project(standardized[rows], labels, k), rtol=1e-5, atol=1e-5)
+    exact = project(((X[rows].astype(np.float64) - X.mean(0, dtype=np.float64))
+                     / X.std(0, dtype=np.float64)), labels, k)
+    np.testing.assert_allclose(got, exact, atol=1e-4)
+    with pytest.raises(ValueError, match="together"):
+        project_rows([], labels, 0, k, mean=mean)
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["unit", "raw-units"])
+def test_standardized_batches_equal_memory_source(cohort, client, tmp_path, raw):
+    path, X, y, mask, split = cohort
+    if raw:  # raw scanner units: unstandardized, training goes to chance
+        X = (X * 1000 + 10000).astype(np.float32)
+    store_path = tmp_path / "s.zarr"
+    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
+    p = int(mask.sum())
+    bank = np.stack([np.arange(p) % 7, np.random.default_rng(0).permutation(np.arange(p) % 7)])
+    key = write_bank(store_path, bank.astype(np.int32))
+    train = np.flatnonzero(split == "train")
+    y_idx = np.unique(y, return_inverse=True)[1]
+    before = X.copy()
+    mean, std = compute_stats(store_path, client=client, progress=False)
+    streamed = StoreSource(client, store_path, n_clusters=7, bank_key=key, standardize=True)
+    same_stats = MemorySource(X, y_idx, bank, mean=mean, scale=1 / std, block_size=7)
+    memory_mean, memory_std = array_stats(X[train])  # what an in-memory fit uses
+    in_memory = MemorySource(X, y_idx, bank, mean=memory_mean, scale=1 / memory_std)
+    standardized = (X - mean) * (1 / std)
+    plans = [epoch_plan(train, batch_size=10, epoch=2, seed=1, n_groupings=2),
+             epoch_plan(train, batch_size=10, epoch=0, seed=3)]
+    for plan in plans:
+        s_batches = list(streamed.batches(plan))
+        for s, m, o, rows in zip(s_batches, same_stats.batches(plan), in_memory.batches(plan),
+                                 plan.batches, strict=True):
+            assert s.grouping == m.grouping == o.grouping
+            np.testing.assert_array_equal(s.x, m.x)  # the same operations, the same bits
+            np.testing.assert_array_equal(s.y, m.y)
+            np.testing.assert_allclose(o.x, s.x, rtol=1e-5, atol=1e-5)  # array_stats
+            full = standardized[rows]
+            expected = full if s.grouping is None else project(full, bank[s.grouping], 7)
+            np.testing.assert_allclose(s.x, expected, rtol=1e-5, atol=1e-5)
+        assert {b.grouping for b in s_batches} == ({0, 1} if plan.groupings is not None else {None})
+    rows = np.arange(len(y))[::-1]
+    s_blocks = np.concatenate([x for x, _ in streamed.blocks(rows)])
+    np.testing.assert_array_equal(s_blocks, np.concatenate([x for x, _ in same_stats.blocks(rows)]))
+    np.testing.assert_array_equal(s_blocks, standardized[rows])
+    np.testing.assert_array_equal(X, before)  # X itself is never standardized
+    if raw:  # the rows of raw units, standardized, are those of the original units
+        x = cohort[1].astype(np.float64)
+        unit = (x - x[train].mean(0)) / x[train].std(0)
+        np.testing.assert_allclose(s_blocks, unit[rows], atol=1e-4)
+
+
+def test_standardizing_needs_saved_stats(cohort, client, tmp_path):
+    path, X, y, mask, split = cohort
+    store_path = tmp_path / "s.zarr"
+    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
+    with pytest.raises(ValueError, match="compute_stats"):
+        StoreSource(client, store_path, standardize=True)
+    rows = np.arange(30)
+    mean, std = compute_stats(store_path, rows, client=client, progress=False)
+    source = StoreSource(client, store_path, standardize=True, stats_rows=rows[::-1])
+    x = np.concatenate([b for b, _ in source.blocks(np.arange(len(y)))])
+    np.testing.assert_allclose(x[rows].mean(0), 0, atol=1e-5)
+    np.testing.assert_allclose(x[rows].std(0), 1, rtol=1e-4)
+    with pytest.raises(ValueError, match="together"):
+        MemorySource(X, y, mean=mean)

@@ -1,0 +1,286 @@
+"""Banks of groupings inside a store: their layout, keys, creation, listing and removal.
+
+A store may hold several banks, each in its own subgroup beside ``X``::
+
+    banks/<key>/labels  int32 (b, n_features)  row i is grouping i (labels 0 .. k-1), fill -1;
+                                               one chunk per row
+    banks/<key>/done    bool  (b,)             True once row i is written; one chunk per flag
+
+with the attributes that define the bank on ``banks/<key>``: ``n_clusters`` (k, resolved to an
+int), ``n_bootstrap`` (r), ``seed``, ``rows_sha1`` (SHA-1 of the sorted training-row indices as
+little-endian int64) and ``n_rows`` (their count). The key is a readable, deterministic function
+of those, ``k<k>-r<r>-s<seed>-<first 8 hex of rows_sha1>`` (:func:`bank_key`): asking for a
+bank is asking for its key, and a bank of other parameters is never read in its place.
+
+Writers never share a chunk: row i and flag i are written by the one task that builds
+grouping i, the row first (:meth:`Bank.write`), so a flag never claims a half-written row.
+
+Stores of the first layout (one top-level ``bank`` array, ``bank_done`` and a ``bank``
+attribute) are not read: their bank is ignored, and rebuilt under ``banks/`` when asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from fgscale.store._reader import Store, open_group_checked
+
+__all__ = ["BANKS", "DONE", "LABELS", "PARAMS", "Bank", "BankError", "bank_key", "bank_params", "create_bank",
+           "delete_bank", "list_banks", "open_bank", "rows_hash"]
+
+BANKS = "banks"
+"""The subgroup of the store that holds one subgroup per bank."""
+LABELS, DONE = "labels", "done"
+PARAMS = ("n_clusters", "n_bootstrap", "seed", "rows_sha1", "n_rows")
+"""The attributes of a bank's subgroup: what defines it (its key derives from them)."""
+_OLD_LAYOUT = "bank"  # the top-level array of the first layout, no longer read
+
+
+class BankError(ValueError):
+    """A bank that a store does not hold, holds incomplete, or holds with other parameters."""
+
+
+def rows_hash(rows) -> str:
+    """SHA-1 (hex) of the sorted row indices, as little-endian int64 bytes."""
+    rows = np.sort(np.asarray(rows, dtype=np.int64).reshape(-1))
+    return hashlib.sha1(rows.astype("<i8").tobytes()).hexdigest()
+
+
+def bank_params(n_clusters: int, n_bootstrap: int, seed: int, rows) -> dict:
+    """The attributes that define a bank.
+
+    Parameters
+    ----------
+    n_clusters : int
+        k, already resolved (a fraction of the features is not a bank's parameter).
+    n_bootstrap : int
+        r, rows drawn with replacement per grouping.
+    seed : int
+    rows : array-like of int
+        The rows the groupings are drawn from (the training rows), any order.
+
+    Returns
+    -------
+    params : dict
+        ``n_clusters``, ``n_bootstrap``, ``seed``, ``rows_sha1``, ``n_rows``.
+    """
+    for name, value in (("n_clusters", n_clusters), ("n_bootstrap", n_bootstrap)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} of a bank must be a positive integer, got {value!r}")
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
+        raise ValueError(f"seed of a bank must be an integer, got {seed!r}")
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    return {"n_clusters": int(n_clusters), "n_bootstrap": int(n_bootstrap), "seed": int(seed),
+            "rows_sha1": rows_hash(rows), "n_rows": int(rows.size)}
+
+
+def _key_of(params: dict) -> str:
+    return (f"k{params['n_clusters']}-r{params['n_bootstrap']}-s{params['seed']}-"
+            f"{params['rows_sha1'][:8]}")
+
+
+def bank_key(n_clusters: int, n_bootstrap: int, seed: int, rows) -> str:
+    """The key of a bank: ``k<k>-r<r>-s<seed>-<first 8 hex of the rows' SHA-1>``.
+
+    Parameters
+    ----------
+    n_clusters : int
+        k, resolved.
+    n_bootstrap : int
+    seed : int
+    rows : array-like of int
+        The training rows (any order).
+
+    Returns
+    -------
+    key : str
+        The same for the same parameters and set of rows, whoever computes it.
+    """
+    return _key_of(bank_params(n_clusters, n_bootstrap, seed, rows))
+
+
+class Bank:
+    """A bank inside a store; use :func:`open_bank` or :func:`create_bank` to get one.
+
+    Attributes
+    ----------
+    key : str
+    params : dict
+        ``n_clusters``, ``n_bootstrap``, ``seed``, ``rows_sha1``, ``n_rows``.
+    labels : zarr.Array of shape (n_groupings, n_features), int32
+    done : zarr.Array of shape (n_groupings,), bool
+    """
+
+    def __init__(self, key: str, group: zarr.Group):
+        self.key = key
+        self.group = group
+        self.labels = group[LABELS]
+        self.done = group[DONE]
+        self.params = {name: group.attrs[name] for name in PARAMS}
+
+    def __repr__(self) -> str:
+        return f"Bank({self.key!r}, built {self.n_built} of {self.n_groupings})"
+
+    @property
+    def n_groupings(self) -> int:
+        """b, the rows of the bank (built or not)."""
+        return int(self.labels.shape[0])
+
+    @property
+    def n_built(self) -> int:
+        """Rows whose ``done`` flag is set."""
+        return int(self.done[:].sum())
+
+    def todo(self, n_groupings: int | None = None) -> np.ndarray:
+        """Indices among the first ``n_groupings`` (default all) not built yet, int64."""
+        n = self.n_groupings if n_groupings is None else min(n_groupings, self.n_groupings)
+        return np.flatnonzero(~self.done[:n]).astype(np.int64)
+
+    def write(self, index: int, labels) -> None:
+        """Write grouping ``index``, then its flag (a flag never claims a half-written row)."""
+        self.labels[index] = np.asarray(labels, dtype=np.int32)
+        self.done[index] = True
+
+    def info(self) -> dict:
+        """``key``, the parameters, ``built`` and ``total`` (b)."""
+        done = self.done[:]
+        return {"key": self.key, **self.params, "built": int(done.sum()), "total": done.size}
+
+
+def _group(store, mode: str = "r") -> tuple[zarr.Group, str]:
+    """The store's root group and a name for messages, from a path, a Store or a group."""
+    if isinstance(store, zarr.Group):
+        return store, str(getattr(store.store, "root", store.store))
+    if isinstance(store, Store):
+        return store.group, str(store.path)
+    return open_group_checked(store, mode), str(Path(store))
+
+
+def _whole(sub: zarr.Group) -> bool:
+    """Both arrays written (the attributes are written with the subgroup, before them)."""
+    return LABELS in sub and DONE in sub and all(name in sub.attrs for name in PARAMS)
+
+
+def _keys(group: zarr.Group) -> list[str]:
+    """Keys of the banks of a store, sorted; a creation cut short is not a bank."""
+    if BANKS not in group:
+        return []
+    banks = group[BANKS]
+    return sorted(key for key, sub in banks.groups() if _whole(sub))
+
+
+def _missing(where: str, key: str, group: zarr.Group) -> BankError:
+    keys = _keys(group)
+    present = ", ".join(keys) if keys else "none"
+    old = (" (its bank of the first layout, a top-level 'bank' array, is no longer read)"
+           if _OLD_LAYOUT in group else "")
+    return BankError(f"{where}: no bank {key!r} in the store; banks present: {present}{old}; "
+                     f"build it with 'fgscale bank {where}' and its parameters")
+
+
+def open_bank(store, key: str, mode: str = "r") -> Bank:
+    """Open the bank ``key`` of a store.
+
+    Parameters
+    ----------
+    store : str or Path or Store or zarr.Group
+        A store (complete or not); a Store or group is used in its own mode.
+    key : str
+        From :func:`bank_key` or :func:`list_banks`.
+    mode : {"r", "r+"}
+        With a path: "r+" to write rows.
+
+    Returns
+    -------
+    bank : Bank
+
+    Raises
+    ------
+    BankError
+        If the store holds no bank of that key; the message lists the keys present.
+    """
+    group, where = _group(store, mode)
+    name = f"{BANKS}/{key}"
+    if not key or "/" in key or name not in group or not _whole(group[name]):
+        raise _missing(where, key, group)
+    return Bank(key, group[name])
+
+
+def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_features: int,
+                *, overwrite: bool = False) -> Bank:
+    """Create the bank ``key``, or extend it to ``n_groupings`` rows, keeping the rows built.
+
+    Parameters
+    ----------
+    group : zarr.Group
+        The store's root group, opened read-write.
+    key : str
+        Must be the key of ``params`` (:func:`bank_key`).
+    params : dict
+        From :func:`bank_params`.
+    n_groupings : int
+        b. A stored bank with fewer rows is resized (new rows unbuilt); one with more is kept.
+    n_features : int
+    overwrite : bool, default=False
+        Delete the stored bank of that key first, built rows included.
+
+    Returns
+    -------
+    bank : Bank
+
+    Raises
+    ------
+    BankError
+        If the stored bank of that key holds other parameters (a collision of the rows'
+        hash prefix) or another number of features.
+    """
+    params = {name: params[name] for name in PARAMS}
+    if key != _key_of(params):
+        raise ValueError(f"key {key!r} is not the key of {params} ({_key_of(params)!r})")
+    if n_groupings < 1:
+        raise ValueError(f"n_groupings must be >= 1, got {n_groupings}")
+    banks = group.require_group(BANKS)
+    if overwrite or key not in _keys(group):  # a creation cut short is started again
+        sub = banks.create_group(key, overwrite=True, attributes=params)
+        sub.create_array(LABELS, shape=(n_groupings, n_features), dtype="int32",
+                         chunks=(1, n_features), fill_value=-1)
+        sub.create_array(DONE, shape=(n_groupings,), dtype="bool", chunks=(1,),
+                         fill_value=False)
+        return Bank(key, sub)
+    bank = Bank(key, banks[key])
+    if bank.params != params or bank.labels.shape[1] != n_features:
+        raise BankError(f"bank {key!r} holds {bank.params} on {bank.labels.shape[1]} features, "
+                        f"asked {params} on {n_features}; rebuild it with overwrite")
+    if bank.n_groupings < n_groupings:
+        bank.labels.resize((n_groupings, n_features))
+        bank.done.resize((n_groupings,))
+    return bank
+
+
+def delete_bank(store, key: str) -> None:
+    """Remove the bank ``key`` from a store (path, Store opened "r+", or group)."""
+    group, _ = _group(store, "r+")
+    open_bank(group, key)  # the same error as reading a missing bank
+    del group[BANKS][key]
+
+
+def list_banks(store) -> list[dict]:
+    """The banks of a store.
+
+    Parameters
+    ----------
+    store : str or Path or Store or zarr.Group
+
+    Returns
+    -------
+    banks : list of dict
+        One per bank, sorted by key: ``key``, ``n_clusters``, ``n_bootstrap``, ``seed``,
+        ``rows_sha1``, ``n_rows``, ``built`` (rows written) and ``total`` (b).
+    """
+    group, _ = _group(store)
+    return [Bank(key, group[f"{BANKS}/{key}"]).info() for key in _keys(group)]

@@ -1,0 +1,93 @@
+"""The parameter table drives the estimator's signature, docstring, validation and CLI."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+from fgscale import FeatureGroupingClassifier
+from fgscale._params import PARAMS, params_to_json
+from fgscale.cli import build_parser, main
+
+BAD = [
+    ("model", "svm"), ("regularizer", "lasso"), ("alpha", -1.0), ("alpha", float("nan")),
+    ("dropout", 1.0), ("dropout", -0.1), ("n_clusters", 0), ("n_clusters", 1.5),
+    ("n_clusters", True), ("n_groupings", 0), ("n_bootstrap", 0), ("n_bootstrap", 2.5),
+    ("hidden_layer_sizes", ()), ("hidden_layer_sizes", (0,)), ("learning_rate", 0.0),
+    ("batch_size", 0), ("max_epochs", 0), ("early_stopping", "sometimes"),
+    ("validation_fraction", 1.0), ("patience", 0), ("device", "gpu-please"), ("prefetch", 0),
+    ("verbose", -1), ("random_state", -3),
+]
+
+
+def test_signature_and_docstring_come_from_the_table():
+    signature = inspect.signature(FeatureGroupingClassifier)
+    assert [(n, p.default) for n, p in signature.parameters.items()] == [
+        (p.name, p.default) for p in PARAMS]
+    assert FeatureGroupingClassifier().get_params() == {p.name: p.default for p in PARAMS}
+    for p in PARAMS:
+        assert f"    {p.name} : {p.type_doc}, default={p.default!r}\n" in (
+            FeatureGroupingClassifier.__doc__)
+    with pytest.raises(TypeError, match="unexpected parameter"):
+        FeatureGroupingClassifier(n_cluster=3)
+
+
+@pytest.mark.parametrize(("name", "value"), BAD)
+def test_in_memory_and_store_fits_refuse_the_same_values(name, value, tiny_store, rng):
+    X = rng.standard_normal((20, 5)).astype(np.float32)
+    y = np.arange(20) % 2
+    clf = FeatureGroupingClassifier(**{name: value})
+    with pytest.raises(ValueError, match=name) as in_memory:
+        clf.fit(X, y)
+    with pytest.raises(ValueError, match=name) as on_store:  # before any cluster starts
+        clf.fit(tiny_store.path)
+    assert str(in_memory.value) == str(on_store.value)
+
+
+def test_good_values_pass():
+    for params in ({"n_clusters": 3}, {"n_clusters": 0.5}, {"early_stopping": False},
+                   {"prefetch": 2}, {"hidden_layer_sizes": [8, 4]},
+                   {"random_state": np.random.RandomState(0)}, {"alpha": 0}):
+        FeatureGroupingClassifier(**params)._check_params()
+
+
+def test_cli_options_come_from_the_table():
+    parser = build_parser()
+    train = parser._subparsers._group_actions[0].choices["train"]
+    options = {a.dest: a for a in train._actions}
+    for p in PARAMS:
+        if p.cli:
+            assert p.name in options, p.name
+            assert "(default: " in options[p.name].help
+    args = parser.parse_args(["train", "s.zarr", "--out", "r", "--n-clusters", "500",
+                              "--early-stopping", "off", "--prefetch", "3",
+                              "--hidden-layer-sizes", "32", "16"])
+    assert (args.n_clusters, args.early_stopping, args.prefetch) == (500, False, 3)
+    assert args.hidden_layer_sizes == [32, 16]
+    defaults = parser.parse_args(["train", "s.zarr", "--out", "r"])
+    for p in PARAMS:
+        if p.cli and p.name != "hidden_layer_sizes":
+            assert getattr(defaults, p.name) == p.default
+
+
+def test_cli_refuses_a_bad_value_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", str(tmp_path / "missing.zarr"), "--out", str(tmp_path / "run"),
+              "--dropout", "1.5"])
+    assert exc.value.code == 2
+    assert "--dropout" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"fgscale {version('fgscale')}"
+
+
+def test_params_to_json_keeps_plain_values():
+    params = params_to_json(FeatureGroupingClassifier(hidden_layer_sizes=(8,)).get_params())
+    assert params["hidden_layer_sizes"] == [8] and params["mask"] is None
+    assert params["early_stopping"] == "auto"
