@@ -114,6 +114,22 @@ class Union(_Constraint):
         raise ValueError(f"{text!r} is not {self.describe()}")
 
 
+class _Bool(_Constraint):
+    _WORDS = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
+
+    def accepts(self, value):
+        return isinstance(value, (bool, np.bool_))
+
+    def describe(self):
+        return "a bool"
+
+    def parse(self, text):
+        try:
+            return self._WORDS[text.lower()]
+        except KeyError:
+            raise ValueError(f"{text!r} is not on or off") from None
+
+
 class _BoolOrAuto(_Constraint):
     _WORDS = {"auto": "auto", "on": True, "true": True, "yes": True, "off": False,
               "false": False, "no": False}
@@ -144,6 +160,34 @@ class _Fraction(_Constraint):
     def parse(self, text):
         value = float(text)
         return int(value) if value >= 1 and value.is_integer() else value
+
+
+class _Searchable(_Constraint):
+    """A value, ``"auto"`` (a grid chosen on validation data) or a non-empty list of values."""
+
+    def __init__(self, single: _Constraint, none: bool = False):
+        self.single, self.none = single, none
+
+    def accepts(self, value):
+        if value is None:
+            return self.none
+        if isinstance(value, str):
+            return value == "auto"
+        if isinstance(value, (list, tuple)):
+            return len(value) >= 1 and all(self.single.accepts(v) for v in value)
+        return self.single.accepts(value)
+
+    def describe(self):
+        return (("None, " if self.none else "") + f"{self.single.describe()}, 'auto' or a list "
+                "of such values")
+
+    def parse(self, text):
+        if text == "auto":
+            return text
+        if text.lower() == "none" and self.none:
+            return None
+        values = [self.single.parse(v) for v in text.split(",")]
+        return values[0] if len(values) == 1 else values
 
 
 class _Sizes(_Constraint):
@@ -233,31 +277,51 @@ PARAMS: tuple[Param, ...] = (
     Param("regularizer", "feature_grouping", Options("none", "l2", "dropout", "feature_grouping"),
           "stochastic feature grouping (the paper's), L2 weight decay, dropout, or none",
           '{"none", "l2", "dropout", "feature_grouping"}'),
-    Param("alpha", 1e-3, Interval(float, 0, None), "L2 strength (weight decay of the weight "
-          "matrices) with regularizer='l2'", "float"),
-    Param("dropout", 0.5, Interval(float, 0, 1, closed="left"),
+    Param("alpha", None, _Searchable(Interval(float, 0, None), none=True),
+          "L2 strength (weight decay of the weight matrices) with regularizer='l2', and "
+          "combined with 'feature_grouping'; None: 'auto' with 'l2', 0 otherwise; 'auto' or a "
+          "list: chosen on the validation split", 'float, list, "auto" or None'),
+    Param("dropout", 0.5, _Searchable(Interval(float, 0, 1, closed="left")),
           "dropout rate: on the input and hidden layers with regularizer='dropout', on hidden "
-          "layers only with 'feature_grouping' (the paper's MLP)", "float"),
-    Param("n_clusters", 0.1, _Fraction(), "k, clusters per grouping; a float in (0, 1) is a "
-          "fraction of the features", "int or float"),
+          "layers only with 'feature_grouping' (the paper's MLP); 'auto' or a list: chosen on "
+          "the validation split", 'float, list or "auto"'),
+    Param("n_clusters", 0.1, _Searchable(_Fraction()), "k, clusters per grouping; a float in "
+          "(0, 1) is a fraction of the features; 'auto' or a list: chosen on the validation "
+          "split (one bank per k)", 'int, float, list or "auto"'),
     Param("n_groupings", 100, Interval(int, 1, None), "b, groupings in the bank", "int"),
     Param("n_bootstrap", 50, Interval(int, 1, None),
           "r, training rows drawn with replacement for each grouping", "int"),
     Param("hidden_layer_sizes", (256,), _Sizes(), "hidden layers of the MLP",
           "tuple of int"),
-    Param("learning_rate", 0.01, Interval(float, 0, None, closed="neither"), "SGD step size",
-          "float"),
-    Param("batch_size", 200, Interval(int, 1, None), "minibatch size m", "int"),
-    Param("max_epochs", 200, Interval(int, 1, None),
-          "epochs at most (the exact number without early stopping)", "int", runtime=True),
+    Param("standardize", True, _Bool(), "center and scale each feature by the mean and "
+          "standard deviation of the training rows before anything else (a Dask reduction "
+          "over a store, saved in it)", "bool"),
+    Param("learning_rate", "auto", Union(Options("auto"), Interval(float, 0, None,
+                                                                    closed="neither")),
+          "'auto': a step of 1/L on each minibatch, L the smoothness constant of its loss "
+          "(whatever the units, n and p); a float: the paper's plain SGD with that fixed step",
+          'float or "auto"'),
+    Param("batch_size", "auto", Union(Options("auto"), Interval(int, 1, None)),
+          "minibatch size m; 'auto': a tenth of the training rows, within [32, 200]",
+          'int or "auto"'),
+    Param("max_epochs", 500, Interval(int, 1, None),
+          "epochs at most; training stops earlier on the stopping criterion", "int",
+          runtime=True),
     Param("early_stopping", "auto", _BoolOrAuto(),
           "hold out validation_fraction of the training rows and stop after patience epochs "
-          "without improvement of the validation loss, restoring the best weights; 'auto': on "
-          "for the MLP, off for logistic regression", 'bool or "auto"'),
-    Param("validation_fraction", 0.1, Interval(float, 0, 1, closed="neither"),
-          "share of the training rows held out for early stopping", "float"),
-    Param("patience", 10, Interval(int, 1, None),
-          "epochs without improvement before early stopping", "int"),
+          "without improvement of the validation loss, keeping the best weights; without "
+          "it, training stops on the training loss (tol); 'auto': on when every class has "
+          "rows to spare for validation", 'bool or "auto"'),
+    Param("validation_fraction", 0.2, Interval(float, 0, 1, closed="neither"),
+          "share of the training rows held out for early stopping (by subject on a store with "
+          "groups)", "float"),
+    Param("patience", 20, Interval(int, 1, None),
+          "epochs without improvement by tol before training stops (scikit-learn's "
+          "n_iter_no_change)", "int"),
+    Param("tol", 1e-4, Interval(float, 0, None),
+          "an epoch improves when its loss is below the best one minus tol", "float"),
+    Param("refit", True, _Bool(), "after early stopping, train again on all the training rows "
+          "for as many epochs as the best one took", "bool"),
     Param("device", "cpu", _Device(), "torch device of the model ('cpu', 'cuda', 'cuda:1'); a "
           "pickled estimator holds its model on the CPU and moves it back to predict", "str",
           runtime=True),

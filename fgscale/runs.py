@@ -32,7 +32,8 @@ import torch
 
 from fgscale._params import RUNTIME_PARAMS, check_device, params_to_json
 from fgscale.cluster import get_client
-from fgscale.estimators._classifier import FeatureGroupingClassifier, _cuda, _History
+from fgscale.estimators._base import _cuda, _History
+from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.images._nifti import unmask
 from fgscale.store._reader import open_store
 from fgscale.training._loop import evaluate
@@ -219,8 +220,13 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     seconds = time.perf_counter() - start
     folder.write_estimator(clf)
     weights = folder.write_weights(clf.model_.first.weight.detach().cpu().numpy(), store)
-    summary = {"test": test, "epochs": len(clf.history_), "seconds": round(seconds, 2),
-               "n_clusters": clf.n_clusters_, "run": str(folder.path), "weights": str(weights)}
+    refit = [h for h in clf.history_ if h.get("phase") == "refit"]
+    summary = {"test": test, "epochs": len(clf.history_) - len(refit),
+               "refit_epochs": len(refit), "seconds": round(seconds, 2),
+               "n_iter": clf.n_iter_, "run": str(folder.path), "weights": str(weights),
+               "selected": {"alpha": clf.alpha_, "dropout": clf.dropout_,
+                            "n_clusters": clf.n_clusters_},
+               "candidates": clf.cv_results_}
     folder.write_final(summary)
     return summary
 
@@ -233,7 +239,8 @@ def _evaluate(clf: FeatureGroupingClassifier, store, client) -> dict:
     if list(clf.classes_) != list(store.classes):
         raise ValueError(f"{store.path}: classes {list(store.classes)} differ from the run's "
                          f"{list(clf.classes_)}")
-    source = StoreSource(client, store.path, prefetch=clf.prefetch)
+    source = StoreSource(client, store.path, prefetch=clf.prefetch,
+                         standardize=clf.mean_ is not None)
     return evaluate(clf._placed_model(), source.blocks(rows), device=clf.device)
 
 

@@ -11,7 +11,7 @@ import time
 import nibabel as nib
 import numpy as np
 import pytest
-import torch
+from helpers import TOLERANCE, assert_weight_map
 
 from fgscale.cli import main
 from fgscale.runs import evaluate_run, train_run
@@ -34,11 +34,7 @@ def test_train_writes_a_complete_run_folder(tiny_store, client, tmp_path):
         assert (run / name).exists(), name
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(5))
-    img = nib.load(run / "weights.nii.gz")
-    assert img.shape == (*tiny_store.mask.shape, len(tiny_store.classes))
-    np.testing.assert_array_equal(img.affine, tiny_store.affine)
-    w = np.asarray(img.dataobj)
-    assert np.all(w[~tiny_store.mask] == 0) and np.any(w[tiny_store.mask] != 0)
+    assert_weight_map(run / "weights.nii.gz", tiny_store)
     assert summary["test"]["n"] == tiny_store.test_rows().size
     assert summary["test"] == evaluate_run(run, tiny_store.path, client=client)
     with pytest.raises(ValueError, match="already exists"):
@@ -62,12 +58,7 @@ def test_cli_train_and_evaluate(tiny_store, tmp_path, capsys):
     assert "no such store" in capsys.readouterr().err
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-# a GPU sums its scatters in no fixed order: equal to float tolerance there
-TOLERANCE = {"cpu": dict(rtol=1e-6, atol=1e-7), "cuda": dict(rtol=1e-4, atol=1e-5)}
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, client, tmp_path,
                                                                     device):
     epochs = 40
@@ -98,7 +89,7 @@ def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, cl
 
 
 @pytest.mark.parametrize("params, match", [
-    (dict(dropout=2.0), "dropout must lie in"),
+    (dict(dropout=2.0), "'dropout' parameter of FeatureGroupingClassifier must be"),
     (dict(device="cuda:99"), "'cuda:99'"),  # a GPU this machine lacks: before the bank is built
 ])
 def test_bad_parameters_stop_before_anything_is_written(tiny_store, client, tmp_path,
@@ -132,7 +123,7 @@ def test_an_early_stopped_run_is_not_restarted_by_a_larger_max_epochs(tiny_store
     assert again["test"] == first["test"]
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_resumed_dropout_run_draws_the_same_masks(tiny_store, client, tmp_path, device):
     """An MLP with dropout, stopped after 3 epochs and resumed to 6, ends as a 6-epoch run:
     the checkpoint restores the generator dropout draws from (the CPU's, or the GPU's)."""

@@ -110,11 +110,15 @@ def omega_diagonal(bank) -> np.ndarray:
 
 
 def resolve_n_clusters(n_clusters, n_features: int) -> int:
-    """k from an int, or from a float in (0, 1) taken as a fraction of p."""
+    """k from an int, or from a float in (0, 1) taken as a fraction of p.
+
+    A fraction gives at least 2 clusters (or p, when p < 2): a single cluster would average
+    every feature into one value, leaving nothing to tell classes apart.
+    """
     if isinstance(n_clusters, numbers.Integral) and not isinstance(n_clusters, bool):
         k = int(n_clusters)
     elif isinstance(n_clusters, numbers.Real) and 0 < n_clusters < 1:
-        k = max(1, int(round(n_clusters * n_features)))
+        k = max(min(2, n_features), int(round(n_clusters * n_features)))
     else:
         raise ValueError(f"n_clusters must be an int or a float in (0, 1), got {n_clusters!r}")
     if not 1 <= k <= n_features:

@@ -7,6 +7,7 @@ from fgscale.training._loop import (
     EarlyStopping,
     evaluate,
     fit,
+    lipschitz,
     make_optimizer,
     predict_logits,
     train_epoch,
@@ -18,5 +19,5 @@ from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, au
 
 __all__ = ["MLP", "PREFETCH_BYTES", "Batch", "EarlyStopping", "EpochPlan", "GroupedLinear",
            "LogisticRegression", "MemorySource", "Prefetcher", "StoreSource", "auto_window",
-           "build_model", "epoch_plan", "evaluate", "fit", "make_optimizer", "predict_logits",
-           "train_epoch"]
+           "build_model", "epoch_plan", "evaluate", "fit", "lipschitz", "make_optimizer",
+           "predict_logits", "train_epoch"]

@@ -22,8 +22,8 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-__all__ = ["Batch", "EarlyStopping", "evaluate", "fit", "make_optimizer", "predict_logits",
-           "train_epoch"]
+__all__ = ["Batch", "EarlyStopping", "evaluate", "fit", "lipschitz", "make_optimizer",
+           "predict_logits", "train_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +53,51 @@ def make_optimizer(model: nn.Module, learning_rate: float, weight_decay: float =
                             {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate)
 
 
+@torch.no_grad()
+def lipschitz(x: torch.Tensor, n_iter: int = 8) -> float:
+    """Smoothness constant of the softmax cross-entropy of a linear layer on the batch ``x``.
+
+    ``L = λmax(G) / 2`` with ``G = [x, 1] [x, 1]ᵀ / m`` (the input and the intercept's column):
+    the mean loss over the batch has an ``L``-Lipschitz gradient in the layer's weights, so a
+    step of ``1 / L`` decreases it whatever the data's units, ``p`` or ``m``. ``λmax`` comes
+    from ``n_iter`` power iterations on ``G`` in the batch's own m-dimensional space, started
+    from ones (deterministic: a resumed run takes the same steps), at ``2 m d`` operations each.
+
+    Parameters
+    ----------
+    x : Tensor of shape (m, d)
+        The inputs of the first layer: full rows, or rows reduced by a grouping.
+    n_iter : int, default=8
+
+    Returns
+    -------
+    L : float
+    """
+    x = x.double()
+    u = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
+    u /= u.norm()
+    lam = 0.0
+    for _ in range(n_iter):
+        v = x @ (x.T @ u) + u.sum()
+        lam = float(u @ v)  # the Rayleigh quotient of the unit vector u
+        norm = v.norm()
+        if norm == 0:
+            break
+        u = v / norm
+    return 0.5 * lam / max(x.shape[0], 1)
+
+
 def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=None,
-                device="cpu") -> float:
+                device="cpu", step_size: Callable[[torch.Tensor], float] | None = None) -> float:
     """Run one pass of SGD steps; return the mean training loss over the samples seen.
 
     Parameters
     ----------
     bank : Tensor of shape (n_groupings, n_features), int, on ``device``, optional
         Needed when batches carry a grouping index.
+    step_size : callable, optional
+        ``step_size(x)`` gives the step of the batch whose first-layer input is ``x``; default
+        the optimizer's fixed learning rate.
     """
     model.train()
     total, count = 0.0, 0
@@ -68,6 +105,10 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
         x = torch.as_tensor(batch.x, device=device)
         y = torch.as_tensor(batch.y, device=device, dtype=torch.long)
         grouping = None if batch.grouping is None else bank[batch.grouping].long()
+        if step_size is not None:
+            lr = step_size(x)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x, grouping), y)
         loss.backward()
@@ -101,22 +142,35 @@ def evaluate(model: nn.Module, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
 
 
 class EarlyStopping:
-    """Stop when the validation loss has not improved for ``patience`` epochs; keep the best weights."""
+    """Stop when a loss has not improved by ``tol`` for ``patience`` epochs; keep the best weights.
 
-    def __init__(self, patience: int = 10):
+    The loss is the validation loss when there is a validation set, else the training loss.
+
+    Parameters
+    ----------
+    patience : int, default=10
+    tol : float, default=0.0
+        An epoch improves when its loss is below the best one minus ``tol`` (as in
+        scikit-learn's MLP); the best weights are kept whatever ``tol``.
+    """
+
+    def __init__(self, patience: int = 10, tol: float = 0.0):
         self.patience = patience
+        self.tol = tol
         self.best_loss = math.inf
         self.best_epoch = -1
         self.best_state = None
         self.bad_epochs = 0
 
     def update(self, epoch: int, loss: float, model: nn.Module) -> bool:
-        """Record an epoch's validation loss; return True when training should stop."""
-        if loss < self.best_loss:
-            self.best_loss, self.best_epoch, self.bad_epochs = loss, epoch, 0
-            self.best_state = copy.deepcopy(model.state_dict())
-        else:
+        """Record an epoch's loss; return True when training should stop."""
+        if loss < self.best_loss - self.tol:
+            self.bad_epochs = 0
+        else:  # a NaN loss too
             self.bad_epochs += 1
+        if loss < self.best_loss:
+            self.best_loss, self.best_epoch = loss, epoch
+            self.best_state = copy.deepcopy(model.state_dict())
         return self.bad_epochs >= self.patience
 
     def state_dict(self) -> dict:
@@ -130,8 +184,8 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         max_epochs: int, bank=None, device="cpu",
         validation: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
         stopper: EarlyStopping | None = None, start_epoch: int = 0,
-        on_epoch_end: Callable[[dict], None] | None = None, progress: bool = False
-        ) -> list[dict]:
+        on_epoch_end: Callable[[dict], None] | None = None, progress: bool = False,
+        step_size: Callable[[torch.Tensor], float] | None = None) -> list[dict]:
     """Train for up to ``max_epochs`` epochs; return one metrics dict per epoch.
 
     Parameters
@@ -141,13 +195,16 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
     validation : callable, optional
         Returns ``(x, y)`` blocks of full validation rows; evaluated after each epoch.
     stopper : EarlyStopping, optional
-        With ``validation``: stop early, then restore the best weights.
+        Stop on the validation loss (with ``validation``), else on the training loss, then
+        restore the best weights.
     start_epoch : int
         First epoch to run (a resumed run continues where its checkpoint ended).
     on_epoch_end : callable, optional
         Called with each epoch's metrics after the epoch (checkpoints hook here).
     progress : bool
         Show a progress bar over epochs (tqdm, on stderr) with the latest losses.
+    step_size : callable, optional
+        Per-batch step size (see :func:`train_epoch`).
     """
     history = []
     bar = tqdm(total=max_epochs, initial=start_epoch, desc="epochs", unit="epoch",
@@ -155,13 +212,13 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
     for epoch in range(start_epoch, max_epochs):
         metrics = {"epoch": epoch,
                    "train_loss": train_epoch(model, optimizer, epoch_batches(epoch),
-                                             bank=bank, device=device)}
-        stop = False
+                                             bank=bank, device=device, step_size=step_size)}
+        monitored = metrics["train_loss"]
         if validation is not None:
             val = evaluate(model, validation(), device=device)
             metrics.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
-            if stopper is not None:
-                stop = stopper.update(epoch, val["loss"], model)
+            monitored = val["loss"]
+        stop = stopper is not None and stopper.update(epoch, monitored, model)
         log.info("epoch %d: %s", epoch, {k: round(v, 5) for k, v in metrics.items()})
         bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items() if k != "epoch"})
         bar.update()

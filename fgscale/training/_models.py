@@ -59,6 +59,10 @@ class LogisticRegression(nn.Module):
         super().__init__()
         self.input_dropout = nn.Dropout(input_dropout)
         self.first = GroupedLinear(n_features, n_classes)
+        # The loss is convex: start from zero, so that an early-stopped fit stays near the
+        # smallest weights that explain the data
+        nn.init.zeros_(self.first.weight)
+        nn.init.zeros_(self.first.bias)
 
     def forward(self, x, grouping=None):
         return self.first(self.input_dropout(x), grouping)

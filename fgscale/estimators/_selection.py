@@ -1,0 +1,54 @@
+"""Hyper-parameters chosen on validation data: the candidates of ``"auto"`` and of lists.
+
+``alpha``, ``dropout`` and ``n_clusters`` each take a value, a list of values or ``"auto"``
+(the grid below). The candidates are every combination of the values that apply to the
+estimator's regularizer; all are trained on the same training rows with early stopping on the
+same validation rows, and the one of least validation loss is kept (ties: the first, in the
+order of the lists). Nothing here touches the test rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+__all__ = ["AUTO_GRIDS", "candidates", "resolved"]
+
+AUTO_GRIDS = {
+    "alpha": tuple(float(a) for a in np.logspace(-4, 2, 7)),
+    "dropout": (0.1, 0.3, 0.5, 0.7),
+    "n_clusters": (0.05, 0.1, 0.2),
+}
+
+
+def _values(name: str, value) -> tuple:
+    if isinstance(value, str) and value == "auto":
+        return AUTO_GRIDS[name]
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return (value,)
+
+
+def resolved(estimator) -> dict:
+    """The parameters that may be searched, as the estimator gives them (None resolved)."""
+    alpha = estimator.alpha
+    if alpha is None:  # "auto" with L2, else no weight decay
+        alpha = "auto" if estimator.regularizer == "l2" else 0.0
+    elif estimator.regularizer not in ("l2", "feature_grouping"):
+        alpha = 0.0  # weight decay applies to L2, and combined with feature grouping
+    dropout = estimator.dropout
+    uses_dropout = (estimator.regularizer == "dropout"
+                    or (estimator.regularizer == "feature_grouping" and estimator.model == "mlp"))
+    if not uses_dropout:
+        dropout = 0.0
+    n_clusters = estimator.n_clusters if estimator.regularizer == "feature_grouping" else None
+    return {"alpha": alpha, "dropout": dropout, "n_clusters": n_clusters}
+
+
+def candidates(estimator) -> list[dict]:
+    """Every combination to try, in a fixed order: one dict per candidate."""
+    params = resolved(estimator)
+    names = list(params)
+    grids = [_values(name, params[name]) for name in names]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grids)]

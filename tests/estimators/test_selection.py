@@ -1,0 +1,90 @@
+"""Standardization, the default optimizer and model selection, against references."""
+
+import numpy as np
+import pytest
+from helpers import smooth_problem
+from sklearn.model_selection import GridSearchCV
+
+from fgscale import FeatureGroupingClassifier
+from fgscale.estimators._selection import AUTO_GRIDS, candidates
+
+SMALL = dict(n_groupings=5, n_bootstrap=20, random_state=0)
+
+
+def _problem(rng, n=160):
+    X, y, mask = smooth_problem(rng, n=n, noise=2.0)
+    return X, y, mask
+
+
+def test_raw_scanner_units_give_the_same_model_as_unit_scale(rng):
+    X, y, mask = _problem(rng)
+    raw = X * 1000 + 10000
+    fitted = [FeatureGroupingClassifier(mask=mask, **SMALL).fit(data[:120], y[:120])
+              for data in (X, raw)]
+    assert fitted[0].score(X[120:], y[120:]) == fitted[1].score(raw[120:], y[120:])
+    assert fitted[0].score(X[120:], y[120:]) > 0.8
+    np.testing.assert_allclose(fitted[0].coef_, fitted[1].coef_, atol=2e-3)
+
+
+def test_without_standardization_raw_units_still_train_with_the_auto_step(rng):
+    X, y, mask = _problem(rng)
+    raw = X * 1000 + 10000
+    clf = FeatureGroupingClassifier(mask=mask, standardize=False, **SMALL).fit(raw[:120], y[:120])
+    assert np.isfinite(clf.history_[-1]["train_loss"])
+    assert clf.mean_ is None
+
+
+def test_stops_on_a_criterion_and_reports_n_iter(rng):
+    X, y, mask = _problem(rng)
+    clf = FeatureGroupingClassifier(mask=mask, max_epochs=400, **SMALL).fit(X, y)
+    search = [h for h in clf.history_ if "phase" not in h]
+    refit = [h for h in clf.history_ if h.get("phase") == "refit"]
+    assert len(search) < 400  # stopped by patience on the validation loss
+    losses = [h["val_loss"] for h in search]
+    assert clf.n_iter_ == int(np.argmin(losses)) + 1 == len(refit)
+    # without a validation split: stopped on the training loss
+    plain = FeatureGroupingClassifier(mask=mask, early_stopping=False, max_epochs=400,
+                                      tol=1e-2, **SMALL).fit(X, y)
+    assert len(plain.history_) < 400 and "val_loss" not in plain.history_[0]
+
+
+def test_auto_alpha_searches_the_grid_on_validation_and_is_deterministic(rng):
+    X, y, mask = _problem(rng)
+    fits = [FeatureGroupingClassifier(mask=mask, regularizer="l2", **SMALL).fit(X, y)
+            for _ in range(2)]
+    clf = fits[0]
+    assert [r["alpha"] for r in clf.cv_results_] == list(AUTO_GRIDS["alpha"])
+    losses = [r["val_loss"] for r in clf.cv_results_]
+    assert clf.alpha_ == AUTO_GRIDS["alpha"][int(np.argmin(losses))]
+    assert fits[1].alpha_ == clf.alpha_ and fits[1].cv_results_ == clf.cv_results_
+    np.testing.assert_array_equal(fits[1].coef_, clf.coef_)
+
+
+def test_lists_and_auto_of_several_parameters_are_combined(rng):
+    X, y, mask = _problem(rng)
+    clf = FeatureGroupingClassifier(mask=mask, n_clusters=[0.05, 0.3], alpha=[0.0, 0.1],
+                                    **SMALL).fit(X, y)
+    tried = {(r["n_clusters"], r["alpha"]) for r in clf.cv_results_}
+    p = mask.sum()
+    ks = {round(0.05 * p), round(0.3 * p)}
+    assert tried == {(k, a) for k in ks for a in (0.0, 0.1)}
+    assert clf.n_clusters_ in ks and clf.bank_.max() + 1 == clf.n_clusters_
+    # dropout does not apply to logistic regression with feature grouping: not searched
+    assert candidates(FeatureGroupingClassifier(dropout="auto")) == [
+        {"alpha": 0.0, "dropout": 0.0, "n_clusters": 0.1}]
+    assert len(candidates(FeatureGroupingClassifier(regularizer="dropout", dropout="auto"))) == 4
+
+
+def test_selection_without_a_validation_split_is_refused(rng):
+    X, y, mask = _problem(rng, n=40)
+    with pytest.raises(ValueError, match="candidate hyper-parameters"):
+        FeatureGroupingClassifier(mask=mask, regularizer="l2", early_stopping=False,
+                                  **SMALL).fit(X, y)
+
+
+def test_works_inside_grid_search(rng):
+    X, y, mask = _problem(rng, n=90)
+    search = GridSearchCV(FeatureGroupingClassifier(mask=mask, **SMALL),
+                          {"n_clusters": [0.1, 0.3]}, cv=3).fit(X, y)
+    assert search.best_params_["n_clusters"] in (0.1, 0.3)
+    assert search.score(X, y) > 0.7

@@ -1,0 +1,47 @@
+"""The scale-free step size and the stopping criteria of the training loop."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fgscale.training import EarlyStopping, lipschitz
+
+
+@pytest.mark.parametrize("shape", [(32, 5), (7, 300), (1, 10), (50, 50)])
+def test_lipschitz_is_half_the_top_eigenvalue_of_the_augmented_gram(shape, rng):
+    x = rng.standard_normal(shape) * rng.uniform(0.1, 100)
+    aug = np.hstack([x, np.ones((shape[0], 1))])
+    dense = 0.5 * np.linalg.eigvalsh(aug @ aug.T / shape[0]).max()
+    # power iterations from ones: below the top eigenvalue, close to it after 8 (close top
+    # eigenvalues, as a square Gaussian matrix has, slow the convergence but not the estimate)
+    got = lipschitz(torch.as_tensor(x, dtype=torch.float32), n_iter=50)
+    assert got == pytest.approx(dense, rel=2e-2)
+    assert 0.9 * dense <= lipschitz(torch.as_tensor(x)) <= dense * (1 + 1e-9)
+
+
+def test_lipschitz_bounds_the_curvature_of_the_softmax_loss(rng):
+    """A step of 1/L on a linear softmax layer never increases the batch's mean loss."""
+    x = torch.as_tensor(rng.standard_normal((40, 30)) * 50 + 1000, dtype=torch.float32)
+    y = torch.as_tensor(rng.integers(0, 4, 40))
+    layer = nn.Linear(30, 4).double()
+    x = x.double()
+    step = 1.0 / lipschitz(x)
+    for _ in range(20):
+        loss = nn.functional.cross_entropy(layer(x), y)
+        layer.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for p in layer.parameters():
+                p -= step * p.grad
+        assert nn.functional.cross_entropy(layer(x), y) <= loss + 1e-12
+
+
+def test_early_stopping_counts_epochs_without_improvement_by_tol():
+    model = nn.Linear(2, 2)
+    stopper = EarlyStopping(patience=2, tol=0.1)
+    assert not stopper.update(0, 1.0, model)
+    assert not stopper.update(1, 0.95, model)  # better, but by less than tol: a bad epoch
+    assert stopper.best_epoch == 1  # the best weights are still kept
+    assert stopper.update(2, float("nan"), model)  # a NaN loss is no improvement
+    assert stopper.best_epoch == 1 and stopper.best_loss == 0.95
