@@ -38,10 +38,10 @@ def _cmd_bank(args) -> int:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         return 0
 
-    from fgscale.cluster import dashboard_link, get_client
+    from fgscale.cluster import dashboard_link
     from fgscale.grouping._dask_bank import build_bank
 
-    with get_client(**_cluster_kwargs(args)) as client:
+    with _client(args, processes=True) as client:
         print(f"dashboard: {dashboard_link(client) or 'none'}")
         _, info = build_bank(args.store, n_groupings=args.n_groupings, n_bootstrap=args.n_bootstrap,
                              n_clusters=args.n_clusters, seed=args.seed, client=client,
@@ -52,9 +52,16 @@ def _cmd_bank(args) -> int:
     return 0
 
 
-def _cluster_kwargs(args) -> dict:
-    return {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file,
-            "n_workers": args.n_workers}
+def _client(args, *, processes: bool):
+    """The one place where --scheduler, --scheduler-file and --n-workers become a client:
+    a running cluster joined, else an embedded LocalCluster (worker processes or threads)."""
+    from fgscale.cluster import connect, get_client
+
+    if args.scheduler is not None or args.scheduler_file is not None:
+        if args.scheduler is not None and args.scheduler_file is not None:
+            raise ValueError("give --scheduler or --scheduler-file, not both")
+        return connect(args.scheduler, args.scheduler_file)
+    return get_client(n_workers=args.n_workers, processes=processes)
 
 
 def _cmd_train(args) -> int:
@@ -63,8 +70,9 @@ def _cmd_train(args) -> int:
 
     params = {p.name: getattr(args, p.name) for p in PARAMS if p.cli}
     params.update(verbose=1, random_state=args.seed)
-    summary = train_run(args.store, args.out, params=params, resume=args.resume,
-                        **_cluster_kwargs(args), processes=args.worker_processes)
+    with _client(args, processes=args.worker_processes) as client:
+        summary = train_run(args.store, args.out, params=params, resume=args.resume,
+                            client=client)
     test = summary["test"]
     acc = "n/a" if test["accuracy"] is None else f"{test['accuracy']:.4f}"
     print(f"trained {args.model}/{args.regularizer} for {summary['epochs']} epochs in "
@@ -76,8 +84,8 @@ def _cmd_train(args) -> int:
 def _cmd_evaluate(args) -> int:
     from fgscale.runs import evaluate_run
 
-    metrics = evaluate_run(args.run, args.store, device=args.device, **_cluster_kwargs(args),
-                           processes=args.worker_processes)
+    with _client(args, processes=args.worker_processes) as client:
+        metrics = evaluate_run(args.run, args.store, device=args.device, client=client)
     print(json.dumps(metrics))
     return 0
 
@@ -139,9 +147,10 @@ def _cmd_convert(args) -> int:
     if resample not in (None, "mask"):
         resample = float(resample)
     classes = args.classes.split(",") if args.classes else None
-    store = convert(cohort, args.out, mask=args.mask, resample=resample, nan=args.nan,
-                    labels=args.labels, classes=classes, intersect_mask=args.intersect_mask,
-                    **_cluster_kwargs(args), block_rows=args.block_rows, progress=not args.no_progress)
+    with _client(args, processes=True) as client:
+        store = convert(cohort, args.out, mask=args.mask, resample=resample, nan=args.nan,
+                        labels=args.labels, classes=classes, intersect_mask=args.intersect_mask,
+                        client=client, block_rows=args.block_rows, progress=not args.no_progress)
     s = store.attrs.get("summary", {})
     print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, "
           f"{len(store.classes)} classes, {s.get('bytes', 0) / 1e6:.1f} MB; "

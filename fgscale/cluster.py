@@ -1,10 +1,10 @@
-"""One way to get a Dask client: reuse one, join a running cluster, or start a local one.
+"""One way to get a Dask client: the one given, the active one, or an embedded LocalCluster.
 
-Every distributed step of fgscale (bank, training, evaluation) takes its client from
-:func:`get_client`, so the same code runs on a laptop (an embedded ``LocalCluster``), on one big
-machine with ``dask scheduler`` / ``dask worker`` started by hand, or on SLURM / Kubernetes
-clusters (see the ``cluster/`` folder of the repository), which only differ in the address or
-scheduler file given here.
+Every distributed step of fgscale (conversion, bank, statistics, training, evaluation) takes
+``client=None`` and gets its client from :func:`get_client`, so the same code runs on a laptop
+(an embedded ``LocalCluster``), in a notebook under ``with Client(...):``, or on one big machine
+or a SLURM / Kubernetes cluster (see the ``cluster/`` folder of the repository), which the CLI
+joins with :func:`connect` from ``--scheduler`` or ``--scheduler-file``.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from pathlib import Path
 
 import dask
 from dask.system import CPU_COUNT
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, as_completed, default_client
+from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 
-__all__ = ["dashboard_link", "get_client"]
+__all__ = ["active_client", "connect", "dashboard_link", "get_client", "run_tasks"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
-# afresh: ReNA at p = 270k ran 2x slower in a worker than in the parent (0.6 s against 0.3 s).
+# afresh, and an array-heavy task such as ReNA runs much slower in a worker than in the parent.
 # Our workers run one array-heavy task at a time, so glibc's defaults suit them; None unsets the
 # variable. Workers started by hand get the same through cluster/dask-config/fgscale.yaml.
 _WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
@@ -38,24 +39,28 @@ def dashboard_link(client: Client) -> str | None:
         return None
 
 
+def active_client() -> Client | None:
+    """The ``distributed`` default client of this process (``with Client(...):``), if any."""
+    try:
+        return default_client()
+    except ValueError:  # no client was made current
+        return None
+
+
 @contextmanager
-def get_client(scheduler: str | None = None, *, scheduler_file: str | Path | None = None,
-               n_workers: int | None = None, threads_per_worker: int = 1,
-               memory_limit: str | int | float = "auto", processes: bool = True,
-               client: Client | None = None) -> Iterator[Client]:
+def get_client(client: Client | None = None, *, n_workers: int | None = None,
+               threads_per_worker: int = 1, memory_limit: str | int | float = "auto",
+               processes: bool = True) -> Iterator[Client]:
     """Yield a Dask client, and close what this call opened on exit.
 
-    Exactly one source is used, first match wins: ``client`` as it is (never closed here);
-    ``scheduler`` or ``scheduler_file`` to join a running cluster (only the client connection is
-    closed on exit, the cluster keeps running); otherwise an embedded ``LocalCluster``, shut
-    down on exit.
+    The one way fgscale gets a cluster, first match wins: ``client`` as it is; else the active
+    ``distributed`` default client (``with Client(...):`` around the call, as in a notebook);
+    else an embedded ``LocalCluster``, shut down on exit. A client given or found is never
+    closed here. Joining a running scheduler by address is the CLI's job (:func:`connect`).
 
     Parameters
     ----------
-    scheduler : str, optional
-        Address of a running scheduler, e.g. ``"tcp://10.0.0.5:8786"``.
-    scheduler_file : str or Path, optional
-        JSON file written by ``dask scheduler --scheduler-file`` (or by a SLURM job).
+    client : distributed.Client, optional
     n_workers : int, optional
         Workers of the embedded cluster; default the number of usable cores.
     threads_per_worker : int, default=1
@@ -67,14 +72,9 @@ def get_client(scheduler: str | None = None, *, scheduler_file: str | Path | Non
         Worker processes, or worker threads in this process. Processes suit conversion and the
         bank, long batch jobs: each worker has its own memory limit, and one that dies (out of
         memory, killed) is restarted without taking this process down; they run as fast as
-        threads there (480 HCP files converted in 2.9 s against 3.0 s, a bank in 1.5 s against
-        1.4 s, on 2 cores). Threads suit streamed training on one machine: reading and
-        projecting rows runs in torch with the GIL released, and each (m x k) block reaches the
-        model without being serialised and sent over a socket (21.6 MB per batch at HCP
-        resolution, 36 ms of a 149 ms round trip through a worker process;
-        ``scripts/bench_stream.py`` measures both).
-    client : distributed.Client, optional
-        An existing client, yielded as it is.
+        threads there. Threads suit streamed training on one machine: reading and projecting
+        rows releases the GIL, and each (m x k) block reaches the model without being
+        serialised and sent over a socket (see the README's performance section).
 
     Yields
     ------
@@ -83,30 +83,16 @@ def get_client(scheduler: str | None = None, *, scheduler_file: str | Path | Non
     Raises
     ------
     ValueError
-        If more than one of ``client``, ``scheduler`` and ``scheduler_file`` is given, or if
-        ``n_workers`` / ``threads_per_worker`` is not a positive integer.
-    FileNotFoundError
-        If ``scheduler_file`` does not exist.
+        If ``n_workers`` / ``threads_per_worker`` is not a positive integer.
     """
-    given = [name for name, value in (("client", client), ("scheduler", scheduler),
-                                      ("scheduler_file", scheduler_file)) if value is not None]
-    if len(given) > 1:
-        raise ValueError(f"give at most one of client, scheduler and scheduler_file, got {given}")
     if client is not None:
         _log_dashboard(client, "using the given Dask client")
         yield client
         return
-    if scheduler_file is not None:
-        scheduler_file = Path(scheduler_file)
-        if not scheduler_file.is_file():
-            raise FileNotFoundError(f"{scheduler_file}: no such scheduler file (written by "
-                                    "'dask scheduler --scheduler-file FILE')")
-    if scheduler is not None or scheduler_file is not None:
-        target = scheduler if scheduler is not None else scheduler_file
-        with Client(scheduler, scheduler_file=None if scheduler_file is None
-                    else str(scheduler_file)) as joined:
-            _log_dashboard(joined, f"joined the Dask cluster at {target}")
-            yield joined
+    active = active_client()
+    if active is not None:
+        _log_dashboard(active, "using the active Dask client")
+        yield active
         return
     n_workers = CPU_COUNT if n_workers is None else n_workers
     for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
@@ -117,11 +103,71 @@ def get_client(scheduler: str | None = None, *, scheduler_file: str | Path | Non
     with dask.config.set(_WORKER_CONFIG):  # read when the nannies are created
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
                                processes=processes, memory_limit=memory_limit)
-    with cluster, Client(cluster) as local:
+    with cluster, Client(cluster, set_as_default=False) as local:
         kind = "worker process(es)" if processes else "in-process worker(s)"
         _log_dashboard(local, f"started a local Dask cluster of {n_workers} {kind} "
                               f"x {threads_per_worker} thread(s)")
         yield local
+
+
+@contextmanager
+def connect(scheduler: str | None = None, scheduler_file: str | Path | None = None
+            ) -> Iterator[Client]:
+    """Join a running cluster by address or scheduler file (the CLI's ``--scheduler`` and
+    ``--scheduler-file``); only the client connection is closed on exit.
+
+    Raises
+    ------
+    ValueError
+        If both or neither are given.
+    FileNotFoundError
+        If ``scheduler_file`` does not exist.
+    """
+    if (scheduler is None) == (scheduler_file is None):
+        raise ValueError("give one of scheduler and scheduler_file")
+    if scheduler_file is not None:
+        scheduler_file = Path(scheduler_file)
+        if not scheduler_file.is_file():
+            raise FileNotFoundError(f"{scheduler_file}: no such scheduler file (written by "
+                                    "'dask scheduler --scheduler-file FILE')")
+    target = scheduler if scheduler is not None else scheduler_file
+    with Client(scheduler, scheduler_file=None if scheduler_file is None
+                else str(scheduler_file), set_as_default=False) as joined:
+        _log_dashboard(joined, f"joined the Dask cluster at {target}")
+        yield joined
+
+
+def run_tasks(client: Client, func, args_list, *, progress: bool = True, desc: str | None = None,
+              unit: str = "task", total: int | None = None, initial: int = 0,
+              weight=lambda result: 1) -> list:
+    """Run ``func(*args)`` for each ``args`` on the cluster, with a progress bar; return the
+    results in the order they finished.
+
+    The first task error is raised only after every other task has finished, so that their
+    work is kept (each task writes its own part of a store, which a re-run then reuses).
+
+    Parameters
+    ----------
+    weight : callable, default=one per task
+        How far a result moves the progress bar (rows converted, say).
+    """
+    futures = [client.submit(func, *args, pure=False) for args in args_list]
+    results, errors = [], []
+    try:
+        with tqdm(total=len(futures) if total is None else total, initial=initial, desc=desc,
+                  unit=unit, disable=not progress) as bar:
+            # the client's own loop: as_completed would otherwise look for a default client
+            for future in as_completed(futures, loop=client.loop):
+                if future.status == "error":
+                    errors.append(future)
+                    continue
+                results.append(future.result())
+                bar.update(weight(results[-1]))
+        if errors:
+            errors[0].result()  # re-raises the worker's exception, which names its input
+    finally:
+        client.cancel(futures)  # no-op when all are done; stops the rest on an interrupt
+    return results
 
 
 def _log_dashboard(client: Client, what: str) -> None:

@@ -183,7 +183,7 @@ class _Checkpoints(_History):
 
 
 def train_run(store_path, out, *, params: dict | None = None, resume: bool = False,
-              client=None, **cluster) -> dict:
+              client=None) -> dict:
     """Train a :class:`FeatureGroupingClassifier` on a store, streaming, into a run folder.
 
     Parameters
@@ -197,10 +197,8 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
         Estimator parameters (``model``, ``regularizer``, ``random_state``...).
     resume : bool, default=False
     client : distributed.Client, optional
-    **cluster
-        Else, arguments of :func:`fgscale.cluster.get_client` (``scheduler``,
-        ``scheduler_file``, ``n_workers``...): default an embedded LocalCluster of thread
-        workers (``processes=False``), the fastest hand-over of blocks on one machine.
+        Default the active ``distributed`` client, else an embedded LocalCluster of thread
+        workers, the fastest hand-over of blocks on one machine.
 
     Returns
     -------
@@ -214,7 +212,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     store = open_store(store_path)
     folder.start(params, store, resume=resume)
     start = time.perf_counter()
-    with get_client(client=client, **{"processes": False, **cluster}) as client:
+    with get_client(client, processes=False) as client:
         clf._fit_store(store.path, client, folder.checkpoints)
         test = _evaluate(clf, store, client)
     seconds = time.perf_counter() - start
@@ -244,8 +242,7 @@ def _evaluate(clf: FeatureGroupingClassifier, store, client) -> dict:
     return evaluate(clf._placed_model(), source.blocks(rows), device=clf.device)
 
 
-def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
-                 **cluster) -> dict:
+def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None) -> dict:
     """Score a trained run on a store's test rows, streamed; returns loss, accuracy, n.
 
     ``device`` is the torch device to evaluate on; by default the run's own, or the CPU
@@ -267,5 +264,5 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     if store.n_features != clf.n_features_in_:
         raise ValueError(f"{store.path}: {store.n_features} features, the run was trained on "
                          f"{clf.n_features_in_}")
-    with get_client(client=client, **{"processes": False, **cluster}) as client:
+    with get_client(client, processes=False) as client:
         return _evaluate(clf, store, client)

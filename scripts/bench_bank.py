@@ -16,7 +16,8 @@ Compared, on the same rows (the bootstrap rows of grouping i, read from the same
 Run::
 
     .venv/bin/python scripts/bench_bank.py                  # b = 100 (the paper's bank)
-    .venv/bin/python scripts/bench_bank.py --n-groupings 10 # quick run
+    .venv/bin/python scripts/bench_bank.py --n-groupings 10 # a shorter run
+    .venv/bin/python scripts/bench_bank.py --quick          # the smallest: b = 2, r = 10, 16 rows
 """
 
 from __future__ import annotations
@@ -28,27 +29,11 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
+from benchlib import import_on_workers, markdown_row, markdown_table, parse_args, synthetic_store
 
 from fgscale.cluster import get_client
 from fgscale.grouping._bank import bootstrap_rows, grouping_seed
 from fgscale.grouping._dask_bank import build_bank
-from fgscale.images._synthetic import make_classification_volumes
-from fgscale.store import StoreError, open_store, write_store
-
-
-def synthetic_store(path: Path, n_samples: int, seed: int = 0):
-    """Open the benchmark store, writing it first if needed (SYNTHETIC 2 mm cohort)."""
-    try:
-        store = open_store(path)
-        if store.n_samples == n_samples and store.attrs.get("synthetic"):
-            return store
-    except StoreError:
-        pass
-    print(f"writing a synthetic 2 mm store of {n_samples} rows to {path} ...", flush=True)
-    X, y, mask, affine = make_classification_volumes(n_samples, 4, grid="2mm", seed=seed)
-    split = np.where(np.arange(n_samples) % 4 == 3, "test", "train")
-    return write_store(path, X, y, mask, affine, split=split,
-                       attrs={"synthetic": True, "generator": "scripts/bench_bank.py"})
 
 
 def nilearn_loop(store, n_groupings: int, n_bootstrap: int, k: int, seed: int) -> float:
@@ -66,17 +51,12 @@ def nilearn_loop(store, n_groupings: int, n_bootstrap: int, k: int, seed: int) -
     return time.perf_counter() - start
 
 
-def _warm_up() -> None:
-    """Import the task's modules on a worker, so that the timing excludes imports."""
-    import fgscale.grouping._dask_bank  # noqa: F401
-
-
 def fgscale_bank(path: Path, n_workers: int, n_groupings: int, n_bootstrap: int, k: int,
                  seed: int) -> tuple[float, np.ndarray]:
     """Seconds for build_bank on a fresh LocalCluster of ``n_workers`` (start excluded)."""
     with get_client(n_workers=n_workers) as client:
         client.wait_for_workers(n_workers)
-        client.run(_warm_up)
+        import_on_workers(client, "fgscale.grouping._dask_bank")
         start = time.perf_counter()
         bank = build_bank(path, n_groupings=n_groupings, n_bootstrap=n_bootstrap, n_clusters=k,
                           seed=seed, client=client, progress=False, overwrite=True)
@@ -91,9 +71,10 @@ def main() -> None:
     parser.add_argument("--store", type=Path, default=Path("/tmp/fgscale-bench/bank-2mm.zarr"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-nilearn", action="store_true")
-    args = parser.parse_args()
+    args = parse_args(parser, quick=dict(n_groupings=2, n_bootstrap=10, n_samples=16,
+                                         store=Path("/tmp/fgscale-bench/bank-2mm-quick.zarr")))
 
-    store = synthetic_store(args.store, args.n_samples)
+    store = synthetic_store(args.store, args.n_samples, generator="scripts/bench_bank.py")
     p = store.n_features
     k = p // 10
     b, r = args.n_groupings, args.n_bootstrap
@@ -118,13 +99,12 @@ def main() -> None:
     print(f"b = {b}, r = {r}, p = {p} (SYNTHETIC 2 mm), k = {k}; 1- and 2-worker banks "
           f"identical: {same}")
     print()
-    print("| method | workers | seconds | s / grouping | speed-up vs nilearn | vs 1 worker |")
-    print("|---|---|---|---|---|---|")
+    markdown_table("method", "workers", "seconds", "s / grouping", "speed-up vs nilearn",
+                   "vs 1 worker")
     for name, workers, seconds in rows:
         vs_nilearn = f"{nilearn_s / seconds:.2f}x" if nilearn_s else "n/a"
         vs_one = f"{one / seconds:.2f}x" if workers != "-" else ""
-        print(f"| {name} | {workers} | {seconds:.1f} | {seconds / b:.2f} | {vs_nilearn} | "
-              f"{vs_one} |")
+        markdown_row(name, workers, f"{seconds:.1f}", f"{seconds / b:.2f}", vs_nilearn, vs_one)
 
 
 if __name__ == "__main__":

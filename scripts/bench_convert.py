@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_convert.py [--n-files 480] [--grid 2mm] [--block-rows N]
+    .venv/bin/python scripts/bench_convert.py [--n-files 480] [--grid 2mm] [--block-rows N] [--quick]
 
 Writes a SYNTHETIC cohort (``fgscale.images.make_cohort``, .nii.gz) once into ``--cohort``,
 then reports files/s and MB/s (of float32 in-mask rows) for:
@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
+from benchlib import FixedTable, import_on_workers, parse_args, scratch_dir
 
 
 def baseline(paths) -> float:
@@ -49,9 +49,6 @@ def timed_convert(csv_path, out, client, **kwargs) -> float:
 
 
 def main() -> None:
-    from fgscale.cluster import get_client
-    from fgscale.images._synthetic import brain_mask, grid_geometry, make_cohort
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-files", type=int, default=480)
     parser.add_argument("--grid", default="2mm", choices=["2mm", "4mm"])
@@ -59,9 +56,15 @@ def main() -> None:
                         help="rows per task and shard (default: the store's, ~64 MiB shards)")
     parser.add_argument("--cohort", default=None, help="cohort folder (kept; default temp)")
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs")
-    args = parser.parse_args()
+    args = parse_args(parser, quick=dict(n_files=8, grid="4mm", repeat=1))
+    with scratch_dir(prefix="fgscale-bench-convert-") as scratch:
+        run(args, scratch)
 
-    scratch = Path(tempfile.mkdtemp(prefix="fgscale-bench-convert-"))
+
+def run(args, scratch: Path) -> None:
+    from fgscale.cluster import get_client
+    from fgscale.images._synthetic import brain_mask, grid_geometry, make_cohort
+
     folder = Path(args.cohort) if args.cohort else scratch / "cohort"
     csv_path = folder / "cohort.csv"
     if not csv_path.exists():
@@ -87,7 +90,7 @@ def main() -> None:
         for n_workers in (1, 2):
             # the cluster `fgscale convert` itself starts (fgscale's worker settings)
             clients[n_workers] = stack.enter_context(get_client(n_workers=n_workers))
-            clients[n_workers].run(__import__, "fgscale.store._convert")
+            import_on_workers(clients[n_workers], "fgscale.store._convert")
             timed_convert(csv_path, scratch / "warm.zarr", clients[n_workers], mask=mask_path, **kw)
         for _ in range(args.repeat):
             runs = [baseline(paths),
@@ -101,15 +104,12 @@ def main() -> None:
 
     print(f"{len(paths)} files, grid {args.grid} (p = {n_voxels}), {mb:.0f} MB of float32 rows, "
           f"block_rows {args.block_rows}, best of {args.repeat}")
-    header = (f"{'run':46s} {'seconds':>8s} {'files/s':>8s} {'MB/s':>7s} "
-              f"{'x baseline':>10s} {'per worker':>10s}")
-    print(header)
-    print("-" * len(header))
+    table = FixedTable(("run", 46, "s"), ("seconds", 8, ".2f"), ("files/s", 8, ".1f"),
+                       ("MB/s", 7, ".0f"), ("x baseline", 10, ".2f"), ("per worker", 10, ".2f"))
+    table.header()
     for name, workers, seconds in rows:
         ratio = base / seconds
-        print(f"{name:46s} {seconds:8.2f} {len(paths) / seconds:8.1f} {mb / seconds:7.0f} "
-              f"{ratio:10.2f} {ratio / workers:10.2f}")
-    shutil.rmtree(scratch, ignore_errors=True)
+        table.row(name, seconds, len(paths) / seconds, mb / seconds, ratio, ratio / workers)
 
 
 if __name__ == "__main__":

@@ -5,17 +5,19 @@ synthetic: white-noise volumes smoothed with a Gaussian filter, plus white noise
 run in this process with the same thread settings on the same r samples; the approximation error is
 measured on held-out samples from the same generator.
 
-Run: ``.venv/bin/python scripts/bench_rena.py`` (``--quick`` for one timing run per method).
+Run: ``.venv/bin/python scripts/bench_rena.py`` (``--quick`` for one timing run per method;
+``--quick --samples 10`` is the smallest run).
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import statistics
 import warnings
 
 import nibabel as nib
 import numpy as np
+from benchlib import markdown_row, markdown_table, parse_args, timings
 from nilearn.datasets import load_mni152_brain_mask
 from nilearn.regions import ReNA
 from scipy.ndimage import gaussian_filter
@@ -63,15 +65,6 @@ def run_nilearn(X, mask, k):
         return ReNA(mask_img=mask_img, n_clusters=k, scaling=False, n_iter=10).fit(X).labels_
 
 
-def timed(fn, repeats: int):
-    times, labels = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        labels = fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)), labels
-
-
 def size_stats(labels: np.ndarray) -> tuple[int, str, float]:
     sizes = np.bincount(np.unique(labels, return_inverse=True)[1])
     spread = f"{sizes.min()} / {int(np.median(sizes))} / {sizes.max()}"
@@ -81,10 +74,8 @@ def size_stats(labels: np.ndarray) -> tuple[int, str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timing runs per method (median)")
-    parser.add_argument("--quick", action="store_true", help="one timing run per method")
     parser.add_argument("--samples", type=int, default=50, help="r, samples used for clustering")
-    args = parser.parse_args()
-    repeats = 1 if args.quick else args.repeats
+    args = parse_args(parser, quick=dict(repeats=1), help="one timing run per method")
 
     mask = brain_mask()
     p = int(mask.sum())
@@ -93,18 +84,17 @@ def main() -> None:
     held_out = smooth_samples(mask, 20, seed=1)
     print(f"mask: nilearn MNI152 brain mask, 2 mm, shape {mask.shape}, p = {p}; "
           f"data: synthetic (smoothed white noise, sigma 2 voxels, + 0.5 white noise); "
-          f"r = {args.samples}, k = {k}, held-out samples = 20, timing = median of {repeats}\n")
+          f"r = {args.samples}, k = {k}, held-out samples = 20, timing = median of {args.repeats}\n")
 
     rows = {}
     for name, fn in [("fgscale.grouping._rena", run_ours), ("nilearn ReNA (n_iter=10)", run_nilearn)]:
-        seconds, labels = timed(lambda fn=fn: fn(X, mask, k), repeats)
-        rows[name] = (seconds, relative_error(held_out, labels), *size_stats(labels))
+        times, labels = timings(lambda fn=fn: fn(X, mask, k), args.repeats)
+        rows[name] = (statistics.median(times), relative_error(held_out, labels), *size_stats(labels))
 
-    print("| method | time (s) | held-out rel. error | clusters | size min / median / max | "
-          "size std |")
-    print("|---|---|---|---|---|---|")
+    markdown_table("method", "time (s)", "held-out rel. error", "clusters", "size min / median / max",
+                   "size std")
     for name, (seconds, error, n, spread, std) in rows.items():
-        print(f"| {name} | {seconds:.3f} | {error:.4f} | {n} | {spread} | {std:.2f} |")
+        markdown_row(name, f"{seconds:.3f}", f"{error:.4f}", n, spread, f"{std:.2f}")
     (t_ours, e_ours, *_), (t_nil, e_nil, *_) = rows.values()
     print(f"\nspeed-up (nilearn time / ours): {t_nil / t_ours:.2f}x; "
           f"error ratio (ours / nilearn): {e_ours / e_nil:.4f}")

@@ -6,32 +6,21 @@ Columns: the step on full rows (baseline), the step on reduced rows with W0 Phi^
 inside (what the central process pays), and the reduction of the batch itself, Phi x (what a
 worker pays per minibatch in the distributed trainer).
 
-    .venv/bin/python scripts/bench_step.py [--repeats 7] [--p 270806]
+    .venv/bin/python scripts/bench_step.py [--repeats 7] [--p 270806] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 import torch
+from benchlib import markdown_row, markdown_table, median_time, parse_args
 from torch.nn import functional as F
 
 from fgscale.grouping._projection import project
 from fgscale.training._loop import make_optimizer
 from fgscale.training._models import build_model
-
-
-def median_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -41,7 +30,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--classes", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
+    args = parse_args(parser, quick=dict(p=20_000, k=2_000, batch=50, classes=5, repeats=3))
     rng = np.random.default_rng(0)
     p, k, m = args.p, args.k, args.batch
     x = rng.standard_normal((m, p), dtype=np.float32)
@@ -53,9 +42,8 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {m}, p = {p}, "
           f"k = {k}, {args.classes} classes; median of {args.repeats}; synthetic random data\n")
-    print("| model | plain step (ms) | grouped step (ms) | ratio grouped / plain "
-          "| batch reduction Phi x (ms, on a worker) |")
-    print("|---|---|---|---|---|")
+    markdown_table("model", "plain step (ms)", "grouped step (ms)", "ratio grouped / plain",
+                   "batch reduction Phi x (ms, on a worker)")
     reduce_ms = 1e3 * median_time(lambda: project(x, labels_np, k), args.repeats)
     for name in ("logreg", "mlp"):
         torch.manual_seed(0)
@@ -69,8 +57,8 @@ def main() -> None:
 
         plain = median_time(lambda: step(x_full, None), args.repeats)
         grouped = median_time(lambda: step(x_red, labels), args.repeats)
-        print(f"| {name} | {1e3 * plain:.1f} | {1e3 * grouped:.1f} | {grouped / plain:.2f} "
-              f"| {reduce_ms:.1f} |")
+        markdown_row(name, f"{1e3 * plain:.1f}", f"{1e3 * grouped:.1f}", f"{grouped / plain:.2f}",
+                     f"{reduce_ms:.1f}")
 
 
 if __name__ == "__main__":

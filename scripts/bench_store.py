@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_store.py [--rows 1000] [--features 270806] [--out DIR]
+    .venv/bin/python scripts/bench_store.py [--rows 1000] [--features 270806] [--out DIR] [--quick]
 
 For each layout it writes the same random float32 matrix (n_rows, p), then reports rows/s and
 MB/s for (a) random 200-row minibatches (rows drawn without replacement, read the way
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import zarr
+from benchlib import FixedTable, chunk_files, parse_args, scratch_dir
 from zarr.codecs import ZstdCodec
 
 from fgscale.store._shards import ShardRowReader
@@ -39,7 +39,7 @@ def layouts(n_rows: int, p: int, shard_rows: int) -> dict[str, dict]:
 
 def raw_read(path: Path) -> tuple[float, int]:
     """Seconds and bytes to read every chunk/shard file of an array with numpy.fromfile."""
-    files = sorted(f for f in (path / "c").rglob("*") if f.is_file())
+    files = chunk_files(path)
     t = time.perf_counter()
     nbytes = sum(np.fromfile(f, dtype=np.uint8).size for f in files)
     return time.perf_counter() - t, nbytes
@@ -101,30 +101,27 @@ def main() -> None:
     parser.add_argument("--shard-rows", type=int, default=64)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--out", default=None, help="scratch folder (default: a temp dir)")
-    args = parser.parse_args()
+    args = parse_args(parser, quick=dict(rows=300, features=5_000, shard_rows=16, batches=3))
     rng = np.random.default_rng(0)
     # Smooth-ish noise, like masked contrast maps: a random walk along the voxels plus noise.
     X = rng.standard_normal((args.rows, args.features), dtype=np.float32)
     X += np.cumsum(rng.standard_normal(args.features, dtype=np.float32)) * 0.01
-    scratch = Path(args.out or tempfile.mkdtemp(prefix="fgscale-bench-"))
     print(f"X: {args.rows} x {args.features} float32 = {X.nbytes / 1e6:.0f} MB; "
           f"{args.batches} random 200-row batches; sequential blocks of 256 rows; warm reads")
-    header = (f"{'layout':40s} {'reader':24s} {'write MB/s':>10s} {'disk MB':>8s} {'rand ms':>8s} "
-              f"{'rand rows/s':>11s} {'rand MB/s':>9s} {'seq rows/s':>10s} {'seq MB/s':>9s} "
-              f"{'raw MB/s':>9s} {'rand/raw':>8s}")
-    print(header)
-    print("-" * len(header))
-    for i, (name, spec) in enumerate(layouts(args.rows, args.features, args.shard_rows).items()):
-        path = scratch / f"layout{i}.zarr"
-        shutil.rmtree(path, ignore_errors=True)
-        for r in bench(path, X, spec, args.batches, rng):
-            print(f"{name:40s} {r['reader']:24s} {r['write_mbs']:10.0f} {r['disk_mb']:8.0f} "
-                  f"{r['rand_ms']:8.1f} {r['rand_rows']:11.0f} {r['rand_mbs']:9.0f} "
-                  f"{r['seq_rows']:10.0f} {r['seq_mbs']:9.0f} {r['raw_mbs']:9.0f} "
-                  f"{r['rand_mbs'] / r['raw_mbs']:8.2f}")
-        shutil.rmtree(path, ignore_errors=True)
-    if args.out is None:
-        shutil.rmtree(scratch, ignore_errors=True)
+    table = FixedTable(("layout", 40, "s"), ("reader", 24, "s"), ("write MB/s", 10, ".0f"),
+                       ("disk MB", 8, ".0f"), ("rand ms", 8, ".1f"), ("rand rows/s", 11, ".0f"),
+                       ("rand MB/s", 9, ".0f"), ("seq rows/s", 10, ".0f"), ("seq MB/s", 9, ".0f"),
+                       ("raw MB/s", 9, ".0f"), ("rand/raw", 8, ".2f"))
+    table.header()
+    with scratch_dir(args.out) as scratch:
+        for i, (name, spec) in enumerate(layouts(args.rows, args.features, args.shard_rows).items()):
+            path = scratch / f"layout{i}.zarr"
+            shutil.rmtree(path, ignore_errors=True)
+            for r in bench(path, X, spec, args.batches, rng):
+                table.row(name, r["reader"], r["write_mbs"], r["disk_mb"], r["rand_ms"], r["rand_rows"],
+                          r["rand_mbs"], r["seq_rows"], r["seq_mbs"], r["raw_mbs"],
+                          r["rand_mbs"] / r["raw_mbs"])
+            shutil.rmtree(path, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ throughput and memory are measured), a small bank, then reports:
 3. a run over a store larger than the workers' total memory limit (default 2 x 1 GiB worker
    processes and a ~6 GB store), which must complete without spilling.
 
-    .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench]
+    .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench] [--quick]
 
 Writes ~rows x p x 4 bytes to --dir (6 GB by default); reuses the store if present.
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -33,37 +32,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from benchlib import (
+    best_time,
+    chunk_files,
+    markdown_row,
+    markdown_table,
+    parse_args,
+    peak_rss_mb,
+    random_store,
+)
 
-from fgscale.store import block_range, create_store, mark_complete, open_store, write_block
+from fgscale.store import open_store
 from fgscale.store._buffers import POOL
 from fgscale.training import MemorySource, make_optimizer, train_epoch
 from fgscale.training._plan import epoch_plan
 
-
-def make_store(path: Path, n: int, p: int, n_classes: int = 20) -> None:
-    if (path / "zarr.json").exists():
-        try:
-            open_store(path)
-            return
-        except ValueError:
-            pass
-    rng = np.random.default_rng(0)
-    mask = np.zeros((91, 109, 91), bool)
-    mask.reshape(-1)[:p] = True  # a full-resolution grid, p voxels in mask order
-    y = rng.integers(0, n_classes, n)
-    g = create_store(path, n_samples=n, mask=mask, affine=np.eye(4), y=y,
-                     classes=[f"class_{k}" for k in range(n_classes)],
-                     attrs={"synthetic": True, "generator": "scripts/bench_stream.py"})
-    rows = int(g.attrs["block_rows"])
-    for b in range(g["done"].shape[0]):
-        start, stop = block_range(b, rows, n)
-        write_block(path, b, rng.standard_normal((stop - start, p), dtype=np.float32))
-    mark_complete(path)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
+BANK = dict(n_clusters=0.1, n_bootstrap=50, seed=0)  # the bank every measurement uses
 
 def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
                batch_size: int, prefetch: int, processes: bool, device: str) -> dict:
@@ -76,7 +60,7 @@ def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
     from fgscale.training._stream import StoreSource
 
     store = open_store(store_path)
-    bank, info = load_bank(store_path)
+    bank, info = load_bank(store_path, **BANK)
     k = int(info["n_clusters"])
     rows = np.arange(n_rows)
     torch.manual_seed(0)
@@ -88,7 +72,7 @@ def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
     seconds = []
     with get_client(n_workers=n_workers, processes=processes,
                     memory_limit=memory_limit if processes else "auto") as client:
-        source = StoreSource(client, store_path, n_clusters=k, bank_key=json.dumps(info),
+        source = StoreSource(client, store_path, n_clusters=k, bank_key=info["key"],
                              prefetch=prefetch)
         for epoch in range(2):
             plan = epoch_plan(rows, batch_size=batch_size, epoch=epoch, seed=0,
@@ -179,7 +163,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="torch device of the central model")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-kind", default="threads", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, quick=dict(rows=64, p=5_000, n_groupings=2, batch_size=16))
     store_path = args.dir / f"stream_{args.rows}x{args.p}.zarr"
     if args.central_threads:
         torch.set_num_threads(args.central_threads)
@@ -191,27 +175,21 @@ def main() -> None:
 
     args.dir.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    make_store(store_path, args.rows, args.p)
-    store = open_store(store_path)
+    store = random_store(store_path, args.rows, args.p, generator="scripts/bench_stream.py")
     size_gb = store.n_samples * store.n_features * 4 / 1e9
     print(f"SYNTHETIC store {store_path}: {store.n_samples} x {store.n_features} float32 "
           f"({size_gb:.1f} GB), ready in {time.perf_counter() - t:.0f} s")
     from fgscale.cluster import get_client
     from fgscale.grouping._dask_bank import build_bank
     with get_client(n_workers=args.n_workers) as client:
-        build_bank(store_path, n_groupings=args.n_groupings, n_bootstrap=50, n_clusters=0.1,
-                   seed=0, client=client, progress=False)
+        build_bank(store_path, n_groupings=args.n_groupings, **BANK, client=client,
+                   progress=False)
 
     n = store.n_samples
 
     def best_of(passes: int, read_all) -> float:
         """Rows/s of ``read_all()`` (which reads all n rows) in this process, best of ``passes``."""
-        best = 0.0
-        for _ in range(passes):
-            start = time.perf_counter()
-            read_all()
-            best = max(best, n / (time.perf_counter() - start))
-        return best
+        return n / best_time(read_all, passes)
 
     def sequential():  # what evaluation does: shard-aligned blocks, into recycled memory
         for _ in store.iter_blocks():
@@ -239,12 +217,14 @@ def main() -> None:
     for first in range(0, n, store.block_rows):
         store.X[first:first + store.block_rows]
     zarr_raw = n / (time.perf_counter() - start)
-    files = sorted(f for f in (store.path / "X" / "c").rglob("*") if f.is_file())
+    files = chunk_files(store.path / "X")
     # the bytes of the shard files, whole, with numpy.fromfile
     file_raw = best_of(3, lambda: [np.fromfile(f, np.uint8) for f in files])
 
     # one epoch from memory, same steps (a quarter of the rows: they must fit in RAM)
-    bank = open_store(store_path).group["bank"][:]
+    from fgscale.grouping._dask_bank import load_bank
+
+    bank = load_bank(store_path, **BANK)[0]
     rows = np.arange(n // 4)
     X = store.read_rows(rows)
     y = store.y.astype(np.int64)
@@ -265,13 +245,12 @@ def main() -> None:
     print(f"\n{args.n_workers} workers x {args.memory_limit}, batch {args.batch_size}, "
           f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}, "
           f"central model on {args.device}, central torch threads {torch.get_num_threads()}\n")
-    print("| what | rows | samples/s | ratio to the rows read | ratio to the files read | "
-          "ratio to the compute bound |")
-    print("|---|---|---|---|---|---|")
+    markdown_table("what", "rows", "samples/s", "ratio to the rows read", "ratio to the files read",
+                   "ratio to the compute bound")
 
     def line(what: str, rows: int, rate: float) -> None:
-        print(f"| {what} | {rows} | {rate:.0f} | {rate / raw:.2f} | {rate / file_raw:.2f} | "
-              f"{rate / bound:.2f} |")
+        markdown_row(what, rows, f"{rate:.0f}", f"{rate / raw:.2f}", f"{rate / file_raw:.2f}",
+                     f"{rate / bound:.2f}")
 
     line("raw sequential read of the rows into recycled blocks, fgscale's reader (the limit)",
          n, raw)
@@ -286,12 +265,13 @@ def main() -> None:
     line("in-memory FG epoch (rows preloaded)", n // 4, memory)
     line(f"compute bound: {os.cpu_count()} cores doing only the work, no overhead", n // 4, bound)
     print(f"\nCPU ms per row, measured one at a time in this process: {costs}")
-    print("\n| central process | workers | n rows | peak RSS (MB) | spilled keys | max in flight |")
-    print("|---|---|---|---|---|---|")
+    print()
+    markdown_table("central process", "workers", "n rows", "peak RSS (MB)", "spilled keys",
+                   "max in flight")
     for (kind, rows), r in sorted(runs.items()):
         limit = f"{args.n_workers} x {args.memory_limit}" if kind == "processes" else "no limit"
-        print(f"| epoch over | {kind} ({limit}) | {rows} | {r['peak_rss_mb']:.0f} | "
-              f"{r['spilled_keys']} | {r['max_in_flight']} |")
+        markdown_row("epoch over", f"{kind} ({limit})", rows, f"{r['peak_rss_mb']:.0f}",
+                     r["spilled_keys"], r["max_in_flight"])
     for kind in ("threads", "processes"):
         ratio = runs[kind, n]["peak_rss_mb"] / runs[kind, n // 4]["peak_rss_mb"]
         print(f"\npeak RSS ratio 4n / n with worker {kind}: {ratio:.3f}")

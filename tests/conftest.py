@@ -1,17 +1,46 @@
-"""Shared fixtures: a real LocalCluster, small data."""
+"""Shared fixtures (a real LocalCluster, small data) and the ``cuda`` marker; shared helpers
+that are not fixtures live in tests/helpers.py."""
+
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+# tests/ has no __init__.py and pyproject.toml sets no pythonpath: a test file in a subfolder
+# gets its own folder on sys.path, not tests/. pytest's default import mode happens to add
+# tests/ when it imports this file, --import-mode=importlib does not: add it here, so that
+# every test file can `from helpers import ...` whatever the import mode.
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("helpers")  # its asserts explain their failures, as a test's do
+
+from helpers import TINY_GRID, synthetic_store  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped where torch sees none)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked ``cuda`` where there is no GPU (torch is imported only if any)."""
+    cuda_tests = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if cuda_tests:
+        import torch
+
+        if not torch.cuda.is_available():
+            for item in cuda_tests:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+
 
 @pytest.fixture(scope="session")
 def client():
-    """A real two-worker LocalCluster (processes), shared by the session's tests."""
+    """A real two-worker LocalCluster (processes), shared by the session's tests; not made the
+    default client, so that calls given no client start their own cluster, as in a script."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None, memory_limit="2GiB") as cluster:
-        with Client(cluster) as c:
+        with Client(cluster, set_as_default=False) as c:
             yield c
 
 
@@ -21,7 +50,6 @@ def rng():
 
 
 # --- store fixtures (fgscale.images._synthetic / fgscale.store) ---
-TINY_GRID = (12, 14, 12)  # 605 in-mask voxels: a whole synthetic cohort in milliseconds
 
 
 @pytest.fixture(scope="session")
@@ -39,11 +67,7 @@ def tiny_cohort(tmp_path_factory):
 @pytest.fixture
 def tiny_store(tmp_path):
     """A complete store written from a SYNTHETIC in-memory cohort (40 rows, 4 classes)."""
-    from fgscale.images._synthetic import make_classification_volumes
-    from fgscale.store import write_store
-
-    X, y, mask, affine = make_classification_volumes(40, 4, grid=TINY_GRID, n_subjects=5, seed=0)
     split = np.where(np.arange(40) % 5 == 0, "test", "train")
-    return write_store(tmp_path / "tiny.zarr", X, y, mask, affine,
-                       classes=[f"class_{k}" for k in range(4)], split=split,
-                       attrs={"synthetic": True}, block_rows=8)
+    return synthetic_store(tmp_path / "tiny.zarr", 40, 4, n_subjects=5, seed=0, split=split,
+                           classes=[f"class_{k}" for k in range(4)], attrs={"synthetic": True},
+                           block_rows=8)

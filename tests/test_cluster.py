@@ -1,4 +1,4 @@
-"""get_client with real clusters, and the ready configurations under cluster/."""
+"""get_client and connect with real clusters, and the ready configurations under cluster/."""
 
 import importlib.util
 import json
@@ -9,8 +9,10 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from distributed import Client
+from helpers import dashboard_port_may_be_taken
 
-from fgscale.cluster import dashboard_link, get_client
+from fgscale.cluster import connect, dashboard_link, get_client
 
 ROOT = Path(__file__).resolve().parents[1] / "cluster"
 
@@ -26,8 +28,16 @@ def test_existing_client_is_yielded_and_left_open(client):
     assert client.submit(sum, [1, 2]).result() == 3
 
 
+def test_the_active_client_is_used_when_none_is_given(client):
+    with Client(client.scheduler.address) as active:  # made the default client, as in a notebook
+        with get_client(processes=False) as c:
+            assert c is active
+            assert _n_workers(c) == 2  # the running cluster's, no new one started
+        assert active.status == "running"
+
+
 def test_join_by_address_and_by_scheduler_file(client, tmp_path):
-    with get_client(client.scheduler.address) as joined:
+    with connect(client.scheduler.address) as joined:
         assert joined is not client
         assert _n_workers(joined) == 2
         assert joined.submit(sum, [1, 2]).result() == 3
@@ -38,11 +48,11 @@ def test_join_by_address_and_by_scheduler_file(client, tmp_path):
     # once workers report metrics keyed by tuples, its json.dump fails (a Dask bug).
     scheduler_file.write_text(json.dumps({"type": "Scheduler",
                                           "address": client.scheduler.address}))
-    with get_client(scheduler_file=scheduler_file) as joined:
+    with connect(scheduler_file=scheduler_file) as joined:
         assert joined.scheduler.address == client.scheduler.address
 
 
-@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
+@dashboard_port_may_be_taken
 def test_embedded_local_cluster_is_closed_on_exit():
     with get_client(n_workers=1, memory_limit="1GiB") as local:
         assert _n_workers(local) == 1
@@ -69,11 +79,11 @@ def test_embedded_thread_workers_run_in_this_process():
 
 
 def test_bad_arguments(client, tmp_path):
-    with pytest.raises(ValueError, match="at most one"):
-        with get_client("tcp://127.0.0.1:1", client=client):
+    with pytest.raises(ValueError, match="one of scheduler and scheduler_file"):
+        with connect("tcp://127.0.0.1:1", scheduler_file=tmp_path / "s.json"):
             pass
     with pytest.raises(FileNotFoundError, match="no such scheduler file"):
-        with get_client(scheduler_file=tmp_path / "missing.json"):
+        with connect(scheduler_file=tmp_path / "missing.json"):
             pass
     with pytest.raises(ValueError, match="n_workers must be a positive integer"):
         with get_client(n_workers=0):
@@ -88,7 +98,7 @@ def test_local_start_and_stop_scripts(tmp_path):
     subprocess.run([ROOT / "local" / "start.sh", "1", "1GiB"], env=env, check=True,
                    capture_output=True, timeout=60)
     try:
-        with get_client(scheduler_file=tmp_path / "scheduler.json") as joined:
+        with connect(scheduler_file=tmp_path / "scheduler.json") as joined:
             joined.wait_for_workers(1, timeout=30)
             assert joined.submit(sum, [1, 2]).result() == 3
             # os.getenv pickles by reference: these workers cannot import this test module.
@@ -106,7 +116,7 @@ def _load_script(path: Path):
     return module
 
 
-@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
+@dashboard_port_may_be_taken
 def test_slurm_job_script():
     pytest.importorskip("dask_jobqueue")
     script = _load_script(ROOT / "slurm" / "slurm_cluster.py")

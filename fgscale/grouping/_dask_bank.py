@@ -19,10 +19,9 @@ import logging
 import time
 
 import numpy as np
-from distributed import Client, as_completed
-from tqdm.auto import tqdm
+from distributed import Client
 
-from fgscale.cluster import get_client
+from fgscale.cluster import get_client, run_tasks
 from fgscale.grouping._bank import build_grouping, grouping_seed, resolve_n_clusters
 from fgscale.store._banks import BankError, bank_key, bank_params, create_bank, open_bank
 from fgscale.store._reader import Store, open_store
@@ -113,28 +112,16 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     if todo.size:
         seeds = [grouping_seed(params["seed"], i) for i in todo]
         with get_client(client=client) as c:
-            _run_tasks(c, str(path), key, todo, seeds, params, progress)
+            run_tasks(c, _grouping_task,
+                      [(str(path), key, int(i), s, params["n_clusters"], params["n_bootstrap"])
+                       for i, s in zip(todo, seeds, strict=True)],
+                      progress=progress, desc="groupings", unit="grouping")
     labels = bank.labels[:n_groupings]
     if not return_info:
         return labels
     info = {"key": key, **params, "n_groupings": int(n_groupings), "built": int(todo.size),
             "reused": int(n_groupings - todo.size), "seconds": time.perf_counter() - start}
     return labels, info
-
-
-def _run_tasks(client: Client, path: str, key: str, todo: np.ndarray, seeds: list[int],
-               params: dict, progress: bool) -> None:
-    futures = [client.submit(_grouping_task, path, key, int(i), s, params["n_clusters"],
-                             params["n_bootstrap"], pure=False)
-               for i, s in zip(todo, seeds, strict=True)]
-    try:
-        with tqdm(total=len(futures), desc="groupings", unit="grouping",
-                  disable=not progress) as bar:
-            for future in as_completed(futures):
-                future.result()  # re-raises a task's error here
-                bar.update()
-    finally:
-        client.cancel(futures)  # no-op when all are done; stops the rest after an error
 
 
 def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: int,

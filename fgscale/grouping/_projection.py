@@ -7,8 +7,9 @@ length ``p`` (values ``0..k-1``), never as a dense matrix. Its matrix ``Phi`` (k
 same way. Both cost O(p) per sample.
 
 The functions accept numpy arrays or torch tensors and return the same kind; numpy inputs
-go through torch's ``scatter_add_`` and ``gather``, the fastest CPU paths measured (see
-``MEASURED.md`` and ``scripts/bench_step.py``).
+go through torch's ``scatter_add_`` and ``gather`` too, sharing their memory, so both kinds
+run the same segment-sum and gather kernels and give the same numbers
+(``scripts/bench_step.py`` times them in a training step).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def project(X, labels, n_clusters: int | None = None):
     X_t, was_numpy = _as_tensor(X)
     lab = _as_tensor(labels)[0].to(device=X_t.device, dtype=torch.long)
     k = int(lab.max()) + 1 if n_clusters is None else n_clusters
-    # scatter_add_ rather than index_add_ (the same kernel forward): its gradient is a gather,
-    # 4x faster than index_add_'s index_select on a (h, p) weight (scripts/bench_step.py)
+    # scatter_add_ rather than index_add_ (the same kernel forward): for a (h, p) weight its
+    # gradient is a row-wise gather from the (h, k) gradient, where index_add_'s is an
+    # index_select of that gradient's columns, torch's slower path on the CPU
     Z = X_t.new_zeros(X_t.shape[:-1] + (k,)).scatter_add_(-1, lab.expand_as(X_t), X_t)
     Z *= _scale(lab, k, X_t.dtype)
     return Z.numpy() if was_numpy else Z
@@ -103,11 +105,11 @@ def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None, *,
                          f"got {out.dtype} {out.shape}")
     Z = torch.from_numpy(out)
     if mean is not None:
-        # Each row is standardized into one buffer, then scattered: 45 us a row against 40 for
-        # the scatter alone at p = 34k (best of 7), no slower than the form
-        # Phi(x * scale) - Phi(mean * scale) (one product a row, one k-vector a call), which
-        # loses digits to cancellation: on raw scanner units (mean/std ~ 10) and clusters of
-        # 340 features, 3e-4 away from the float64 result against 2e-6 here.
+        # Each row is standardized into one buffer, then scattered: the scatter costs most of
+        # a row's time either way, and the algebraically equal Phi(x * scale) -
+        # Phi(mean * scale) (one product a row, one k-vector a call) loses digits to
+        # cancellation, since on raw scanner units (mean/std ~ 10) a cluster's float32 sum
+        # is mostly the mean that is then subtracted.
         mean = np.asarray(mean, np.float32)
         scale = np.asarray(scale, np.float32)
         buffer = np.empty(lab.shape, np.float32)
@@ -117,7 +119,7 @@ def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None, *,
             np.multiply(buffer, scale, out=buffer)
             Z[i].scatter_add_(0, lab, standardized)
     else:
-        for i, row in rows:  # 1D scatter_add_ measured 1.6x faster than 1D index_add_ here
+        for i, row in rows:  # 1D scatter_add_, not index_add_: the same sums, the faster kernel
             Z[i].scatter_add_(0, lab, torch.from_numpy(row))
     # in numpy, on this thread: many thread workers each opening torch's intra-op pool for
     # this product oversubscribe the cores (the 1D scatter above runs on one thread already)

@@ -78,8 +78,9 @@ def read_header(path) -> ImageHeader:
     """Shape and affine of a NIfTI file, reading only its first bytes.
 
     A NIfTI-1 header (``.nii`` or ``.nii.gz``) is parsed straight from the first 348 bytes,
-    6x faster than ``nibabel.load`` (0.09 against 0.59 ms a file: conversion checks every
-    file's header before it starts). Anything else (NIfTI-2, a truncated or foreign file) goes
+    without the image, file map and data proxy that ``nibabel.load`` builds around it:
+    conversion checks every file's header before it starts, so this is paid once per file of
+    the cohort before any work. Anything else (NIfTI-2, a truncated or foreign file) goes
     through :func:`load_img`, with its checks and errors.
 
     Parameters
@@ -140,9 +141,9 @@ def read_data(img) -> np.ndarray:
 def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
     """Load a NIfTI file and its data as float32, with errors naming the file.
 
-    A ``.gz`` file is decompressed in one zlib call and parsed from memory: this is what lets
-    conversion run faster than ``nibabel.load(path).get_fdata()``, whose GzipFile reads in
-    small pieces (scripts/bench_convert.py).
+    A ``.gz`` file is decompressed in one zlib call and parsed from memory, rather than read
+    through nibabel's GzipFile in small pieces: decompression is most of what conversion
+    does (scripts/bench_convert.py compares it with ``nibabel.load(path).get_fdata()``).
 
     Parameters
     ----------
@@ -176,7 +177,7 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
     img = load_img(img)  # same checks as for a path (3D/4D)
     proxy = img.dataobj
     if proxy.dtype == np.float32 and proxy.slope == 1 and proxy.inter == 0:
-        # already float32, unscaled: a view of the decompressed bytes, no copy (0.6 ms a file)
+        # already float32, unscaled: a view of the decompressed bytes, no copy
         size = int(np.prod(img.shape))
         if len(payload) < proxy.offset + 4 * size:
             raise ValueError(f"{path}: cannot read the image data, {len(payload)} bytes for "

@@ -1,13 +1,13 @@
 """Reusable memory for the big blocks that workers hand to the model.
 
 Every minibatch is a fresh (m x k) block (21.6 MB at HCP resolution) and every evaluation block
-a fresh (m x p) one (66 MB). Fresh memory costs a page fault per 4 KiB page on first touch: on
-this project's machines 7.2 ms for a 21.6 MB block, against 1.1 ms to zero a block already
-mapped. So blocks come from a :class:`BlockPool`: each lives in its own anonymous memory map,
-and goes back to the pool when the last array viewing it is freed, wherever that happens (the
-training thread frees what worker threads filled). Separate maps also keep glibc's per-thread
-arenas out of it: with plain ``np.zeros`` blocks, a process with thread workers grew by 20%
-over its first 15 batches (``scripts/bench_stream.py``).
+a fresh (m x p) one (66 MB). Fresh memory costs a page fault per 4 KiB page on first touch,
+several times what zeroing a block already mapped costs. So blocks come from a
+:class:`BlockPool`: each lives in its own anonymous memory map, and goes back to the pool when
+the last array viewing it is freed, wherever that happens (the training thread frees what
+worker threads filled). Separate maps also keep glibc's per-thread arenas out of it: plain
+``np.zeros`` blocks come from those arenas, and the memory of a process with thread workers
+then grows over its first batches. The figures are in the README's performance section.
 """
 
 from __future__ import annotations

@@ -17,19 +17,21 @@ Layout of a store (a directory ``STORE.zarr``, one Zarr v3 group)::
 Group attributes: ``fgscale_format_version``, ``complete`` (set last), ``grid_shape``,
 ``block_rows``, ``synthetic``, ``params`` (conversion parameters) and ``summary``.
 
-Why this layout of ``X`` (measured by ``scripts/bench_store.py`` at p = 270,806, warm cache,
-random 200-row batches): every row is its own chunk of shape (1, p), rows are packed into shards
-of shape (block_rows, p) (one file per shard, about 64 MiB), and nothing is compressed.
+Why this layout of ``X``: training reads random minibatches of whole rows, so every row is its
+own chunk of shape (1, p), rows are packed into shards of shape (block_rows, p) (one file per
+shard, about 64 MiB), and nothing is compressed. ``scripts/bench_store.py`` compares the
+layouts; the README's performance section has the figures.
 
-- 64-row zstd chunks (the obvious layout): each random batch decodes almost every chunk,
-  1.6 s per batch, 130 MB/s, 3% of the raw read speed of the same bytes (4 GB/s).
-- (1, p) chunks in shards read through :class:`fgscale.store.ShardRowReader` (the shard index, then one
-  byte range per row): 63-114 ms per batch, 1.9-3.5 GB/s, 0.5-1.2x the raw read measured in
-  the same run (a shared, noisy machine), 15-25x the first layout. Zarr's
-  own orthogonal selection on this layout is *slower* than on the first (zarr 3.1 fetches the
-  whole shard for each inner chunk), hence the direct reader, which follows the sharding spec.
-- zstd on top saves only 11-13% of the space on noise-like float32 maps, and makes every batch
-  decode what it reads; raw wins.
+- 64-row zstd chunks (the obvious layout): the rows of a random batch fall in almost every
+  chunk, and each chunk is decoded whole for the one or two rows used from it, so a batch
+  reads at a small fraction of the raw read speed of the same bytes.
+- (1, p) chunks in shards read through :class:`fgscale.store.ShardRowReader` (the shard index,
+  then one byte range per row): a batch reads its own rows' bytes and nothing else, near the
+  raw read speed. Zarr's own orthogonal selection on this layout is slower than on the first
+  (zarr 3.1 fetches the whole shard for each inner chunk), hence the direct reader, which
+  follows the sharding spec.
+- zstd on top saves little space on noise-like float32 maps, and makes every batch decode what
+  it reads; raw wins.
 
 Shards also keep the number of files small and give writers whole, independent units:
 conversion block i writes shard i and nothing else, so no two tasks write the same object.
@@ -178,7 +180,8 @@ def write_block_rows(path, block: int, rows: Iterable[np.ndarray]) -> None:
 
     Each row is written before the next is asked for, so ``rows`` may yield the same buffer
     every time: a conversion task holds one row, not its block (a fresh 64 MiB block costs a
-    page fault per 4 KiB, 0.35 ms a row, and stays out of the CPU cache).
+    page fault per 4 KiB page on first touch and stays out of the CPU cache, where one reused
+    row stays in it).
 
     Parameters
     ----------

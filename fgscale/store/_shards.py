@@ -24,9 +24,10 @@ class ShardRowReader:
     """Read rows of X straight from its shard files, following the Zarr v3 sharding spec.
 
     Why not zarr's own reader: with zarr 3.1 an orthogonal selection of rows in a sharded array
-    fetches the whole shard for every inner chunk it needs (5 s for a random 200-row batch at
-    p = 270,806), and a loop of one-row reads pays ~1.5 ms of overhead per row; reading the
-    shard index and then each row's byte range is 4x faster again (scripts/bench_store.py).
+    fetches the whole shard for every inner chunk it needs, and a loop of one-row reads pays
+    zarr's fixed cost of a call for every row; reading the shard index once, then each row's
+    byte range with one system call, reads the bytes asked for and nothing else
+    (scripts/bench_store.py compares them).
     Used only for the layout this module writes (uncompressed little-endian (1, p) inner
     chunks, index at the end, local files); :meth:`from_array` returns None otherwise and the
     store falls back to zarr.
@@ -129,9 +130,11 @@ class ShardRowReader:
         """Write a whole shard: its ``n_rows`` rows (``shard_rows``, or fewer in the array's
         last shard, the others marked missing as the spec says), then the index, its crc32c.
 
-        4x faster than zarr's sharding encoder for these raw rows (conversion spends its time
-        decompressing NIfTI files, not encoding shards). Written to a temporary name, then
-        renamed, so that a shard is never seen half-written; read back by zarr in the tests.
+        Written here rather than by zarr's sharding encoder, which takes the whole shard as
+        one array: rows go to the file as they come, with no shard-sized buffer and no codec
+        call per inner chunk, so conversion spends its time decompressing NIfTI files, not
+        encoding shards. Written to a temporary name, then renamed, so that a shard is never
+        seen half-written; read back by zarr in the tests.
         """
         import google_crc32c  # zarr's own dependency for the crc32c codec
 
@@ -167,8 +170,8 @@ class ShardRowReader:
         """Yield ``(i, row)`` for rows (sorted, unique), each read into ``buffer`` (float32,
         n_features) and valid until the next row is read. The buffer stays in the CPU cache for
         the work on the row, and no shard is memory-mapped: mapping and unmapping in a process
-        whose other threads run (thread workers) flushes every core's TLB (mapped rows
-        streamed 4% slower)."""
+        whose other threads run (thread workers) flushes every core's TLB, which costs more
+        than the copy into the buffer that mapping would save."""
         nbytes = 4 * self.n_features
         for fd, path, picked, offsets in self._shards(rows):
             for i, offset in zip(picked.tolist(), offsets.tolist(), strict=True):

@@ -36,10 +36,8 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-from distributed import as_completed
-from tqdm.auto import tqdm
 
-from fgscale.cluster import get_client
+from fgscale.cluster import get_client, run_tasks
 from fgscale.store._reader import open_store
 
 log = logging.getLogger(__name__)
@@ -215,20 +213,6 @@ def _prepare(group: zarr.Group, key: str, rows: np.ndarray, n_blocks: int, span:
     return sub
 
 
-def _run_tasks(client, path: str, key: str, blocks: list[np.ndarray], todo: np.ndarray,
-               progress: bool) -> None:
-    futures = [client.submit(_block_task, path, key, int(i), blocks[i], pure=False)
-               for i in todo]
-    try:
-        with tqdm(total=len(futures), desc="feature stats", unit="block",
-                  disable=not progress) as bar:
-            for future in as_completed(futures):
-                future.result()  # re-raises a task's error here
-                bar.update()
-    finally:
-        client.cancel(futures)  # no-op when all are done; stops the rest after an error
-
-
 def compute_stats(store_path, rows=None, *, client=None, progress: bool = True
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature mean and standard deviation of rows of a store, on a Dask cluster.
@@ -278,7 +262,8 @@ def compute_stats(store_path, rows=None, *, client=None, progress: bool = True
                  path, todo.size, len(blocks))
         if todo.size:
             with get_client(client=client) as c:
-                _run_tasks(c, path, key, blocks, todo, progress)
+                run_tasks(c, _block_task, [(path, key, int(i), blocks[i]) for i in todo],
+                          progress=progress, desc="feature stats", unit="block")
         saved = _save_result(sub, len(blocks))
     return saved[0].astype(np.float32), saved[1].astype(np.float32)
 

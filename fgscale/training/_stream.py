@@ -156,9 +156,11 @@ def auto_window(client, block_bytes: int) -> int:
     now: an adaptive cluster may have grown), at most :data:`PREFETCH_BYTES` of blocks of
     ``block_bytes``, and at least 2.
 
-    On 16 cores (15 worker processes, FG blocks of 200 x 27,080 float32), a fixed window of 4
-    kept 4 workers busy: 2,713 samples/s, against 4,060 with this window and 4,772 for one raw
-    read of the rows (``scripts/bench_stream.py``). Thread workers did not gain (2,418-3,695).
+    A fixed window smaller than the cluster's worker threads leaves the rest of them idle, and
+    with one task per thread a worker idles while its finished block waits to be consumed; two
+    per thread keep every worker busy. The byte bound caps what the central process holds.
+    ``scripts/bench_stream.py`` measures the streaming (figures on 16 cores in the README's
+    performance section).
     """
     threads = sum(client.nthreads().values())
     return max(2, min(2 * threads, PREFETCH_BYTES // max(block_bytes, 1)))
@@ -184,9 +186,9 @@ class StoreSource:
         batches and each evaluation pass.
     block_size : int, optional
         Rows per evaluation block; default the store's rows per shard (about 64 MiB). The
-        central process holds up to ``prefetch + 1`` blocks: at HCP resolution, evaluating 2,000
-        rows peaked at 0.55 GB with these 61-row blocks and at 1.1 GB with 256-row ones, at
-        the same speed (1,200-2,000 rows/s for both on 2 cores).
+        central process holds up to ``prefetch + 1`` blocks, so the block size bounds its
+        memory, and one shard is already large enough that larger blocks evaluate no
+        faster.
     standardize : bool, default=False
         Standardize every row on the workers before it is reduced or returned, with the
         statistics of ``stats_rows`` saved in the store by :func:`fgscale.store.compute_stats`

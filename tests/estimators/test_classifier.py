@@ -1,6 +1,6 @@
-import nibabel as nib
 import numpy as np
 import pytest
+from helpers import mask_img, smooth_problem
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fgscale import FeatureGroupingClassifier
@@ -10,34 +10,13 @@ from fgscale.grouping._projection import cluster_sizes
 FAST = dict(n_groupings=5, n_bootstrap=10, max_epochs=30, learning_rate=0.1, batch_size=50)
 
 
-def expected_failed_checks(estimator):
-    if estimator.regularizer != "feature_grouping":
-        return {}
-    # The check trains on 2-feature blobs: n_clusters=0.1 of 2 features is 1 cluster, so every
-    # grouping averages the two features and the blobs cannot be separated to its threshold.
-    # The same check passes without the regularizer (third instance below).
-    reason = "2 features grouped into 1 cluster cannot reach the check's accuracy threshold"
-    return {"check_classifiers_train": reason}
-
-
 @parametrize_with_checks([
-    FeatureGroupingClassifier(random_state=0, **FAST),
+    FeatureGroupingClassifier(random_state=0),  # the defaults, with no expected failure
     FeatureGroupingClassifier(model="mlp", hidden_layer_sizes=(16,), random_state=0, **FAST),
     FeatureGroupingClassifier(regularizer="none", random_state=0, **FAST),
-], expected_failed_checks=expected_failed_checks)
+])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
-
-
-def smooth_problem(rng, shape=(6, 7, 5), n=120, noise=1.0, width=4.0):
-    """Two classes whose difference is a smooth blob, plus white noise (synthetic)."""
-    mask = np.ones(shape, bool)
-    mask[0, 0, :] = False  # a non-trivial mask
-    grid = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1)
-    blob = np.exp(-((grid - np.array(shape) / 2) ** 2).sum(-1) / width)[mask]
-    y = rng.integers(0, 2, n)
-    X = np.outer(2 * y - 1, blob) + noise * rng.standard_normal((n, mask.sum()))
-    return X.astype(np.float32), np.where(y == 1, "face", "house"), mask
 
 
 def test_fit_attributes_and_bank(rng, tmp_path):
@@ -66,7 +45,7 @@ def test_bank_is_make_bank_on_training_rows(rng):
 
 def test_mask_as_image_or_path_gives_same_model(rng, tmp_path):
     X, y, mask = smooth_problem(rng, n=60)
-    img = nib.Nifti1Image(mask.astype(np.uint8), np.eye(4))
+    img = mask_img(mask)
     img.to_filename(tmp_path / "mask.nii.gz")
     coefs = [FeatureGroupingClassifier(mask=m, random_state=0, **FAST).fit(X, y).coef_
              for m in (mask, img, str(tmp_path / "mask.nii.gz"))]
@@ -117,16 +96,17 @@ def test_feature_grouping_helps_on_noisy_smooth_data():
 
 
 @pytest.mark.parametrize("params, match", [
-    (dict(model="svm"), "model must be"),
-    (dict(regularizer="l1"), "regularizer must be"),
+    (dict(model="svm"), "'model' parameter of FeatureGroupingClassifier must be"),
+    (dict(regularizer="l1"), "'regularizer' parameter"),
     (dict(n_clusters=1.5), "n_clusters"),
     (dict(n_clusters=10_000), "n_clusters"),
     (dict(dropout=1.0), "dropout"),
     (dict(mask=np.ones(7, bool)), "mask has 7 voxels"),
     (dict(device="gpu"), "device must name a torch device"),
     (dict(device="cuda:99"), "'cuda:99'"),  # no GPU here, or fewer than 100
-    (dict(prefetch=0), "prefetch must be 'auto' or an integer >= 1, got 0"),
-    (dict(prefetch="all"), "prefetch must be"),
+    (dict(prefetch=0), "'prefetch' parameter .* must be a str among 'auto' or an int in the "
+                       r"range \[1, inf\). Got 0"),
+    (dict(prefetch="all"), "'prefetch' parameter"),
 ])
 def test_bad_parameters_are_named(rng, params, match):
     X, y, _ = smooth_problem(rng, n=20)

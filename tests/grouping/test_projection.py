@@ -1,19 +1,11 @@
 import numpy as np
 import pytest
 import torch
+from helpers import dense_phi, random_labels
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fgscale.grouping._projection import back_project, cluster_sizes, project, project_rows
-
-
-def dense_phi(labels):
-    """The k x p matrix of a grouping, as the method defines it."""
-    labels = np.asarray(labels)
-    k = labels.max() + 1
-    phi = np.zeros((k, labels.size))
-    phi[labels, np.arange(labels.size)] = 1.0
-    return phi / np.sqrt(phi.sum(1, keepdims=True))
 
 
 @st.composite
@@ -22,8 +14,7 @@ def groupings(draw, max_p=40):
     k = draw(st.integers(1, p))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
-    labels = np.concatenate([np.arange(k), rng.integers(0, k, p - k)])  # every cluster used
-    return rng.permutation(labels).astype(np.int32), rng
+    return random_labels(rng, p, k), rng  # every cluster used
 
 
 @settings(max_examples=60, deadline=None)

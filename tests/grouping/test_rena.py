@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import mask_img, smooth_samples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import ndimage
@@ -73,13 +74,6 @@ def _reference_rena(X, edges, k):
         pairs = {(min(node_labels[a], node_labels[b]), max(node_labels[a], node_labels[b]))
                  for a, b in pairs if node_labels[a] != node_labels[b]}
     return labels
-
-
-def _smooth_samples(mask, n, seed, sigma=1.5, noise=0.3):
-    rng = np.random.default_rng(seed)
-    vols = [ndimage.gaussian_filter(rng.standard_normal(mask.shape), sigma) for _ in range(n)]
-    X = np.stack([v[mask] / v.std() for v in vols])
-    return X + noise * rng.standard_normal(X.shape)
 
 
 def _held_out_error(X, labels):
@@ -244,16 +238,14 @@ def test_n_iter_must_be_positive():
 
 def test_quality_close_to_nilearn():
     nilearn_rena = pytest.importorskip("nilearn.regions")
-    nib = pytest.importorskip("nibabel")
     grid = np.indices((14, 14, 14)) - 6.5
     mask = (grid**2).sum(0) < 6.5**2
     k = int(mask.sum()) // 10
     ours, theirs = [], []
     for seed in range(3):
-        X, held_out = _smooth_samples(mask, 30, seed), _smooth_samples(mask, 20, 100 + seed)
+        X, held_out = smooth_samples(mask, 30, seed), smooth_samples(mask, 20, 100 + seed)
         ours.append(_held_out_error(held_out, rena(X, mask, k, random_state=seed)))
-        model = nilearn_rena.ReNA(mask_img=nib.Nifti1Image(mask.astype("uint8"), np.eye(4)),
-                                  n_clusters=k, scaling=False, n_iter=10)
+        model = nilearn_rena.ReNA(mask_img=mask_img(mask), n_clusters=k, scaling=False, n_iter=10)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             labels = model.fit(X).labels_

@@ -6,6 +6,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import zarr
+from helpers import mask_img, save_mask
 
 from fgscale.cli import main
 from fgscale.grouping import export_map
@@ -42,7 +43,7 @@ def test_unmask_inverts_nilearn_masker(mask, rng, tmp_path):
     affine = np.diag([3.0, 3.0, 3.0, 1.0])
     M = rng.standard_normal((2, mask.sum())).astype(np.float32)
     nib.save(unmask(M, mask, affine), tmp_path / "m.nii.gz")
-    masker = NiftiMasker(nib.Nifti1Image(mask.astype(np.uint8), affine), standardize=None).fit()
+    masker = NiftiMasker(mask_img(mask, affine), standardize=None).fit()
     np.testing.assert_array_equal(masker.transform(str(tmp_path / "m.nii.gz")), M)
 
 
@@ -87,10 +88,10 @@ def test_read_data_truncated_gzip(tmp_path, rng):
 
 
 def test_load_mask(tmp_path, mask):
-    nib.save(nib.Nifti1Image(mask.astype(np.uint8), np.eye(4)), tmp_path / "m.nii")
+    save_mask(tmp_path / "m.nii", mask)
     m, affine = load_mask(tmp_path / "m.nii")
     np.testing.assert_array_equal(m, mask)
-    nib.save(nib.Nifti1Image(np.zeros((3, 3, 3), np.uint8), np.eye(4)), tmp_path / "e.nii")
+    save_mask(tmp_path / "e.nii", np.zeros((3, 3, 3), bool))
     with pytest.raises(ValueError, match="e.nii: the mask is empty"):
         load_mask(tmp_path / "e.nii")
 
@@ -109,12 +110,25 @@ def test_export_round_trip(tiny_store, tmp_path, rng):
     np.testing.assert_array_equal(nib.load(tmp_path / "v.nii").get_fdata()[store.mask], w[0])
 
 
+def _write_bank(store, k: int, labels) -> str:
+    """A bank of key k<k>... holding ``labels`` (all rows built), written without a cluster."""
+    from fgscale.store import bank_key, bank_params, create_bank
+
+    rows = store.train_rows()
+    key = bank_key(k, 5, 0, rows)
+    group = zarr.open_group(store.path, mode="r+")
+    bank = create_bank(group, key, bank_params(k, 5, 0, rows), len(labels), store.n_features)
+    for i, row in enumerate(labels):
+        bank.write(i, row)
+    return key
+
+
 def test_export_bank(tiny_store, tmp_path, rng, capsys):
     store = tiny_store
     assert main(["export", str(store.path), "--omega", "--out", str(tmp_path / "o.nii")]) == 2
     assert "no bank in the store yet" in capsys.readouterr().err
     bank = rng.integers(0, 50, size=(3, store.n_features)).astype(np.int32)
-    zarr.open_group(store.path, mode="r+").create_array("bank", data=bank)
+    key = _write_bank(store, 50, bank)
     assert main(["export", str(store.path), "--grouping", "1",
                  "--out", str(tmp_path / "g.nii.gz")]) == 0
     np.testing.assert_array_equal(np.asarray(nib.load(tmp_path / "g.nii.gz").dataobj)[store.mask],
@@ -125,3 +139,36 @@ def test_export_bank(tiny_store, tmp_path, rng, capsys):
     assert main(["export", str(store.path), "--grouping", "3",
                  "--out", str(tmp_path / "x.nii")]) == 2
     assert "out of range" in capsys.readouterr().err
+
+    # a second bank: the one to export must be named
+    other = rng.integers(0, 20, size=(2, store.n_features)).astype(np.int32)
+    other_key = _write_bank(store, 20, other)
+    assert main(["export", str(store.path), "--grouping", "0",
+                 "--out", str(tmp_path / "y.nii")]) == 2
+    err = capsys.readouterr().err
+    assert "2 banks" in err and key in err and other_key in err
+    assert main(["export", str(store.path), "--grouping", "0", "--bank", other_key,
+                 "--out", str(tmp_path / "y.nii")]) == 0
+    np.testing.assert_array_equal(np.asarray(nib.load(tmp_path / "y.nii").dataobj)[store.mask],
+                                  other[0])
+    export_map(store, tmp_path / "o2.nii", omega=True, bank=key)
+    np.testing.assert_allclose(nib.load(tmp_path / "o2.nii").get_fdata()[store.mask],
+                               omega_diagonal(bank), rtol=1e-6)
+    assert main(["export", str(store.path), "--omega", "--bank", "k1-r1-s0-00000000",
+                 "--out", str(tmp_path / "z.nii")]) == 2
+    err = capsys.readouterr().err
+    assert "no bank 'k1-r1-s0-00000000'" in err and key in err
+    with pytest.raises(ValueError, match="not with values"):
+        export_map(store, tmp_path / "v.nii", values=bank[0], bank=key)
+
+
+def test_export_refuses_an_unbuilt_grouping(tiny_store, tmp_path):
+    from fgscale.store import open_bank
+
+    key = _write_bank(tiny_store, 50, np.zeros((2, tiny_store.n_features), np.int32))
+    bank = open_bank(tiny_store.path, key, mode="r+")
+    bank.done[1] = False
+    with pytest.raises(ValueError, match="not built"):
+        export_map(tiny_store, tmp_path / "g.nii", grouping=1)
+    with pytest.raises(ValueError, match="incomplete"):
+        export_map(tiny_store, tmp_path / "o.nii", omega=True)

@@ -1,11 +1,11 @@
 """SYNTHETIC cohorts: shapes, exact voxel counts, files on disk equal to the in-memory data."""
 
-import csv
 import json
 
 import nibabel as nib
 import numpy as np
 import pytest
+from helpers import TINY_GRID, cohort_rows
 from scipy import ndimage
 
 from fgscale.images._synthetic import brain_mask, grid_geometry, make_classification_volumes, make_cohort
@@ -13,7 +13,7 @@ from fgscale.images._synthetic import brain_mask, grid_geometry, make_classifica
 
 @pytest.mark.parametrize("grid, shape, p", [("2mm", (91, 109, 91), 270_806),
                                            ("4mm", (46, 55, 46), 33_854),
-                                           ((12, 14, 12), (12, 14, 12), 605)])
+                                           (TINY_GRID, TINY_GRID, 605)])
 def test_brain_mask_matches_hcp_grids(grid, shape, p):
     grid_shape, affine, n_voxels = grid_geometry(grid)
     mask = brain_mask(grid_shape, n_voxels)
@@ -30,10 +30,9 @@ def test_bad_grid():
 
 
 def test_files_equal_in_memory_data(tmp_path):
-    csv_path = make_cohort(tmp_path, n_samples=9, n_classes=3, grid=(12, 14, 12), seed=3)
-    X, y, mask, affine = make_classification_volumes(9, 3, grid=(12, 14, 12), seed=3)
-    with open(csv_path) as f:
-        rows = list(csv.DictReader(f))
+    csv_path = make_cohort(tmp_path, n_samples=9, n_classes=3, grid=TINY_GRID, seed=3)
+    X, y, mask, affine = make_classification_volumes(9, 3, grid=TINY_GRID, seed=3)
+    rows = cohort_rows(csv_path)
     assert list(rows[0]) == ["path", "label", "group", "split"]
     assert [r["label"] for r in rows] == [f"class_{k}" for k in y]
     for i, r in enumerate(rows):
@@ -49,10 +48,9 @@ def test_files_equal_in_memory_data(tmp_path):
 
 
 def test_subjects_split_by_subject(tmp_path):
-    csv_path = make_cohort(tmp_path, n_samples=24, n_classes=3, grid=(12, 14, 12),
+    csv_path = make_cohort(tmp_path, n_samples=24, n_classes=3, grid=TINY_GRID,
                            n_subjects=4, test_fraction=0.25)
-    with open(csv_path) as f:
-        rows = list(csv.DictReader(f))
+    rows = cohort_rows(csv_path)
     test_groups = {r["group"] for r in rows if r["split"] == "test"}
     train_groups = {r["group"] for r in rows if r["split"] == "train"}
     assert len(test_groups) == 1 and len(train_groups) == 3 and not test_groups & train_groups
@@ -68,19 +66,18 @@ def test_stratified_split_without_subjects():
 
 
 def test_four_d_series(tmp_path):
-    csv_path = make_cohort(tmp_path, n_samples=12, n_classes=2, grid=(12, 14, 12),
+    csv_path = make_cohort(tmp_path, n_samples=12, n_classes=2, grid=TINY_GRID,
                            n_subjects=2, four_d=True, compress=False)
-    with open(csv_path) as f:
-        rows = list(csv.DictReader(f))
+    rows = cohort_rows(csv_path)
     shapes = [nib.load(tmp_path / r["path"]).shape for r in rows]
-    assert all(len(s) == 4 and s[:3] == (12, 14, 12) for s in shapes)
+    assert all(len(s) == 4 and s[:3] == TINY_GRID for s in shapes)
     assert sum(s[3] for s in shapes) == 12
     assert rows[0]["path"].endswith(".nii")
 
 
 def test_snr_controls_separability():
     def held_out_centroid_accuracy(snr_db):
-        X, y, _, _ = make_classification_volumes(80, 4, grid=(12, 14, 12), snr_db=snr_db, seed=0)
+        X, y, _, _ = make_classification_volumes(80, 4, grid=TINY_GRID, snr_db=snr_db, seed=0)
         train = (np.arange(80) // 4) % 2 == 0
         centroids = np.stack([X[train & (y == k)].mean(0) for k in range(4)])
         pred = np.argmin(((X[~train][:, None] - centroids) ** 2).sum(-1), axis=1)
@@ -92,6 +89,6 @@ def test_snr_controls_separability():
 
 def test_bad_design():
     with pytest.raises(ValueError, match="n_classes"):
-        make_classification_volumes(3, 4, grid=(12, 14, 12))
+        make_classification_volumes(3, 4, grid=TINY_GRID)
     with pytest.raises(ValueError, match="test_fraction"):
-        make_classification_volumes(8, 2, grid=(12, 14, 12), test_fraction=1.0)
+        make_classification_volumes(8, 2, grid=TINY_GRID, test_fraction=1.0)

@@ -11,19 +11,13 @@ import nibabel as nib
 import numpy as np
 import pytest
 import zarr
+from helpers import TINY_GRID, cohort_rows, save_mask
 from nibabel.processing import resample_to_output
 
 from fgscale.cli import main
 from fgscale.images._synthetic import brain_mask, grid_geometry, make_cohort
 from fgscale.store import StoreError, open_store
 from fgscale.store._convert import convert
-
-GRID = (12, 14, 12)
-
-
-def read_rows_of(csv_path):
-    with open(csv_path) as f:
-        return list(csv.DictReader(f))
 
 
 def write_rows(csv_path, rows):
@@ -55,9 +49,9 @@ def test_round_trip_equals_nibabel(tiny_cohort, tmp_path, client):
                     progress=False)
     assert store.n_samples == 24 and store.X.shards == (5, store.n_features)
     np.testing.assert_array_equal(store.X[:], oracle(store))
-    shape, _, n = grid_geometry(GRID)
+    shape, _, n = grid_geometry(TINY_GRID)
     np.testing.assert_array_equal(store.mask, brain_mask(shape, n))  # computed mask
-    rows = read_rows_of(tiny_cohort)
+    rows = cohort_rows(tiny_cohort)
     assert store.classes.tolist() == ["class_0", "class_1", "class_2"]
     assert store.classes[store.y].tolist() == [r["label"] for r in rows]
     assert store.split.tolist() == [r["split"] for r in rows]
@@ -67,7 +61,7 @@ def test_round_trip_equals_nibabel(tiny_cohort, tmp_path, client):
 
 
 def test_four_d_and_tsv(tmp_path, client):
-    csv_path = make_cohort(tmp_path / "c4", n_samples=10, n_classes=2, grid=GRID, n_subjects=2,
+    csv_path = make_cohort(tmp_path / "c4", n_samples=10, n_classes=2, grid=TINY_GRID, n_subjects=2,
                            four_d=True, seed=2)
     tsv = csv_path.with_suffix(".tsv")
     tsv.write_text(csv_path.read_text().replace(",", "\t"))
@@ -79,11 +73,11 @@ def test_four_d_and_tsv(tmp_path, client):
 
 def test_globs_labels_and_given_mask(tiny_cohort, tmp_path, client):
     folder = tiny_cohort.parent
-    labels = [r["label"] for r in read_rows_of(tiny_cohort)]  # rows are in sorted file order
+    labels = [r["label"] for r in cohort_rows(tiny_cohort)]  # rows are in sorted file order
     (tmp_path / "labels.txt").write_text("\n".join(labels) + "\n")
-    shape, affine, n = grid_geometry(GRID)
+    shape, affine, n = grid_geometry(TINY_GRID)
     small = brain_mask(shape, n) & (np.indices(shape)[0] < 6)
-    nib.save(nib.Nifti1Image(small.astype(np.uint8), affine), tmp_path / "mask.nii.gz")
+    save_mask(tmp_path / "mask.nii.gz", small, affine)
     assert main(["convert", str(folder / "synthetic_*.nii.gz"), "--labels",
                  str(tmp_path / "labels.txt"), "--mask", str(tmp_path / "mask.nii.gz"),
                  "--out", str(tmp_path / "g.zarr"), "--scheduler", client.scheduler.address,
@@ -107,10 +101,10 @@ def test_resampled_store_matches_nibabel_processing(tiny_cohort, tmp_path, clien
 
 
 def test_resample_to_mask_grid(tiny_cohort, tmp_path, client):
-    _, affine, _ = grid_geometry(GRID)
+    _, affine, _ = grid_geometry(TINY_GRID)
     coarse = affine.copy()
     coarse[:3, :3] *= 2
-    nib.save(nib.Nifti1Image(np.ones((6, 7, 6), np.uint8), coarse), tmp_path / "m.nii")
+    save_mask(tmp_path / "m.nii", np.ones((6, 7, 6), bool), coarse)
     store = convert(tiny_cohort, tmp_path / "rm.zarr", mask=tmp_path / "m.nii",
                     resample="mask", intersect_mask=True, client=client, progress=False)
     assert store.mask.shape == (6, 7, 6)
@@ -193,7 +187,7 @@ def test_killed_conversion_resumes_to_identical_store(tiny_cohort, tmp_path, cli
 
 def damage(csv_path, index, how):
     """Damage the file of row ``index`` of a cohort copy; return its path."""
-    path = csv_path.parent / read_rows_of(csv_path)[index]["path"]
+    path = csv_path.parent / cohort_rows(csv_path)[index]["path"]
     img = nib.load(path)
     if how == "truncate":
         data = path.read_bytes()
@@ -218,10 +212,10 @@ def damage(csv_path, index, how):
 ])
 def test_bad_file_fails_before_writing(cohort_copy, tmp_path, client, how, error, message):
     if how == "missing":
-        path = cohort_copy.parent / read_rows_of(cohort_copy)[7]["path"]
+        path = cohort_copy.parent / cohort_rows(cohort_copy)[7]["path"]
         path.unlink()
     elif how == "junk":
-        path = cohort_copy.parent / read_rows_of(cohort_copy)[7]["path"]
+        path = cohort_copy.parent / cohort_rows(cohort_copy)[7]["path"]
         path.write_bytes(b"\x1f\x8b garbage")
     else:
         path = damage(cohort_copy, 7, how)
@@ -236,10 +230,9 @@ def test_bad_file_fails_before_writing(cohort_copy, tmp_path, client, how, error
 def test_bad_data_keeps_earlier_blocks_and_resumes(cohort_copy, tmp_path, client, how,
                                                    message):
     """With a given mask, data errors surface during conversion: other blocks are kept."""
-    shape, affine, n = grid_geometry(GRID)
-    nib.save(nib.Nifti1Image(brain_mask(shape, n).astype(np.uint8), affine),
-             tmp_path / "mask.nii.gz")
-    original = (cohort_copy.parent / read_rows_of(cohort_copy)[21]["path"]).read_bytes()
+    shape, affine, n = grid_geometry(TINY_GRID)
+    save_mask(tmp_path / "mask.nii.gz", brain_mask(shape, n), affine)
+    original = (cohort_copy.parent / cohort_rows(cohort_copy)[21]["path"]).read_bytes()
     path = damage(cohort_copy, 21, how)  # block 5 of 6
     out = tmp_path / "partial.zarr"
     kwargs = dict(mask=tmp_path / "mask.nii.gz", client=client, block_rows=4, progress=False)
@@ -262,7 +255,7 @@ def test_bad_data_keeps_earlier_blocks_and_resumes(cohort_copy, tmp_path, client
 
 
 def test_bad_table(cohort_copy, tmp_path, client):
-    rows = read_rows_of(cohort_copy)
+    rows = cohort_rows(cohort_copy)
     out = tmp_path / "t.zarr"
     bad = [dict(r) for r in rows]
     bad[3]["label"] = ""
@@ -286,12 +279,12 @@ def test_bad_table(cohort_copy, tmp_path, client):
 
 
 def test_empty_masks(cohort_copy, tmp_path, client):
-    shape, affine, _ = grid_geometry(GRID)
-    nib.save(nib.Nifti1Image(np.zeros(shape, np.uint8), affine), tmp_path / "empty.nii")
+    shape, affine, _ = grid_geometry(TINY_GRID)
+    save_mask(tmp_path / "empty.nii", np.zeros(shape, bool), affine)
     with pytest.raises(ValueError, match="empty.nii: the mask is empty"):
         convert(cohort_copy, tmp_path / "e.zarr", mask=tmp_path / "empty.nii", client=client,
                 progress=False)
-    path = cohort_copy.parent / read_rows_of(cohort_copy)[0]["path"]
+    path = cohort_copy.parent / cohort_rows(cohort_copy)[0]["path"]
     nib.save(nib.Nifti1Image(np.zeros(shape, np.float32), affine), path)
     with pytest.raises(ValueError, match="no voxel is finite and non-zero in every image"):
         convert(cohort_copy, tmp_path / "e.zarr", client=client, progress=False)

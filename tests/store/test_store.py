@@ -5,6 +5,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import zarr
+from helpers import TINY_GRID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,7 @@ from fgscale.store import (
 
 @pytest.fixture(scope="module")
 def data():
-    X, y, mask, affine = make_classification_volumes(37, 3, grid=(12, 14, 12), seed=1)
+    X, y, mask, affine = make_classification_volumes(37, 3, grid=TINY_GRID, seed=1)
     return X, y, mask, affine
 
 

@@ -3,6 +3,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from helpers import random_labels
 from torch.nn import functional as F
 
 from fgscale.grouping._projection import back_project, project
@@ -17,10 +18,6 @@ from fgscale.training import (
 )
 from fgscale.training._models import GroupedLinear, build_model
 from fgscale.training._plan import epoch_plan
-
-
-def random_labels(rng, p, k):
-    return rng.permutation(np.concatenate([np.arange(k), rng.integers(0, k, p - k)])).astype(np.int32)
 
 
 @pytest.mark.parametrize("model_name", ["logreg", "mlp"])
@@ -134,7 +131,7 @@ def test_train_epoch_returns_mean_loss():
     assert loss == pytest.approx(float(expected), rel=1e-6)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_grouped_step_on_cuda_matches_cpu():
     rng = np.random.default_rng(4)
     labels = torch.as_tensor(random_labels(rng, 50, 10)).long()

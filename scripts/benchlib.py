@@ -1,0 +1,175 @@
+"""What the benchmark scripts share: timing, a ``--quick`` option, tables, SYNTHETIC stores.
+
+Each ``scripts/bench_*.py`` runs as ``python scripts/bench_x.py``, which puts ``scripts/`` on
+sys.path: ``import benchlib`` works there. Nothing here starts a cluster or imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+# ------------------------------------------------------------------------------ options
+
+
+def parse_args(parser: argparse.ArgumentParser, quick: dict, help: str | None = None):
+    """``parser.parse_args()`` with a ``--quick`` option: the values of ``quick`` (argument
+    destinations) become the defaults; options given on the command line still win."""
+    shown = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in quick.items())
+    parser.add_argument("--quick", action="store_true",
+                        help=help or f"the smallest run that exercises every step ({shown})")
+    args = parser.parse_args()
+    if args.quick:
+        parser.set_defaults(**quick)
+        args = parser.parse_args()
+    return args
+
+
+# ------------------------------------------------------------------------------- timing
+
+
+def timings(fn: Callable, repeats: int, *, warm_up: bool = False) -> tuple[list[float], object]:
+    """Wall seconds of ``repeats`` calls of ``fn()`` (after one untimed call if ``warm_up``),
+    and the result of the last call."""
+    if warm_up:
+        fn()
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return times, result
+
+
+def median_time(fn: Callable, repeats: int, *, warm_up: bool = True) -> float:
+    """Median wall seconds of ``repeats`` calls of ``fn()``, after one untimed warm-up call."""
+    return statistics.median(timings(fn, repeats, warm_up=warm_up)[0])
+
+
+def best_time(fn: Callable, passes: int) -> float:
+    """Shortest wall seconds of ``passes`` calls of ``fn()``: a busy moment of the machine does
+    not lower the figure."""
+    return min(timings(fn, passes)[0])
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, MB (Linux: ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def import_on_workers(client, module: str) -> None:
+    """Import ``module`` on every worker, so that a timing excludes the workers' first import."""
+    client.run(__import__, module)
+
+
+# ------------------------------------------------------------------------------- tables
+
+
+def markdown_table(*titles: str) -> None:
+    """Print the header and the rule of a Markdown table."""
+    markdown_row(*titles)
+    print("|" + "---|" * len(titles))
+
+
+def markdown_row(*cells) -> None:
+    print("| " + " | ".join(str(c) for c in cells) + " |")
+
+
+class FixedTable:
+    """A plain-text table of fixed-width columns ``(title, width, format)``, e.g.
+    ``("seconds", 8, ".2f")``: text columns (format ``"s"``) are left-aligned, numbers right."""
+
+    def __init__(self, *columns: tuple[str, int, str]):
+        self.columns = columns
+
+    def header(self) -> None:
+        line = " ".join(f"{t:{w}s}" if f == "s" else f"{t:>{w}s}" for t, w, f in self.columns)
+        print(line)
+        print("-" * len(line))
+
+    def row(self, *values) -> None:
+        print(" ".join(f"{v:{w}{f}}" for v, (_, w, f) in zip(values, self.columns, strict=True)))
+
+
+# ---------------------------------------------------------------------- files and stores
+
+
+@contextlib.contextmanager
+def scratch_dir(path=None, prefix: str = "fgscale-bench-") -> Iterator[Path]:
+    """``path`` (kept), or a new temporary folder removed at the end."""
+    if path is not None:
+        yield Path(path)
+        return
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def chunk_files(array_path: Path) -> list[Path]:
+    """The chunk (or shard) files of a Zarr v3 array, sorted."""
+    return sorted(f for f in (Path(array_path) / "c").rglob("*") if f.is_file())
+
+
+def reuse_store(path: Path, write: Callable, accept: Callable = lambda store: True):
+    """The complete store at ``path`` if there is one that ``accept`` takes, else the store
+    that ``write(path)`` writes and returns."""
+    from fgscale.store import open_store
+
+    try:
+        store = open_store(path)
+        if accept(store):
+            return store
+    except ValueError:  # StoreError: none there, or not complete
+        pass
+    return write(path)
+
+
+def synthetic_store(path: Path, n_samples: int, *, seed: int = 0, generator: str):
+    """A SYNTHETIC 2 mm cohort (``make_classification_volumes``, 4 classes, every 4th row a
+    test row) as a store at ``path``, written unless one of ``n_samples`` rows is there."""
+    from fgscale.images._synthetic import make_classification_volumes
+    from fgscale.store import write_store
+
+    def write(path):
+        print(f"writing a synthetic 2 mm store of {n_samples} rows to {path} ...", flush=True)
+        X, y, mask, affine = make_classification_volumes(n_samples, 4, grid="2mm", seed=seed)
+        split = np.where(np.arange(n_samples) % 4 == 3, "test", "train")
+        return write_store(path, X, y, mask, affine, split=split,
+                           attrs={"synthetic": True, "generator": generator})
+
+    return reuse_store(path, write,
+                       lambda store: store.n_samples == n_samples and store.attrs.get("synthetic"))
+
+
+def random_store(path: Path, n: int, p: int, n_classes: int = 20, *, generator: str):
+    """A SYNTHETIC store of ``n`` random rows of ``p`` voxels on the 2 mm grid (its first ``p``
+    voxels), written block by block (never all in memory) unless a complete one is there."""
+    from fgscale.store import block_range, create_store, mark_complete, open_store, write_block
+
+    def write(path):
+        rng = np.random.default_rng(0)
+        mask = np.zeros((91, 109, 91), bool)
+        mask.reshape(-1)[:p] = True  # a full-resolution grid, p voxels in mask order
+        y = rng.integers(0, n_classes, n)
+        g = create_store(path, n_samples=n, mask=mask, affine=np.eye(4), y=y,
+                         classes=[f"class_{k}" for k in range(n_classes)],
+                         attrs={"synthetic": True, "generator": generator})
+        rows = int(g.attrs["block_rows"])
+        for b in range(g["done"].shape[0]):
+            start, stop = block_range(b, rows, n)
+            write_block(path, b, rng.standard_normal((stop - start, p), dtype=np.float32))
+        mark_complete(path)
+        return open_store(path)
+
+    return reuse_store(path, write)

@@ -1,0 +1,128 @@
+"""Helpers shared by the tests: small SYNTHETIC data, stores, groupings, files (import them with
+``from helpers import ...``; tests/conftest.py puts this folder on sys.path).
+
+Fixtures live in tests/conftest.py; the ``cuda`` marker (skipped where torch sees no GPU) too.
+"""
+
+import csv
+
+import nibabel as nib
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from fgscale.images._synthetic import make_classification_volumes
+from fgscale.store import write_store
+
+TINY_GRID = (12, 14, 12)  # 605 in-mask voxels: a whole synthetic cohort in milliseconds
+
+# A GPU sums its scatters in no fixed order: equal to float tolerance there.
+TOLERANCE = {"cpu": dict(rtol=1e-6, atol=1e-7), "cuda": dict(rtol=1e-4, atol=1e-5)}
+
+# A LocalCluster of our own starts its dashboard on 8787, which another one may hold.
+dashboard_port_may_be_taken = pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
+
+
+# ----------------------------------------------------------------------------- groupings
+
+
+def random_labels(rng, p, k):
+    """A grouping of p features into k clusters, every cluster used, in random order (int32)."""
+    return rng.permutation(np.concatenate([np.arange(k), rng.integers(0, k, p - k)])).astype(np.int32)
+
+
+def dense_phi(labels):
+    """The k x p matrix of a grouping, as the method defines it."""
+    labels = np.asarray(labels)
+    k = labels.max() + 1
+    phi = np.zeros((k, labels.size))
+    phi[labels, np.arange(labels.size)] = 1.0
+    return phi / np.sqrt(phi.sum(1, keepdims=True))
+
+
+# ------------------------------------------------------------------- smooth synthetic data
+
+
+def gaussian_blob(shape, centre, width):
+    """exp(-|v - centre|^2 / width) at every voxel v of a grid of ``shape``."""
+    grid = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1)
+    return np.exp(-((grid - centre) ** 2).sum(-1) / width)
+
+
+def smooth_problem(rng, shape=(6, 7, 5), n=120, noise=1.0, width=4.0):
+    """Two classes whose difference is a smooth blob, plus white noise (synthetic).
+
+    Returns X (n, p) float32, y ("face" / "house") and the mask (all but one edge of voxels).
+    """
+    mask = np.ones(shape, bool)
+    mask[0, 0, :] = False  # a non-trivial mask
+    blob = gaussian_blob(shape, np.array(shape) / 2, width)[mask]
+    y = rng.integers(0, 2, n)
+    X = np.outer(2 * y - 1, blob) + noise * rng.standard_normal((n, mask.sum()))
+    return X.astype(np.float32), np.where(y == 1, "face", "house"), mask
+
+
+def smooth_cohort(n=90, shape=(8, 9, 7), seed=0):
+    """Synthetic: 3 classes of smooth blobs plus white noise on a small grid.
+
+    Returns X (n, p) float32, y ("a" / "b" / "c"), the mask and a random train/test split.
+    """
+    rng = np.random.default_rng(seed)
+    mask = np.ones(shape, bool)
+    mask[:2, :2, :] = False
+    centres = rng.uniform(0, np.array(shape), size=(3, 3))
+    blobs = np.stack([gaussian_blob(shape, c, 8.0)[mask] for c in centres])
+    y = rng.integers(0, 3, n)
+    X = (2 * blobs[y] + rng.standard_normal((n, mask.sum()))).astype(np.float32)
+    split = np.where(rng.random(n) < 0.25, "test", "train")
+    return X, np.array(["a", "b", "c"])[y], mask, split
+
+
+def smooth_samples(mask, n, seed, sigma=1.5, noise=0.3):
+    """(n, p) masked samples: white noise smoothed by a Gaussian, unit variance, + white noise."""
+    rng = np.random.default_rng(seed)
+    vols = [ndimage.gaussian_filter(rng.standard_normal(mask.shape), sigma) for _ in range(n)]
+    X = np.stack([v[mask] / v.std() for v in vols])
+    return X + noise * rng.standard_normal(X.shape)
+
+
+# --------------------------------------------------------------------------- stores, files
+
+
+def synthetic_store(path, n_samples=40, n_classes=4, *, grid=TINY_GRID, n_subjects=None, seed=0,
+                    **write_kw):
+    """A complete store written from a SYNTHETIC in-memory cohort (make_classification_volumes).
+
+    ``write_kw`` go to :func:`fgscale.store.write_store` (split, classes, groups, attrs,
+    block_rows). Returns the Store.
+    """
+    X, y, mask, affine = make_classification_volumes(n_samples, n_classes, grid=grid,
+                                                     n_subjects=n_subjects, seed=seed)
+    return write_store(path, X, y, mask, affine, **write_kw)
+
+
+def mask_img(mask, affine=None):
+    """A boolean mask as a uint8 NIfTI image (identity affine unless given)."""
+    return nib.Nifti1Image(np.asarray(mask).astype(np.uint8), np.eye(4) if affine is None else affine)
+
+
+def save_mask(path, mask, affine=None):
+    """Save :func:`mask_img` of ``mask`` to ``path``; return the path."""
+    nib.save(mask_img(mask, affine), path)
+    return path
+
+
+def assert_weight_map(path, store):
+    """``path`` is a weight map of ``store``: a volume per class on its grid, with its affine,
+    zero outside the mask and not all zero inside."""
+    img = nib.load(path)
+    assert img.shape == (*store.mask.shape, len(store.classes))
+    np.testing.assert_array_equal(img.affine, store.affine)
+    w = np.asarray(img.dataobj)
+    assert np.all(w[~store.mask] == 0) and np.any(w[store.mask] != 0)
+
+
+def cohort_rows(csv_path):
+    """The rows of a cohort table, as dicts."""
+    with open(csv_path) as f:
+        return list(csv.DictReader(f))
