@@ -78,7 +78,8 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
         echo(f"| {r.get('model', training['model'])} | {r['regularizer']} | "
              f"{r['test']['accuracy']:.3f} | {epochs} | {r['seconds']:.1f} | "
              f"{r.get('weights', '-')} |")
-    echo("\n" + _verdict(rows))
+    echo("")
+    echo(_verdict(rows))
     echo(f"SYNTHETIC data; {len(rows) - 1} runs in {out / 'runs'}; "
          f"total {time.perf_counter() - start:.0f} s")
     return rows

@@ -87,11 +87,12 @@ class RunFolder:
         with atomic_path(self / name) as tmp:
             tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
 
-    def start(self, params: dict, store, *, resume: bool) -> None:
+    def start(self, params: dict, store, *, resume: bool) -> dict | None:
         """Check that a run may start (or resume) here, then write ``config.json``.
 
         A folder with a run in it is refused unless ``resume``, and then only with the same
-        parameters, bar :data:`RUNTIME_PARAMS`.
+        parameters, bar :data:`RUNTIME_PARAMS`. Returns the summary of a run that already ended
+        with exactly these parameters (nothing is written then), else None.
         """
         config = self / "config.json"
         if config.exists():
@@ -104,10 +105,14 @@ class RunFolder:
             if changed:
                 raise ValueError(f"{self.path}: --resume with other parameters than the saved "
                                  f"run ({', '.join(changed)}; see {config})")
+            final = self / "final.json"
+            if saved == params and final.exists():
+                return json.loads(final.read_text())
         self.path.mkdir(parents=True, exist_ok=True)
         self._write_json({"params": params, "store": str(store.path.resolve()),
                           "synthetic": bool(store.attrs.get("synthetic", False)),
                           "versions": _versions()}, "config.json")
+        return None
 
     def checkpoints(self, estimator, optimizer, stopper) -> _Checkpoints:
         """The estimator's per-epoch hook: a checkpoint and the metrics after every epoch."""
@@ -210,7 +215,10 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     clf._check_params()  # a bad parameter (or a GPU this machine lacks) stops before any write
     params = params_to_json(clf.get_params())  # every parameter, as saved
     store = open_store(store_path)
-    folder.start(params, store, resume=resume)
+    done = folder.start(params, store, resume=resume)
+    if done is not None:
+        log.warning("%s: already complete with these parameters, nothing to do", folder.path)
+        return done
     start = time.perf_counter()
     with get_client(client, processes=False) as client:
         clf._fit_store(store.path, client, folder.checkpoints)

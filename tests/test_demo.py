@@ -34,15 +34,21 @@ def test_demo_on_a_tiny_grid_then_again_reusing_its_steps(tmp_path, monkeypatch)
 
     first_lines = []
     rows = demo.run_demo(out, n_workers=1, echo=first_lines.append)
-    assert [r["regularizer"] for r in rows] == list(demo.BASELINES)
+    # one row per regularizer, then scikit-learn's LogisticRegression() on the same rows
+    assert [r["regularizer"] for r in rows] == [*demo.BASELINES, "l2 (C=1)"]
     table = _table(first_lines)
-    assert [cells[1] for cells in table] == list(demo.BASELINES)  # one row per regularizer
+    assert [cells[1] for cells in table] == [r["regularizer"] for r in rows]
     for cells, row in zip(table, rows, strict=True):
         accuracy = float(cells[2])
         assert 0.0 <= accuracy <= 1.0
         assert accuracy == pytest.approx(row["test"]["accuracy"], abs=5e-4)
-        assert int(cells[4]) == row["epochs"]
-        assert cells[6] == row["weights"]
+        if "epochs" in row:
+            assert cells[3] == f"{row['epochs']} + {row['refit_epochs']} refit"
+            assert cells[5] == row["weights"]
+    verdict = [line for line in first_lines if line.startswith("Feature grouping")]
+    assert len(verdict) == 1 and ("is ahead" in verdict[0]) == (
+        rows[0]["test"]["accuracy"] > max(r["test"]["accuracy"] for r in rows[1:]))
+    rows = rows[: len(demo.BASELINES)]
 
     store = open_store(out / "cohort.zarr")
     assert store.n_samples == TINY_DEMO["n_samples"] and store.mask.shape == TINY_GRID
@@ -52,14 +58,17 @@ def test_demo_on_a_tiny_grid_then_again_reusing_its_steps(tmp_path, monkeypatch)
 
     # Again: the cohort, the store with its bank, and both finished runs are reused.
     store_files = _mtimes(out / "cohort.zarr")
-    checkpoints = _mtimes(out / "runs", "checkpoint.pt")  # written after each epoch trained
-    assert checkpoints
+    checkpoints = _mtimes(out / "runs", "*.pt")  # written after each epoch trained
+    finals = _mtimes(out / "runs", "final.json")
+    assert checkpoints and len(finals) == len(demo.BASELINES)
     second_lines = []
     again = demo.run_demo(out, n_workers=1, echo=second_lines.append)
     assert any(line.startswith("1/4 generating") for line in first_lines)
     assert not any(line.startswith("1/4 generating") for line in second_lines)
     assert _mtimes(out / "cohort.zarr") == store_files  # nothing converted nor built again
-    assert _mtimes(out / "runs", "checkpoint.pt") == checkpoints  # no epoch trained again
+    assert _mtimes(out / "runs", "*.pt") == checkpoints  # no epoch trained again
+    assert _mtimes(out / "runs", "final.json") == finals  # finished runs reused as they are
+    again = again[: len(demo.BASELINES)]
     assert [r["test"] for r in again] == [r["test"] for r in rows]
     assert [r["epochs"] for r in again] == [r["epochs"] for r in rows]
     assert [cells[2] for cells in _table(second_lines)] == [cells[2] for cells in table]

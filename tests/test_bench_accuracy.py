@@ -1,0 +1,79 @@
+"""Data loading of scripts/bench_accuracy.py, on small fake IDX files (no dataset needed)."""
+
+import gzip
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_accuracy.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_accuracy", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def _write_idx(path: Path, data: np.ndarray) -> None:
+    header = bytes([0, 0, 8, data.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in data.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + data.astype(np.uint8).tobytes())
+
+
+@pytest.fixture
+def fake_fashion(bench, tmp_path):
+    rng = np.random.default_rng(0)
+    for part, n in (("train", 600), ("test", 2500)):
+        _write_idx(tmp_path / bench.FASHION_FILES[f"{part}_images"],
+                   rng.integers(0, 256, (n, 28, 28)))
+        _write_idx(tmp_path / bench.FASHION_FILES[f"{part}_labels"], np.arange(n) % 10)
+    return tmp_path
+
+
+def test_read_idx_round_trip(bench, tmp_path):
+    images = np.arange(3 * 28 * 28).reshape(3, 28, 28) % 256
+    _write_idx(tmp_path / "i.gz", images)
+    _write_idx(tmp_path / "l.gz", np.array([7, 0, 3]))
+    np.testing.assert_array_equal(bench.read_idx(tmp_path / "i.gz", 16), images)
+    np.testing.assert_array_equal(bench.read_idx(tmp_path / "l.gz", 8), [7, 0, 3])
+
+
+def test_missing_files_name_the_package(bench, tmp_path):
+    with pytest.raises(SystemExit, match="apt-get install -y dataset-fashion-mnist"):
+        bench.load_fashion(tmp_path)
+
+
+@pytest.mark.parametrize("noise_db", [None, 3.0, 0.6])
+def test_fashion_split(bench, fake_fashion, noise_db):
+    data = bench.load_fashion(fake_fashion)
+    s = bench.fashion_split(data, 10, noise_db, seed=1)
+    assert s.X_tr.shape == s.X_val.shape == (100, 784) and s.X_te.shape == (2000, 784)
+    assert s.X_tr.dtype == np.float32 and s.mask.shape == (28, 28) and s.mask.all()
+    for y in (s.y_tr, s.y_val):
+        np.testing.assert_array_equal(np.bincount(y), np.full(10, 10))
+    np.testing.assert_array_equal(np.bincount(s.y_te), np.full(10, 200))
+    # train and validation rows are disjoint: compare the clean images behind them
+    clean = bench.fashion_split(data, 10, None, seed=1)
+    rows = {r.tobytes() for r in clean.X_tr}
+    assert not rows & {r.tobytes() for r in clean.X_val}
+    assert 0.0 <= clean.X_tr.min() and clean.X_tr.max() <= 1.0
+    if noise_db is None:
+        np.testing.assert_array_equal(s.X_tr, clean.X_tr)
+    else:
+        noise = np.concatenate([s.X_tr - clean.X_tr, s.X_te - clean.X_te])
+        snr = 10 * np.log10(np.mean(clean.X_tr.astype(float) ** 2) / np.mean(noise.astype(float) ** 2))
+        assert abs(snr - noise_db) < 0.05
+    # seeded: the same seed gives the same split, and the test rows do not depend on n_train
+    again = bench.fashion_split(data, 10, noise_db, seed=1)
+    np.testing.assert_array_equal(s.X_te, again.X_te)
+    np.testing.assert_array_equal(bench.fashion_split(data, 20, None, seed=1).X_te, clean.X_te)
+    assert not np.array_equal(bench.fashion_split(data, 10, None, seed=2).X_tr, clean.X_tr)
