@@ -64,12 +64,29 @@ def _client(args, *, processes: bool):
     return get_client(n_workers=args.n_workers, processes=processes)
 
 
-def _cmd_train(args) -> int:
+def _estimator_params(args) -> dict:
     from fgscale._params import PARAMS
-    from fgscale.runs import train_run
 
     params = {p.name: getattr(args, p.name) for p in PARAMS if p.cli}
-    params.update(verbose=1, random_state=args.seed)
+    return {**params, "verbose": 1, "random_state": args.seed}
+
+
+def _cmd_cv(args) -> int:
+    from fgscale.runs import cross_validate
+
+    with _client(args, processes=args.worker_processes) as client:
+        scores = cross_validate(args.store, params=_estimator_params(args), n_folds=args.folds,
+                                client=client, echo=print)
+    kind = "grouped by subject" if scores["grouped"] else "stratified (the store has no groups)"
+    print(f"{args.folds}-fold cross-validation, {kind}: accuracy "
+          f"{scores['mean_accuracy']:.4f} ± {scores['std_accuracy']:.4f} (mean ± sd)")
+    return 0
+
+
+def _cmd_train(args) -> int:
+    from fgscale.runs import train_run
+
+    params = _estimator_params(args)
     with _client(args, processes=args.worker_processes) as client:
         summary = train_run(args.store, args.out, params=params, resume=args.resume,
                             client=client)
@@ -125,6 +142,16 @@ def _add_bank_args(p, note: str) -> None:
         _add_param(p, name, note)
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the bank and of training (default: 0)")
+
+
+def _add_estimator_args(p) -> None:
+    """The store, then every estimator parameter of the table."""
+    from fgscale._params import PARAMS
+
+    _add_bank_args(p, "")
+    for param in PARAMS:
+        if param.cli and param.name not in ("n_groupings", "n_bootstrap", "n_clusters"):
+            _add_param(p, param.name)
 
 
 def _add_cluster_args(p) -> None:
@@ -234,17 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_bank)
 
     p = sub.add_parser("train", help="train on a store, streaming minibatches from the workers")
-    _add_bank_args(p, "")
+    _add_estimator_args(p)
     p.add_argument("--out", required=True, help="run folder (config, checkpoints, metrics, weights)")
-    from fgscale._params import PARAMS
-
-    for param in PARAMS:
-        if param.cli and param.name not in ("n_groupings", "n_bootstrap", "n_clusters"):
-            _add_param(p, param.name)
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     _add_cluster_args(p)
     _add_worker_kind_arg(p)
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("cv", help="cross-validate on a store's training rows, folds by subject")
+    _add_estimator_args(p)
+    p.add_argument("--folds", type=int, default=5, help="number of folds (default: 5)")
+    _add_cluster_args(p)
+    _add_worker_kind_arg(p)
+    p.set_defaults(func=_cmd_cv)
 
     p = sub.add_parser("evaluate", help="score a trained run on a store's test rows")
     p.add_argument("run", help="run folder (from fgscale train)")

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from fgscale._params import RUNTIME_PARAMS, check_device, params_to_json
@@ -39,7 +40,7 @@ from fgscale.store._reader import open_store
 from fgscale.training._loop import evaluate
 from fgscale.training._stream import StoreSource
 
-__all__ = ["RunFolder", "atomic_path", "evaluate_run", "train_run"]
+__all__ = ["RunFolder", "atomic_path", "cross_validate", "evaluate_run", "train_run"]
 
 log = logging.getLogger(__name__)
 
@@ -237,8 +238,63 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     return summary
 
 
-def _evaluate(clf: FeatureGroupingClassifier, store, client) -> dict:
-    rows = store.test_rows()
+def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, client=None,
+                   echo=None) -> dict:
+    """K-fold cross-validation on a store's training rows, each fold trained by streaming.
+
+    Folds are grouped by the store's ``group`` column when every row has one (rows of a
+    subject never straddle folds), else stratified by class. Each fold standardizes with, and
+    builds its banks from, its own training rows; the store's test rows are never read.
+
+    Parameters
+    ----------
+    store_path : str or Path
+    params : dict, optional
+        Estimator parameters.
+    n_folds : int, default=5
+    client : distributed.Client, optional
+        Default the active ``distributed`` client, else an embedded LocalCluster of threads.
+    echo : callable, optional
+        Called with a line of text after each fold.
+
+    Returns
+    -------
+    scores : dict
+        ``folds`` (a dict per fold: loss, accuracy, rows, the chosen hyper-parameters),
+        ``mean_accuracy``, ``std_accuracy``, ``grouped``.
+    """
+    from sklearn.model_selection import GroupKFold, StratifiedKFold
+
+    clf = FeatureGroupingClassifier(**(params or {}))
+    clf._check_params()
+    store = open_store(store_path)
+    rows = store.train_rows()
+    groups = store.groups[rows]
+    grouped = bool((groups != "").all() and len(set(groups)) >= n_folds)
+    if grouped:
+        splits = GroupKFold(n_splits=n_folds).split(rows, groups=groups)
+    else:
+        splits = StratifiedKFold(n_splits=n_folds, shuffle=True,
+                                 random_state=clf._seed()).split(rows, store.y[rows])
+    folds = []
+    with get_client(client, processes=False) as client:
+        for fold, (train, test) in enumerate(splits):
+            model = FeatureGroupingClassifier(**clf.get_params())
+            model._fit_store(store.path, client, rows=rows[train])
+            metrics = _evaluate(model, store, client, rows[test], stats_rows=rows[train])
+            folds.append({"fold": fold, "n_train": int(train.size), **metrics,
+                          "selected": {"alpha": model.alpha_, "dropout": model.dropout_,
+                                       "n_clusters": model.n_clusters_}})
+            if echo is not None:
+                echo(f"fold {fold}: accuracy {metrics['accuracy']:.4f} on {metrics['n']} rows "
+                     f"(trained on {train.size}; {folds[-1]['selected']})")
+    accuracy = np.array([f["accuracy"] for f in folds])
+    return {"folds": folds, "mean_accuracy": float(accuracy.mean()),
+            "std_accuracy": float(accuracy.std()), "grouped": grouped}
+
+
+def _evaluate(clf: FeatureGroupingClassifier, store, client, rows=None, stats_rows=None) -> dict:
+    rows = store.test_rows() if rows is None else rows
     if rows.size == 0:
         log.warning("%s has no test rows: no test metrics", store.path)
         return {"loss": None, "accuracy": None, "n": 0}
@@ -246,7 +302,7 @@ def _evaluate(clf: FeatureGroupingClassifier, store, client) -> dict:
         raise ValueError(f"{store.path}: classes {list(store.classes)} differ from the run's "
                          f"{list(clf.classes_)}")
     source = StoreSource(client, store.path, prefetch=clf.prefetch,
-                         standardize=clf.mean_ is not None)
+                         standardize=clf.mean_ is not None, stats_rows=stats_rows)
     return evaluate(clf._placed_model(), source.blocks(rows), device=clf.device)
 
 

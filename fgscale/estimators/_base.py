@@ -130,7 +130,8 @@ class FeatureGroupingBase(BaseEstimator):
             return [None]
         return sorted({resolve_n_clusters(k, self.n_features_in_) for k in ks})
 
-    def _fit_store(self, path, client, history=_History):
+    def _fit_store(self, path, client, history=_History, rows=None):
+        """Fit on a store's training rows (or on ``rows``, a subset: a fold), streamed."""
         from fgscale.cluster import get_client
         from fgscale.grouping._dask_bank import ensure_bank
         from fgscale.store._reader import open_store
@@ -141,7 +142,8 @@ class FeatureGroupingBase(BaseEstimator):
         store = open_store(path)
         self._set_store_targets(store)
         self.n_features_in_ = store.n_features
-        seed, rows = self._seed(), store.train_rows()
+        seed = self._seed()
+        rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
         with get_client(client=client, processes=False) as client:
             self.mean_ = self.scale_ = None
             if self.standardize:
@@ -156,7 +158,7 @@ class FeatureGroupingBase(BaseEstimator):
                     # the bank of exactly these parameters and training rows, built if missing
                     bank, info = ensure_bank(store.path, n_groupings=self.n_groupings,
                                              n_bootstrap=self.n_bootstrap, n_clusters=k,
-                                             seed=seed, client=client)
+                                             seed=seed, rows=rows, client=client)
                     key = info["key"]
                     log.info("using the store's bank %s", key)
                 sources[k] = (StoreSource(client, store.path, n_clusters=k or 0, bank_key=key,

@@ -35,9 +35,10 @@ def _grouping_task(path: str, key: str, index: int, seed: int, n_clusters: int,
                    n_bootstrap: int) -> int:
     """Build grouping ``index`` of bank ``key`` and write it into the store (runs on a worker)."""
     store = open_store(path, mode="r+")
-    labels = build_grouping(store.read_rows, store.train_rows(), store.mask, n_clusters,
-                            n_bootstrap, seed)
-    open_bank(store, key).write(index, labels)
+    bank = open_bank(store, key)
+    labels = build_grouping(store.read_rows, bank.rows(), store.mask, n_clusters, n_bootstrap,
+                            seed)
+    bank.write(index, labels)
     return index
 
 
@@ -46,20 +47,25 @@ def _check_count(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def _params(store: Store, n_clusters, n_bootstrap, seed) -> tuple[str, dict]:
-    """The key and parameters of the bank asked for, on the store's training rows."""
+def _params(store: Store, n_clusters, n_bootstrap, seed, rows=None
+            ) -> tuple[str, dict, np.ndarray]:
+    """The key, parameters and rows of the bank asked for (default: the store's training rows)."""
     _check_count("n_bootstrap", n_bootstrap)
-    rows = store.train_rows()
+    rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
     if rows.size == 0:
         raise ValueError(f"{store.path}: no training rows to draw the bootstrap samples from")
+    if rows[0] < 0 or rows[-1] >= store.n_samples:
+        raise ValueError(f"{store.path}: rows must lie in [0, {store.n_samples})")
     params = bank_params(resolve_n_clusters(n_clusters, store.n_features), int(n_bootstrap),
                          seed, rows)
-    return bank_key(params["n_clusters"], params["n_bootstrap"], params["seed"], rows), params
+    key = bank_key(params["n_clusters"], params["n_bootstrap"], params["seed"], rows)
+    return key, params, rows
 
 
 def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
-               n_clusters: int | float = 0.1, seed: int = 0, client: Client | None = None,
-               progress: bool = True, overwrite: bool = False, return_info: bool = False):
+               n_clusters: int | float = 0.1, seed: int = 0, rows=None,
+               client: Client | None = None, progress: bool = True, overwrite: bool = False,
+               return_info: bool = False):
     """Build (or complete, or extend) the bank of these parameters in a store, on Dask.
 
     The store keeps its other banks; the bank is the one of key
@@ -77,6 +83,9 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     n_clusters : int or float, default=0.1
         k, or a float in (0, 1) taken as a fraction of the number of features.
     seed : int, default=0
+    rows : array-like of int, optional
+        The rows the bootstrap samples are drawn from (part of the bank's key); default the
+        store's training rows.
         Grouping i depends only on ``(seed, i)``.
     client : distributed.Client, optional
         Default: an embedded LocalCluster for the duration of the call (only when some
@@ -104,8 +113,8 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     _check_count("n_groupings", n_groupings)
     store = open_store(store_path, mode="r+")
     path = store.path
-    key, params = _params(store, n_clusters, n_bootstrap, seed)
-    bank = create_bank(store.group, key, params, int(n_groupings), store.n_features,
+    key, params, rows = _params(store, n_clusters, n_bootstrap, seed, rows)
+    bank = create_bank(store.group, key, params, int(n_groupings), store.n_features, rows=rows,
                        overwrite=overwrite)
     todo = bank.todo(int(n_groupings))
     log.info("bank %s of %s: %d of %d groupings to build", key, path, todo.size, n_groupings)
@@ -124,7 +133,7 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     return labels, info
 
 
-def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: int,
+def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: int, rows=None,
               n_groupings: int | None = None) -> tuple[np.ndarray, dict]:
     """Read the bank of these parameters from a store, and never another.
 
@@ -135,6 +144,8 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
         k, or a fraction of the features (resolved as :func:`build_bank` does).
     n_bootstrap : int
     seed : int
+    rows : array-like of int, optional
+        As :func:`build_bank`'s.
     n_groupings : int, optional
         Read only the first ``n_groupings`` groupings (they must be built); default all of the
         bank's, which must all be built.
@@ -153,7 +164,7 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
         the key asked and the keys present), or too few of its groupings are built.
     """
     store = open_store(store_path)
-    key, params = _params(store, n_clusters, n_bootstrap, seed)
+    key, params, _ = _params(store, n_clusters, n_bootstrap, seed, rows)
     bank = open_bank(store, key)
     if n_groupings is not None:
         _check_count("n_groupings", n_groupings)
@@ -169,7 +180,7 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
 
 
 def ensure_bank(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: int | float,
-                seed: int, client: Client | None = None,
+                seed: int, rows=None, client: Client | None = None,
                 progress: bool = False) -> tuple[np.ndarray, dict]:
     """The bank of these parameters: read from the store, or built, finished or extended there
     on the cluster first (the estimator's way to a bank).
@@ -180,6 +191,8 @@ def ensure_bank(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: i
     n_groupings, n_bootstrap : int
     n_clusters : int or float
     seed : int
+    rows : array-like of int, optional
+        As :func:`build_bank`'s.
     client : distributed.Client, optional
         Used only when groupings are left to build; default an embedded LocalCluster then.
     progress : bool, default=False
@@ -190,7 +203,7 @@ def ensure_bank(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: i
     info : dict
         As :func:`load_bank`'s, plus ``built``: the groupings this call computed.
     """
-    kw = {"n_clusters": n_clusters, "n_bootstrap": n_bootstrap, "seed": seed}
+    kw = {"n_clusters": n_clusters, "n_bootstrap": n_bootstrap, "seed": seed, "rows": rows}
     try:
         bank, info = load_bank(store_path, n_groupings=n_groupings, **kw)
         return bank, {**info, "built": 0}

@@ -35,7 +35,7 @@ __all__ = ["BANKS", "DONE", "LABELS", "PARAMS", "Bank", "BankError", "bank_key",
 
 BANKS = "banks"
 """The subgroup of the store that holds one subgroup per bank."""
-LABELS, DONE = "labels", "done"
+LABELS, DONE, ROWS = "labels", "done", "rows"
 PARAMS = ("n_clusters", "n_bootstrap", "seed", "rows_sha1", "n_rows")
 """The attributes of a bank's subgroup: what defines it (its key derives from them)."""
 _OLD_LAYOUT = "bank"  # the top-level array of the first layout, no longer read
@@ -141,6 +141,10 @@ class Bank:
         n = self.n_groupings if n_groupings is None else min(n_groupings, self.n_groupings)
         return np.flatnonzero(~self.done[:n]).astype(np.int64)
 
+    def rows(self) -> np.ndarray:
+        """The rows the bank's bootstrap samples are drawn from, sorted, int64."""
+        return self.group[ROWS][:]
+
     def write(self, index: int, labels) -> None:
         """Write grouping ``index``, then its flag (a flag never claims a half-written row)."""
         self.labels[index] = np.asarray(labels, dtype=np.int32)
@@ -212,7 +216,7 @@ def open_bank(store, key: str, mode: str = "r") -> Bank:
 
 
 def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_features: int,
-                *, overwrite: bool = False) -> Bank:
+                *, rows=None, overwrite: bool = False) -> Bank:
     """Create the bank ``key``, or extend it to ``n_groupings`` rows, keeping the rows built.
 
     Parameters
@@ -226,6 +230,9 @@ def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_f
     n_groupings : int
         b. A stored bank with fewer rows is resized (new rows unbuilt); one with more is kept.
     n_features : int
+    rows : array-like of int, optional
+        The rows its bootstrap samples are drawn from (their hash is in ``params``), saved with
+        the bank for its tasks to read; a bank created without them cannot be built on.
     overwrite : bool, default=False
         Delete the stored bank of that key first, built rows included.
 
@@ -251,6 +258,8 @@ def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_f
                          chunks=(1, n_features), fill_value=-1)
         sub.create_array(DONE, shape=(n_groupings,), dtype="bool", chunks=(1,),
                          fill_value=False)
+        if rows is not None:
+            sub.create_array(ROWS, data=np.unique(np.asarray(rows, dtype=np.int64)))
         return Bank(key, sub)
     bank = Bank(key, banks[key])
     if bank.params != params or bank.labels.shape[1] != n_features:

@@ -34,7 +34,7 @@ def _create(store, k, b, seed=0):
     rows = store.train_rows()
     group = zarr.open_group(str(store.path), mode="r+")
     return create_bank(group, bank_key(k, R, seed, rows), bank_params(k, R, seed, rows), b,
-                       store.n_features)
+                       store.n_features, rows=rows)
 
 
 def test_key_is_readable_and_depends_on_the_set_of_rows_only():
