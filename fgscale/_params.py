@@ -318,6 +318,9 @@ PARAMS: tuple[Param, ...] = (
     Param("patience", 20, Interval(int, 1, None),
           "epochs without improvement by tol before training stops (scikit-learn's "
           "n_iter_no_change)", "int"),
+    Param("stop_on", "loss", Options("loss", "accuracy"),
+          "what early stopping and the choice among candidates watch on the validation split: "
+          "its loss, or its accuracy (as scikit-learn's MLP and SGD)", '{"loss", "accuracy"}'),
     Param("tol", 1e-4, Interval(float, 0, None),
           "an epoch improves when its loss is below the best one minus tol", "float"),
     Param("refit", True, _Bool(), "after early stopping, train again on all the training rows "

@@ -102,10 +102,13 @@ def _sklearn_row(store) -> dict:
 
 def _verdict(rows) -> str:
     """One line: is feature grouping ahead of L2 and of scikit-learn, on these test subjects?"""
+    names = {"l2": "fgscale's L2", "l2 (C=1)": "scikit-learn's LogisticRegression()"}
     acc = {r["regularizer"]: r["test"]["accuracy"] for r in rows}
-    fg, others = acc.pop("feature_grouping"), acc
-    behind = [name for name, a in others.items() if a >= fg]
+    fg = acc.pop("feature_grouping")
+    others = [names.get(name, name) for name in acc]
+    behind = [names.get(name, name) for name, a in acc.items() if a >= fg]
     if not behind:
-        return f"Feature grouping is ahead of {' and '.join(others)} on the held-out subjects."
-    return (f"Feature grouping ({fg:.3f}) is NOT ahead of {' and '.join(behind)} on the held-out "
-            "subjects of this synthetic cohort (see the README's results).")
+        return (f"Feature grouping ({fg:.3f}) is ahead of {' and '.join(others)} on the "
+                "held-out subjects.")
+    return (f"Feature grouping ({fg:.3f}) is NOT ahead of {' and '.join(behind)} on the "
+            "held-out subjects of this synthetic cohort (see the README's results).")

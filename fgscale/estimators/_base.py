@@ -197,10 +197,10 @@ class FeatureGroupingBase(BaseEstimator):
         """Train on ``sources`` (k -> (in-memory or streamed source, bank)) over ``rows``.
 
         With a validation split, each candidate (:func:`~fgscale.estimators._selection.
-        candidates`) trains on the rest and keeps the weights of its epoch of least validation
-        loss; the candidate of least validation loss wins and, with ``refit``, a fresh model
-        trains on all ``rows`` for as many epochs. Without a split (a single candidate), one
-        phase on all rows stops on the training loss.
+        candidates`) trains on the rest and keeps the weights of its best epoch on the
+        validation rows (least loss, or error with ``stop_on="accuracy"``); the best candidate
+        wins and, with ``refit``, a fresh model trains on all ``rows`` for as many epochs.
+        Without a split (a single candidate), one phase on all rows stops on the training loss.
         """
         grid = candidates(self)
         val_rows = None
@@ -232,12 +232,12 @@ class FeatureGroupingBase(BaseEstimator):
                                   params)
                 stopper = run.stopper
                 epochs = stopper.best_epoch + 1 if stopper.best_epoch >= 0 else len(run.history)
+                score = stopper.best_loss if val_rows is not None else None
                 results.append({**params, "n_clusters": k, "best_epoch": epochs - 1,
-                                "val_loss": stopper.best_loss if val_rows is not None else None})
-                if best is None or (val_rows is not None
-                                    and stopper.best_loss < best[0]["val_loss"]):
-                    best = (results[-1], run, self.model_)
-            chosen, run, self.model_ = best
+                                f"val_{'loss' if self.stop_on == 'loss' else 'error'}": score})
+                if best is None or (score is not None and score < best[1]):
+                    best = (results[-1], score, run, self.model_)
+            chosen, _, run, self.model_ = best
             self.cv_results_ = results
             self.alpha_, self.dropout_, self.n_clusters_ = (
                 chosen["alpha"], chosen["dropout"], chosen["n_clusters"])
@@ -280,7 +280,7 @@ class FeatureGroupingBase(BaseEstimator):
                 bank=bank_t, device=self.device, validation=validation,
                 stopper=stopper if stop else None, start_epoch=start_epoch,
                 on_epoch_end=run.epoch_end, progress=bool(self.verbose),
-                step_size=self._step_size(alpha, dropout))
+                step_size=self._step_size(alpha, dropout), monitor=self.stop_on)
             if stop and stopper.best_state is not None:
                 self.model_.load_state_dict(stopper.best_state)
         elif stopper.best_state is not None:

@@ -3,8 +3,8 @@
 ``alpha``, ``dropout`` and ``n_clusters`` each take a value, a list of values or ``"auto"``
 (the grid below). The candidates are every combination of the values that apply to the
 estimator's regularizer; all are trained on the same training rows with early stopping on the
-same validation rows, and the one of least validation loss is kept (ties: the first, in the
-order of the lists). Nothing here touches the test rows.
+same validation rows, and the one of least validation loss (or error, ``stop_on="accuracy"``)
+is kept (ties: the first, in the order of the lists). Nothing here touches the test rows.
 """
 
 from __future__ import annotations

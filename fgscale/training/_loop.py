@@ -185,7 +185,8 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         validation: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
         stopper: EarlyStopping | None = None, start_epoch: int = 0,
         on_epoch_end: Callable[[dict], None] | None = None, progress: bool = False,
-        step_size: Callable[[torch.Tensor], float] | None = None) -> list[dict]:
+        step_size: Callable[[torch.Tensor], float] | None = None,
+        monitor: str = "loss") -> list[dict]:
     """Train for up to ``max_epochs`` epochs; return one metrics dict per epoch.
 
     Parameters
@@ -205,6 +206,9 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         Show a progress bar over epochs (tqdm, on stderr) with the latest losses.
     step_size : callable, optional
         Per-batch step size (see :func:`train_epoch`).
+    monitor : {"loss", "accuracy"}, default="loss"
+        What the stopper watches on the validation set: the loss, or the error rate (one
+        minus the accuracy, as scikit-learn's MLP and SGD stop on their validation score).
     """
     history = []
     bar = tqdm(total=max_epochs, initial=start_epoch, desc="epochs", unit="epoch",
@@ -217,7 +221,7 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         if validation is not None:
             val = evaluate(model, validation(), device=device)
             metrics.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
-            monitored = val["loss"]
+            monitored = val["loss"] if monitor == "loss" else 1.0 - val["accuracy"]
         stop = stopper is not None and stopper.update(epoch, monitored, model)
         log.info("epoch %d: %s", epoch, {k: round(v, 5) for k, v in metrics.items()})
         bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items() if k != "epoch"})

@@ -88,3 +88,12 @@ def test_works_inside_grid_search(rng):
                           {"n_clusters": [0.1, 0.3]}, cv=3).fit(X, y)
     assert search.best_params_["n_clusters"] in (0.1, 0.3)
     assert search.score(X, y) > 0.7
+
+
+def test_stopping_on_accuracy_keeps_the_first_epoch_of_best_validation_accuracy(rng):
+    X, y, mask = _problem(rng)
+    clf = FeatureGroupingClassifier(mask=mask, stop_on="accuracy", refit=False,
+                                    **SMALL).fit(X, y)
+    accuracy = [h["val_accuracy"] for h in clf.history_]
+    assert clf.n_iter_ == int(np.argmax(accuracy)) + 1
+    assert clf.cv_results_[0]["val_error"] == pytest.approx(1 - max(accuracy))
