@@ -130,23 +130,6 @@ class _Bool(_Constraint):
             raise ValueError(f"{text!r} is not on or off") from None
 
 
-class _BoolOrAuto(_Constraint):
-    _WORDS = {"auto": "auto", "on": True, "true": True, "yes": True, "off": False,
-              "false": False, "no": False}
-
-    def accepts(self, value):
-        return isinstance(value, bool) or (isinstance(value, str) and value == "auto")
-
-    def describe(self):
-        return "a bool or 'auto'"
-
-    def parse(self, text):
-        try:
-            return self._WORDS[text.lower()]
-        except KeyError:
-            raise ValueError(f"{text!r} is not on, off or auto") from None
-
-
 class _Fraction(_Constraint):
     """k as a count >= 1 or as a fraction of the features in (0, 1)."""
 
@@ -307,7 +290,7 @@ PARAMS: tuple[Param, ...] = (
     Param("max_epochs", 500, Interval(int, 1, None),
           "epochs at most; training stops earlier on the stopping criterion", "int",
           runtime=True),
-    Param("early_stopping", "auto", _BoolOrAuto(),
+    Param("early_stopping", "auto", Union(_Bool(), Options("auto")),
           "hold out validation_fraction of the training rows and stop after patience epochs "
           "without improvement of the validation loss, keeping the best weights; without "
           "it, training stops on the training loss (tol); 'auto': on when every class has "

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 _MAX_SEED = np.iinfo(np.int32).max
 _BATCH_RANGE = (32, 200)  # batch_size="auto": a tenth of the rows, within this range
-_SMALL_BATCH_VALUES = 1 << 20  # minibatches of fewer input values train on one thread
+_SMALL_BATCH_VALUES = 1 << 24  # minibatches of fewer input values train on one thread
 
 
 def resolve_graph(mask, n_features: int):
@@ -311,9 +311,9 @@ class FeatureGroupingBase(BaseEstimator):
 
 @contextmanager
 def _torch_threads(batch_values: int):
-    """One intra-op thread for small minibatches: on a busy machine, torch's thread pool spends
-    more in waking its threads than in a step on a few thousand values (90 x 512 rows trained
-    in 1.3 s on one thread, 40 s on two, with two other processes busy on 2 cores)."""
+    """One intra-op thread for minibatches of up to a few million values: on a busy machine
+    (Dask workers in this process, other jobs), torch's thread pool spends more in waking its
+    threads than it saves on a step that size (figures in the README's performance section)."""
     previous = torch.get_num_threads()
     if batch_values < _SMALL_BATCH_VALUES:
         torch.set_num_threads(1)
