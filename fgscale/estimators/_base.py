@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, is_classifier
 from sklearn.model_selection import GroupShuffleSplit, train_test_split
 from sklearn.utils import check_random_state
 
@@ -183,7 +183,7 @@ class FeatureGroupingBase(BaseEstimator):
         return bool(self.early_stopping)
 
     def _is_classifier(self) -> bool:
-        return getattr(self, "_estimator_type", None) == "classifier"
+        return is_classifier(self)
 
     def _step_size(self, alpha: float, dropout: float):
         """The per-batch step of ``learning_rate="auto"`` (None: the optimizer's fixed one)."""
