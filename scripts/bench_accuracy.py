@@ -1,0 +1,699 @@
+"""Benchmark: test accuracy of fgscale against scikit-learn and nilearn baselines (not a test).
+
+Prints one Markdown table per dataset: test accuracy (mean ± standard error over seeds), time
+and peak memory of each method, then, per setting, the differences "fgscale default −
+LogisticRegressionCV" and "FG − best(L2 auto, dropout auto)" with their combined standard
+error sqrt(se1² + se2²). Nothing is tuned on the test set; read the numbers as they come.
+
+Datasets
+--------
+fashion
+    Fashion-MNIST (real images, 28×28, 10 classes), from the Debian package
+    ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``). Per seed: n_train
+    images per class drawn from the train file for training, another n_train per class
+    (disjoint) for validation, and 2,000 test images from t10k (200 per class, the same for
+    every method, n_train and noise level of a seed). Pixels in [0, 1]. Noise: zero-mean
+    Gaussian added to train, validation and test images, of variance P / 10^(SNR/10) where P
+    is the mean of the squared pixel values of the clean training images (SNR in dB: none, 3,
+    0.6, as in the paper's Olivetti experiment). Mask ``np.ones((28, 28), bool)``.
+brain
+    A SYNTHETIC 4 mm cohort from ``fgscale.images.make_classification_volumes`` (480 volumes,
+    8 classes, snr_db=-20, 60 subjects, as ``fgscale demo``; p = 33,854), generated anew with
+    each seed. Test: the generator's 25% of subjects (15 subjects, 120 rows); validation: 15
+    of the 45 remaining subjects (120 rows), drawn with the seed; training: the other 30
+    subjects (240 rows). ``--n-train`` and ``--noise`` do not apply to it.
+
+Data given to each method (the same rule everywhere): every final model is fitted on
+train+validation. Methods with a hyper-parameter to choose do so on those rows without
+looking at the test set: LogisticRegressionCV and FREM by their internal cross-validation;
+the "auto" values of fgscale by the estimator's own procedure; when the estimator does not
+accept "auto" yet, this script fits each candidate on train, scores it on validation and
+refits the best on train+validation (the row then says "selected by the script on
+validation"). Methods without a hyper-parameter to choose (fgscale default and paper settings,
+LogisticRegression()) are fitted on train+validation.
+
+Time: wall time of a method's ``fit_predict`` (every fit it makes, selection included, plus
+predicting the test rows; FREM's includes wrapping arrays as NIfTI images), and the CPU time
+of the process over the same span (all threads; less sensitive to other jobs on a shared
+machine). Memory: the peak of the process's resident set size (VmRSS in /proc/self/status,
+sampled every 10 ms by a thread) during ``fit_predict``, minus the RSS just before it: what
+the method adds to the process; memory freed by earlier fits and reused by the allocator is not
+counted, so it is a lower bound of what a fresh process needs (``ru_maxrss`` would only ever
+show the first, largest fit; a process per fit would cost more than some fits).
+
+    .venv/bin/python scripts/bench_accuracy.py --quick                     # 1 seed, minutes
+    .venv/bin/python scripts/bench_accuracy.py --out acc.md --csv acc.csv  # full: see README
+    .venv/bin/python scripts/bench_accuracy.py --datasets fashion --n-train 10 --noise none,0.6 \\
+        --seeds 3 --methods fgscale-default,sklearn-lrcv --no-frem
+
+Method names for ``--methods``: fgscale-default, fgscale-l2-auto, fgscale-dropout-auto,
+fgscale-fg-paper, sklearn-lrcv, sklearn-lr, nilearn-frem. Add a method by writing a
+``fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed)`` function and a ``Method`` entry in
+``METHODS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import math
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+FASHION_PACKAGE = "dataset-fashion-mnist"
+FASHION_FILES = {
+    "train_images": "train-images-idx3-ubyte.gz",
+    "train_labels": "train-labels-idx1-ubyte.gz",
+    "test_images": "t10k-images-idx3-ubyte.gz",
+    "test_labels": "t10k-labels-idx1-ubyte.gz",
+}
+FASHION_TEST_PER_CLASS = 200  # 2,000 test images (10 classes)
+BRAIN = dict(n_samples=480, n_classes=8, grid="4mm", snr_db=-20.0, n_subjects=60,
+             test_fraction=0.25)
+BRAIN_VAL_FRACTION = 1 / 3  # of the training subjects (15 of 45)
+ALPHAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+DROPOUTS = (0.1, 0.3, 0.5, 0.7)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+
+def read_idx(path: Path, header: int) -> np.ndarray:
+    """The uint8 payload of a gzipped IDX file after its ``header`` bytes (16 for images,
+    8 for labels); images come back as (n, 28, 28)."""
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < header:
+        raise ValueError(f"{path}: truncated IDX file ({len(raw)} bytes)")
+    n = int.from_bytes(raw[4:8], "big")
+    data = np.frombuffer(raw, dtype=np.uint8, offset=header)
+    if header == 16:
+        rows, cols = int.from_bytes(raw[8:12], "big"), int.from_bytes(raw[12:16], "big")
+        return data.reshape(n, rows, cols)
+    return data.reshape(n)
+
+
+def check_fashion(root: Path = FASHION_DIR) -> None:
+    """Exit with the package to install when a Fashion-MNIST file is missing."""
+    missing = [name for name in FASHION_FILES.values() if not (root / name).is_file()]
+    if missing:
+        sys.exit(f"Fashion-MNIST files missing from {root}: {', '.join(missing)}.\n"
+                 f"Install them with: apt-get install -y {FASHION_PACKAGE}\n"
+                 f"(or run with --datasets brain)")
+
+
+def load_fashion(root: Path = FASHION_DIR) -> dict[str, np.ndarray]:
+    """Fashion-MNIST as uint8 arrays: train/test images (n, 28, 28) and labels (n,)."""
+    check_fashion(root)
+    out = {}
+    for key, name in FASHION_FILES.items():
+        out[key] = read_idx(root / name, 16 if key.endswith("images") else 8)
+        if key.endswith("labels") and len(out[key]) != len(out[key.replace("labels", "images")]):
+            raise ValueError(f"{root / name}: {len(out[key])} labels for "
+                             f"{len(out[key.replace('labels', 'images')])} images")
+    return out
+
+
+@dataclass
+class Split:
+    """One seed's train / validation / test rows of one setting; features are ``img[mask]``."""
+
+    dataset: str
+    n_train: str
+    noise: str
+    seed: int
+    X_tr: np.ndarray
+    y_tr: np.ndarray
+    X_val: np.ndarray
+    y_val: np.ndarray
+    X_te: np.ndarray
+    y_te: np.ndarray
+    mask: np.ndarray
+
+
+def _per_class(rng, y: np.ndarray, n: int) -> list[np.ndarray]:
+    """For each class (sorted), a random permutation of its rows; checks there are n."""
+    out = []
+    for k in np.unique(y):
+        rows = rng.permutation(np.flatnonzero(y == k))
+        if rows.size < n:
+            raise ValueError(f"class {k} has {rows.size} rows, {n} needed")
+        out.append(rows)
+    return out
+
+
+def noise_label(noise_db: float | None) -> str:
+    return "none" if noise_db is None else f"{noise_db:g} dB"
+
+
+def fashion_split(data: dict, n_train: int, noise_db: float | None, seed: int) -> Split:
+    """Draw one seed's rows (train/validation nested in n_train: the first n_train of each
+    class's permutation train, the next n_train validate; the test rows depend on the seed
+    only) and add noise of the given SNR (None: no noise)."""
+    mask = np.ones((28, 28), bool)
+    rng_train = np.random.default_rng([seed, 0])
+    perms = _per_class(rng_train, data["train_labels"], 2 * n_train)
+    tr = np.concatenate([p[:n_train] for p in perms])
+    val = np.concatenate([p[n_train : 2 * n_train] for p in perms])
+    rng_test = np.random.default_rng([seed, 1])
+    te = np.concatenate([p[:FASHION_TEST_PER_CLASS]
+                         for p in _per_class(rng_test, data["test_labels"], FASHION_TEST_PER_CLASS)])
+
+    def features(images, rows):
+        return (images[rows][:, mask] / np.float32(255)).astype(np.float32)
+
+    X_tr = features(data["train_images"], tr)
+    X_val = features(data["train_images"], val)
+    X_te = features(data["test_images"], te)
+    if noise_db is not None:
+        power = float(np.mean(X_tr.astype(np.float64) ** 2))  # clean training images
+        sigma = math.sqrt(power / 10.0 ** (noise_db / 10.0))
+        # one stream per part, so that a seed's test noise does not depend on n_train
+        for part, X in enumerate((X_tr, X_val, X_te)):
+            rng = np.random.default_rng([seed, 2, part])
+            X += (sigma * rng.standard_normal(X.shape)).astype(np.float32)
+    return Split("fashion", str(n_train), noise_label(noise_db), seed, X_tr,
+                 data["train_labels"][tr].astype(np.int64), X_val,
+                 data["train_labels"][val].astype(np.int64), X_te,
+                 data["test_labels"][te].astype(np.int64), mask)
+
+
+def brain_subjects(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Subject, split and label of each row of ``make_classification_volumes(**BRAIN, seed=seed)``.
+
+    The in-memory generator returns no subjects; its design (the same rows, drawn first from
+    the same seed) comes from the module's private ``_volumes``, whose volumes are never
+    generated here.
+    """
+    from fgscale.images._synthetic import _volumes
+
+    design, _ = _volumes(BRAIN["n_samples"], BRAIN["n_classes"], BRAIN["grid"], BRAIN["snr_db"],
+                         BRAIN["n_subjects"], BRAIN["test_fraction"], seed)
+    return design["groups"], design["split"], design["y"]
+
+
+def brain_split(seed: int) -> Split:
+    """SYNTHETIC cohort of this seed: test = the generator's test subjects, validation = a
+    third of the other subjects (drawn with the seed), train = the rest; subject-disjoint."""
+    from fgscale.images import make_classification_volumes
+
+    X, y, mask, _ = make_classification_volumes(**BRAIN, seed=seed)
+    groups, split, y_design = brain_subjects(seed)
+    if not np.array_equal(y, y_design):
+        raise RuntimeError("make_classification_volumes and its design disagree on the labels")
+    train_subjects = np.unique(groups[split == "train"])
+    rng = np.random.default_rng([seed, 3])
+    n_val = round(BRAIN_VAL_FRACTION * train_subjects.size)
+    val_subjects = rng.permutation(train_subjects)[:n_val]
+    is_test = split == "test"
+    is_val = np.isin(groups, val_subjects) & ~is_test
+    is_tr = ~is_test & ~is_val
+    n_tr_subjects = train_subjects.size - n_val
+    return Split("brain (SYNTHETIC)", f"{n_tr_subjects} subj. ({int(is_tr.sum())} rows)",
+                 f"{BRAIN['snr_db']:g} dB (generator)", seed, X[is_tr], y[is_tr], X[is_val],
+                 y[is_val], X[is_test], y[is_test], mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Methods: fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed) -> predictions
+# (or (predictions, info dict)); every final model sees train+validation.
+# ---------------------------------------------------------------------------------------------
+
+def _train_val(X_tr, y_tr, X_val, y_val):
+    return np.concatenate([X_tr, X_val]), np.concatenate([y_tr, y_val])
+
+
+def _fgscale(mask, seed, **params):
+    from fgscale import FeatureGroupingClassifier
+
+    return FeatureGroupingClassifier(mask=mask, random_state=seed, **params)
+
+
+def fgscale_default(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
+    # Default parameters, fitted on train+validation: the rows the CV baselines see. Should the
+    # estimator stop early (early_stopping="auto" is on for the MLP only, off for the default
+    # logistic regression), it would hold out its own validation rows from these.
+    return _fgscale(mask, seed).fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
+
+
+FG_PAPER = dict(regularizer="feature_grouping", n_clusters=0.1, n_groupings=100, n_bootstrap=50)
+
+
+def fgscale_fg_paper(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
+    # Paper settings (k = 10% of p, b = 100, r = 50) on train+validation; no selection.
+    return _fgscale(mask, seed, **FG_PAPER).fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
+
+
+def _auto_or_select(regularizer: str, param: str, grid: tuple):
+    """fit_predict for ``regularizer`` with ``param="auto"``: the estimator's own choice when it
+    accepts "auto" (fitted on train+validation), else the script's: each value of ``grid``
+    fitted on train and scored on validation, the best (first on ties) refitted on
+    train+validation."""
+
+    def fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
+        X_all, y_all = _train_val(X_tr, y_tr, X_val, y_val)
+        try:
+            clf = _fgscale(mask, seed, regularizer=regularizer, **{param: "auto"}).fit(X_all, y_all)
+        except ValueError as e:  # sklearn's InvalidParameterError is a ValueError
+            if "auto" not in str(e):
+                raise
+        else:
+            chosen = getattr(clf, f"{param}_", None)
+            return clf.predict(X_te), {"selection": "estimator", "chosen": chosen}
+        scores = []
+        for value in grid:
+            clf = _fgscale(mask, seed, regularizer=regularizer, **{param: value}).fit(X_tr, y_tr)
+            scores.append(float(np.mean(clf.predict(X_val) == y_val)))
+        best = grid[int(np.argmax(scores))]
+        clf = _fgscale(mask, seed, regularizer=regularizer, **{param: best}).fit(X_all, y_all)
+        return clf.predict(X_te), {"selection": "script", "chosen": best}
+
+    return fit_predict
+
+
+def sklearn_lrcv(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
+    from sklearn.linear_model import LogisticRegressionCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    # LogisticRegressionCV(max_iter=1000) with today's defaults made explicit (sklearn 1.9
+    # warns that they change): L2 only, C chosen by accuracy over 5 stratified folds of
+    # train+validation, 10 values of C.
+    clf = make_pipeline(StandardScaler(),
+                        LogisticRegressionCV(max_iter=1000, l1_ratios=(0.0,), scoring="accuracy",
+                                             use_legacy_attributes=False))
+    return clf.fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
+
+
+def sklearn_lr(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
+    from sklearn.linear_model import LogisticRegression
+
+    # Plain LogisticRegression() (C=1, max_iter=100) on raw features, train+validation.
+    return LogisticRegression().fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
+
+
+def nilearn_frem(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
+    import nibabel as nib
+    from nilearn.decoding import FREMClassifier
+    from nilearn.maskers import NiftiMasker
+
+    # FREM's defaults (estimator="svc", cv=30, clustering_percentile=10, standardize=True)
+    # except screening_percentile=100: no univariate screening, FREM's clustering does the
+    # reduction. Internal CV on train+validation. Images: a 2D mask becomes (28, 28, 1)
+    # volumes; identity affine (with no screening and no smoothing, FREM uses the grid only).
+    mask3 = mask if mask.ndim == 3 else mask[..., None]
+    affine = np.eye(4)
+
+    def images(X):
+        vol = np.zeros((*mask3.shape, len(X)), np.float32)
+        vol[mask3] = X.T
+        return nib.Nifti1Image(vol, affine)
+
+    X_all, y_all = _train_val(X_tr, y_tr, X_val, y_val)
+    masker = NiftiMasker(mask_img=nib.Nifti1Image(mask3.astype(np.uint8), affine))
+    clf = FREMClassifier(mask=masker, screening_percentile=100, n_jobs=1)
+    clf.fit(images(X_all), y_all)
+    return np.asarray(clf.predict(images(X_te)))
+
+
+@dataclass
+class Method:
+    name: str  # for --methods
+    label: str
+    fit_predict: Callable
+    # fgscale parameters (random_state aside) when the method is a single fixed estimator on
+    # train+validation: two methods with equal parameters are fitted once per split.
+    fixed_params: Callable[[], dict] | None = None
+
+
+def _default_params() -> dict:
+    return {k: v for k, v in _fgscale(None, 0).get_params().items()
+            if k not in ("mask", "random_state")}
+
+
+def _paper_params() -> dict:
+    return {k: v for k, v in _fgscale(None, 0, **FG_PAPER).get_params().items()
+            if k not in ("mask", "random_state")}
+
+
+METHODS = [
+    Method("fgscale-default", "fgscale default", fgscale_default, _default_params),
+    Method("fgscale-l2-auto", "fgscale L2 (alpha auto)",
+           _auto_or_select("l2", "alpha", ALPHAS)),
+    Method("fgscale-dropout-auto", "fgscale dropout (dropout auto)",
+           _auto_or_select("dropout", "dropout", DROPOUTS)),
+    Method("fgscale-fg-paper", "fgscale feature grouping, paper settings", fgscale_fg_paper,
+           _paper_params),
+    Method("sklearn-lrcv", "sklearn LogisticRegressionCV + standardization", sklearn_lrcv),
+    Method("sklearn-lr", "sklearn LogisticRegression()", sklearn_lr),
+    Method("nilearn-frem", "nilearn FREMClassifier (screening_percentile=100)", nilearn_frem),
+]
+BY_NAME = {m.name: m for m in METHODS}
+GRIDS = {"fgscale-l2-auto": ALPHAS, "fgscale-dropout-auto": DROPOUTS}  # the script's fallback
+
+
+def _estimator_grid(name: str) -> tuple | None:
+    """The candidates of the estimator's own "auto" (a private table: None if it moved)."""
+    try:
+        from fgscale.estimators._selection import AUTO_GRIDS
+    except ImportError:
+        return None
+    return AUTO_GRIDS.get({"fgscale-l2-auto": "alpha", "fgscale-dropout-auto": "dropout"}.get(name))
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement
+# ---------------------------------------------------------------------------------------------
+
+def rss_bytes() -> int:
+    """The process's resident set size now (VmRSS of /proc/self/status)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class PeakRSS:
+    """Context manager: ``peak`` = max VmRSS sampled every ``interval`` s, minus the RSS at
+    entry, in bytes."""
+
+    def __init__(self, interval: float = 0.01):
+        self.interval, self.peak = interval, 0
+        self._stop = threading.Event()
+
+    def _sample(self):
+        while not self._stop.wait(self.interval):
+            self._max = max(self._max, rss_bytes())
+
+    def __enter__(self):
+        self._base = self._max = rss_bytes()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._max = max(self._max, rss_bytes())
+        self.peak = self._max - self._base
+
+
+@dataclass
+class Record:
+    dataset: str
+    n_train: str
+    noise: str
+    seed: int
+    method: str
+    accuracy: float
+    time_s: float
+    cpu_s: float
+    peak_mb: float
+    selection: str = ""
+    chosen: str = ""
+    warnings: int = 0
+    note: str = ""
+
+
+def run_method(method: Method, split: Split) -> Record:
+    from sklearn.exceptions import ConvergenceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        with PeakRSS() as mem:
+            t0, c0 = time.perf_counter(), time.process_time()
+            out = method.fit_predict(split.X_tr, split.y_tr, split.X_val, split.y_val,
+                                     split.X_te, split.mask, split.seed)
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    info = {}
+    if isinstance(out, tuple):
+        out, info = out
+    n_conv = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+    acc = float(np.mean(np.asarray(out) == split.y_te))
+    chosen = info.get("chosen")
+    return Record(split.dataset, split.n_train, split.noise, split.seed, method.name, acc,
+                  elapsed, cpu, mem.peak / 2**20, info.get("selection", ""),
+                  _fmt_value(chosen), n_conv)
+
+
+def _fmt_value(value) -> str:
+    if value is None:
+        return ""
+    try:
+        return f"{float(value):g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+
+def mean_se(values) -> tuple[float, float]:
+    v = np.asarray(values, float)
+    se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+    return float(v.mean()), se
+
+
+def _pm(mean, se, scale=100.0, digits=2) -> str:
+    if math.isnan(se):
+        return f"{scale * mean:.{digits}f} ± n/a"
+    return f"{scale * mean:.{digits}f} ± {scale * se:.{digits}f}"
+
+
+def method_label(name: str, recs: list[Record]) -> str:
+    label = BY_NAME[name].label
+    selections = {r.selection for r in recs}
+    param = "alpha" if "l2" in name else "dropout"
+    if selections == {"estimator"}:
+        label = label.replace(f"({param} auto)", f"({param}='auto', chosen by the estimator)")
+    elif "script" in selections:
+        label = label.replace(f"({param} auto)",
+                              f"({param} selected by the script on validation)")
+        if "estimator" in selections:
+            label += " [mixed: the estimator's 'auto' in some seeds]"
+    return label
+
+
+def report(records: list[Record], methods: list[str]) -> str:
+    out = []
+    datasets = list(dict.fromkeys(r.dataset for r in records))
+    for dataset in datasets:
+        recs = [r for r in records if r.dataset == dataset]
+        settings = list(dict.fromkeys((r.n_train, r.noise) for r in recs))
+        synthetic = "SYNTHETIC" in dataset
+        title = (f"### {dataset}: SYNTHETIC 4 mm cohort (make_classification_volumes, 480 "
+                 f"volumes, 8 classes, 60 subjects, p = 33,854); not real data"
+                 if synthetic else f"### {dataset}: Fashion-MNIST (real images, 28×28, 10 classes)")
+        out += [title, ""]
+        ntr = "training subjects" if synthetic else "n_train / class"
+        out += [f"| {ntr} | noise (SNR) | method | test accuracy (%) | wall time (s) | "
+                f"CPU time (s) | peak memory (MB) | seeds |",
+                "|---|---|---|---|---|---|---|---|"]
+        lines = []
+        for n_train, noise in settings:
+            stats = {}
+            for name in methods:
+                rs = [r for r in recs if (r.n_train, r.noise, r.method) == (n_train, noise, name)]
+                if not rs:
+                    continue
+                m, se = mean_se([r.accuracy for r in rs])
+                stats[name] = (m, se)
+                t, cpu = np.mean([r.time_s for r in rs]), np.mean([r.cpu_s for r in rs])
+                mem_mean, mem_max = np.mean([r.peak_mb for r in rs]), max(r.peak_mb for r in rs)
+                out.append(f"| {n_train} | {noise} | {method_label(name, rs)} | {_pm(m, se)} | "
+                           f"{t:.1f} | {cpu:.1f} | {mem_mean:.0f} (max {mem_max:.0f}) | {len(rs)} |")
+            lines.append(_differences(n_train, noise, stats))
+        out += ["", f"Differences in test accuracy (percentage points, ± sqrt(se1² + se2²)), "
+                    f"{dataset}:", ""]
+        out += [f"- {line}" for line in lines]
+        notes = _notes(recs, methods)
+        if notes:
+            out += ["", "Notes:", ""] + [f"- {n}" for n in notes]
+        out += [""]
+    out += [CAPTION, ""]
+    return "\n".join(out)
+
+
+def _differences(n_train, noise, stats) -> str:
+    parts = []
+    if "fgscale-default" in stats and "sklearn-lrcv" in stats:
+        (m1, s1), (m2, s2) = stats["fgscale-default"], stats["sklearn-lrcv"]
+        parts.append(f"fgscale default − LogisticRegressionCV: {_diff(m1, s1, m2, s2)}")
+    fg = "fgscale-fg-paper" if "fgscale-fg-paper" in stats else None
+    others = [k for k in ("fgscale-l2-auto", "fgscale-dropout-auto") if k in stats]
+    if fg and others:
+        best = max(others, key=lambda k: stats[k][0])
+        (m1, s1), (m2, s2) = stats[fg], stats[best]
+        short = "L2" if "l2" in best else "dropout"
+        parts.append(f"FG (paper settings) − best(L2 auto, dropout auto) = FG − {short}: "
+                     f"{_diff(m1, s1, m2, s2)}")
+    return f"{n_train}, {noise}: " + ("; ".join(parts) if parts else "n/a (methods not run)")
+
+
+def _diff(m1, s1, m2, s2) -> str:
+    d = 100 * (m1 - m2)
+    se = 100 * math.sqrt(s1**2 + s2**2) if not (math.isnan(s1) or math.isnan(s2)) else float("nan")
+    return f"{d:+.2f} ± {'n/a' if math.isnan(se) else f'{se:.2f}'}"
+
+
+def _notes(recs: list[Record], methods: list[str]) -> list[str]:
+    notes = []
+    for name in methods:
+        rs = [r for r in recs if r.method == name]
+        if not rs:
+            continue
+        chosen = [r.chosen for r in rs if r.chosen]
+        if chosen:
+            values, counts = np.unique(chosen, return_counts=True)
+            note = f"{BY_NAME[name].label}: chosen value per fit " + ", ".join(
+                f"{v} ×{c}" for v, c in zip(values, counts, strict=True))
+            edges = 0
+            for r in rs:
+                grid = GRIDS.get(name) if r.selection == "script" else _estimator_grid(name)
+                edges += bool(grid) and r.chosen in (f"{grid[0]:g}", f"{grid[-1]:g}")
+            if edges:
+                note += (f" (at an edge of the candidates in {edges} of {len(rs)} fits: the best "
+                         f"value may lie outside them)")
+            notes.append(note)
+        n_warn = sum(r.warnings > 0 for r in rs)
+        if n_warn:
+            notes.append(f"{BY_NAME[name].label}: ConvergenceWarning in {n_warn} of {len(rs)} fits")
+        reused = {r.note for r in rs if r.note}
+        notes += [f"{BY_NAME[name].label}: {n}" for n in sorted(reused)]
+    return notes
+
+
+CAPTION = (
+    "Test accuracy: mean ± standard error over seeds (std/sqrt(n), n/a with one seed). Every "
+    "final model is fitted on train+validation; hyper-parameters are chosen by internal CV "
+    "(LogisticRegressionCV, FREM), by the fgscale estimator's \"auto\", or, where the estimator "
+    "does not accept \"auto\" yet, by this script on the validation set (fit on train, score on "
+    "validation, refit the best on train+validation); never on the test set. Time: wall time of "
+    "the whole method (every fit, selection included, plus predicting the test rows), mean "
+    "over seeds; CPU time: the process's user+system time over the same span, all threads "
+    "(less sensitive than wall time to other jobs sharing the machine). Peak "
+    "memory: maximum VmRSS of the process sampled every 10 ms by a thread during the method, "
+    "minus VmRSS just before it (mean over seeds, and max); memory freed by earlier fits and "
+    "reused by the allocator is not counted, so it is a lower bound of a fresh process's need. "
+    f"Machine: {os.cpu_count()} CPU(s), all methods single-process in one Python process.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+def _csv_list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--datasets", default="fashion,brain", help="comma list: fashion, brain")
+    p.add_argument("--n-train", help="Fashion-MNIST images per class (default 10,30,100)")
+    p.add_argument("--noise", help="Fashion-MNIST SNR in dB, or none (default none,3,0.6)")
+    p.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 10)")
+    p.add_argument("--methods", default=",".join(m.name for m in METHODS),
+                   help="comma list of: " + ", ".join(m.name for m in METHODS))
+    p.add_argument("--no-frem", action="store_true", help="skip nilearn's FREMClassifier (slow)")
+    p.add_argument("--quick", action="store_true",
+                   help="defaults of 1 seed, n_train 10, noise 0.6 dB, and no FREM: a check "
+                        "that everything runs (explicit --seeds etc. still apply)")
+    p.add_argument("--out", type=Path, help="also write the Markdown report to this file")
+    p.add_argument("--csv", type=Path, help="write one row per (setting, seed, method) here, "
+                                            "as the results come")
+    args = p.parse_args(argv)
+    args.datasets = _csv_list(args.datasets)
+    args.methods = _csv_list(args.methods)
+    quick = dict(seeds=1, n_train="10", noise="0.6")
+    full = dict(seeds=10, n_train="10,30,100", noise="none,3,0.6")
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.quick:
+        args.no_frem = True
+    if args.no_frem:
+        args.methods = [m for m in args.methods if m != "nilearn-frem"]
+    bad = [d for d in args.datasets if d not in ("fashion", "brain")]
+    bad += [m for m in args.methods if m not in BY_NAME]
+    if bad:
+        p.error(f"unknown dataset(s) or method(s): {', '.join(bad)}")
+    if args.seeds < 1:
+        p.error("--seeds must be at least 1")
+    args.n_train = [int(n) for n in _csv_list(args.n_train)]
+    args.noise = [None if n.lower() == "none" else float(n) for n in _csv_list(args.noise)]
+    return args
+
+
+def splits(args, fashion):
+    """The (dataset, setting, seed) splits in run order, generated lazily."""
+    for dataset in args.datasets:
+        for seed in range(args.seeds):
+            if dataset == "brain":
+                yield brain_split(seed)
+                continue
+            for n_train in args.n_train:
+                for noise_db in args.noise:
+                    yield fashion_split(fashion, n_train, noise_db, seed)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    fashion = load_fashion() if "fashion" in args.datasets else None  # exits if missing
+    methods = [m for m in METHODS if m.name in args.methods]
+    records: list[Record] = []
+    csv_file = writer = None
+    if args.csv:
+        csv_file = open(args.csv, "w", newline="")  # closed in the finally below
+        writer = csv.DictWriter(csv_file, fieldnames=list(Record.__dataclass_fields__))
+        writer.writeheader()
+    t_start = time.perf_counter()
+    try:
+        for split in splits(args, fashion):
+            done: dict[str, Record] = {}  # fixed fgscale parameters -> this split's record
+            for method in methods:
+                key = repr(sorted(method.fixed_params().items())) if method.fixed_params else None
+                if key is not None and key in done:
+                    first = done[key]
+                    rec = Record(**{**first.__dict__, "method": method.name,
+                                    "note": f"same parameters as {BY_NAME[first.method].label} "
+                                            f"today: its fit is reused (same accuracy and time)"})
+                else:
+                    rec = run_method(method, split)
+                    if key is not None:
+                        done[key] = rec
+                records.append(rec)
+                if writer:
+                    writer.writerow(rec.__dict__)
+                    csv_file.flush()
+                print(f"[{time.perf_counter() - t_start:7.1f} s] {split.dataset} n_train="
+                      f"{split.n_train} noise={split.noise} seed={split.seed} {method.name}: "
+                      f"acc {100 * rec.accuracy:.2f}% in {rec.time_s:.1f} s (CPU {rec.cpu_s:.1f} s), "
+                      f"+{rec.peak_mb:.0f} MB{' (reused)' if rec.note else ''}",
+                      file=sys.stderr, flush=True)
+    finally:
+        if csv_file:
+            csv_file.close()
+    text = report(records, [m.name for m in methods])
+    total = time.perf_counter() - t_start
+    text += f"\nTotal run time: {total:.0f} s. Command: {' '.join(sys.argv)}\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
