@@ -121,3 +121,11 @@ def test_public_names_resolve():
         assert getattr(fgscale, name) is not None
     with pytest.raises(AttributeError):
         fgscale.not_a_name  # noqa: B018
+
+
+def test_the_docstring_example_runs():
+    import doctest
+
+    import fgscale.estimators._classifier as module
+
+    assert doctest.testmod(module).failed == 0
