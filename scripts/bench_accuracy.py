@@ -41,10 +41,16 @@ the method adds to the process; memory freed by earlier fits and reused by the a
 counted, so it is a lower bound of what a fresh process needs (``ru_maxrss`` would only ever
 show the first, largest fit; a process per fit would cost more than some fits).
 
-    .venv/bin/python scripts/bench_accuracy.py --quick                     # 1 seed, minutes
-    .venv/bin/python scripts/bench_accuracy.py --out acc.md --csv acc.csv  # full: see README
+    .venv/bin/python scripts/bench_accuracy.py --quick --datasets fashion  # smoke test, ~30 s
+    .venv/bin/python scripts/bench_accuracy.py --quick                     # 1 seed, ~35 min
+    .venv/bin/python scripts/bench_accuracy.py --out acc.md --csv acc.csv  # full, ~11 h
     .venv/bin/python scripts/bench_accuracy.py --datasets fashion --n-train 10 --noise none,0.6 \\
         --seeds 3 --methods fgscale-default,sklearn-lrcv --no-frem
+
+Durations measured on 2 cores (November 2026): the brain cohort costs ~45 min per seed, most of
+it fgscale's alpha="auto" and dropout="auto" searches (~12 and ~22 min) and FREM (~10 min);
+Fashion-MNIST ~20 min per seed over its 9 settings. The fgscale fits run on about one core, so
+``--datasets fashion`` and ``--datasets brain`` in two processes take ~7.5 h of wall time.
 
 Method names for ``--methods``: fgscale-default, fgscale-l2-auto, fgscale-dropout-auto,
 fgscale-fg-paper, sklearn-lrcv, sklearn-lr, nilearn-frem. Add a method by writing a
@@ -650,6 +656,32 @@ def splits(args, fashion):
                     yield fashion_split(fashion, n_train, noise_db, seed)
 
 
+def versions() -> str:
+    """fgscale's commit (``-dirty``: uncommitted changes were measured) and the libraries'."""
+    import subprocess
+
+    import sklearn
+    import torch
+
+    import fgscale
+
+    try:
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                                text=True, timeout=10, cwd=Path(__file__).resolve().parent,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    out = (f"fgscale {getattr(fgscale, '__version__', '?')} (git {commit}), torch "
+           f"{torch.__version__}, scikit-learn {sklearn.__version__}, numpy {np.__version__}")
+    try:
+        import nilearn
+
+        out += f", nilearn {nilearn.__version__}"
+    except ImportError:
+        pass
+    return out
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     fashion = load_fashion() if "fashion" in args.datasets else None  # exits if missing
@@ -689,7 +721,8 @@ def main(argv=None) -> None:
             csv_file.close()
     text = report(records, [m.name for m in methods])
     total = time.perf_counter() - t_start
-    text += f"\nTotal run time: {total:.0f} s. Command: {' '.join(sys.argv)}\n"
+    text += (f"\nTotal run time: {total:.0f} s. Command: {' '.join(sys.argv)}\n"
+             f"Versions: {versions()}\n")
     print(text)
     if args.out:
         args.out.write_text(text)
