@@ -42,15 +42,16 @@ counted, so it is a lower bound of what a fresh process needs (``ru_maxrss`` wou
 show the first, largest fit; a process per fit would cost more than some fits).
 
     .venv/bin/python scripts/bench_accuracy.py --quick --datasets fashion  # smoke test, ~30 s
-    .venv/bin/python scripts/bench_accuracy.py --quick                     # 1 seed, ~35 min
-    .venv/bin/python scripts/bench_accuracy.py --out acc.md --csv acc.csv  # full, ~11 h
+    .venv/bin/python scripts/bench_accuracy.py --quick                     # 1 seed, ~15 min
+    .venv/bin/python scripts/bench_accuracy.py --out acc.md --csv acc.csv  # full, ~7 h
     .venv/bin/python scripts/bench_accuracy.py --datasets fashion --n-train 10 --noise none,0.6 \\
         --seeds 3 --methods fgscale-default,sklearn-lrcv --no-frem
 
-Durations measured on 2 cores (November 2026): the brain cohort costs ~45 min per seed, most of
-it fgscale's alpha="auto" and dropout="auto" searches (~12 and ~22 min) and FREM (~10 min);
-Fashion-MNIST ~20 min per seed over its 9 settings. The fgscale fits run on about one core, so
-``--datasets fashion`` and ``--datasets brain`` in two processes take ~7.5 h of wall time.
+Durations measured on 2 cores (git 84f2330): the brain cohort costs ~23 min per seed, most of
+it fgscale's alpha="auto" and dropout="auto" searches (~5 and ~8 min) and FREM (~10 min);
+Fashion-MNIST ~20 min per seed over its 9 settings (LogisticRegressionCV: up to 2.5 min a
+fit). Most fits run on about one core, so ``--datasets fashion`` and ``--datasets brain`` in
+two processes take ~4 h of wall time.
 
 Method names for ``--methods``: fgscale-default, fgscale-l2-auto, fgscale-dropout-auto,
 fgscale-fg-paper, sklearn-lrcv, sklearn-lr, nilearn-frem. Add a method by writing a
