@@ -8,6 +8,7 @@ import pytest
 import torch
 import zarr
 from distributed import Client, LocalCluster
+from helpers import smooth_cohort
 
 from fgscale import FeatureGroupingClassifier
 from fgscale.grouping._projection import project, project_rows
@@ -25,20 +26,6 @@ from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, au
 
 PARAMS = dict(n_clusters=0.1, n_groupings=6, n_bootstrap=12, max_epochs=8, batch_size=16,
               learning_rate=0.05, random_state=5)
-
-
-def smooth_cohort(n=90, shape=(8, 9, 7), seed=0):
-    """Synthetic: 3 classes of smooth blobs plus white noise on a small grid."""
-    rng = np.random.default_rng(seed)
-    mask = np.ones(shape, bool)
-    mask[:2, :2, :] = False
-    grid = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1)
-    centres = rng.uniform(0, np.array(shape), size=(3, 3))
-    blobs = np.stack([np.exp(-((grid - c) ** 2).sum(-1) / 8.0)[mask] for c in centres])
-    y = rng.integers(0, 3, n)
-    X = (2 * blobs[y] + rng.standard_normal((n, mask.sum()))).astype(np.float32)
-    split = np.where(rng.random(n) < 0.25, "test", "train")
-    return X, np.array(["a", "b", "c"])[y], mask, split
 
 
 @pytest.fixture(scope="module")
