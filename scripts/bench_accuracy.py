@@ -16,10 +16,12 @@ fashion
     Gaussian added to train, validation and test images, of variance P / 10^(SNR/10) where P
     is the mean of the squared pixel values of the clean training images (SNR in dB: none, 3,
     0.6, as in the paper's Olivetti experiment). Mask ``np.ones((28, 28), bool)``.
-brain
+brain, brain-white
     A SYNTHETIC 4 mm cohort from ``fgscale.images.make_classification_volumes`` (480 volumes,
-    8 classes, snr_db=-20, 60 subjects, as ``fgscale demo``; p = 33,854), generated anew with
-    each seed. Test: the generator's 25% of subjects (15 subjects, 120 rows); validation: 15
+    8 classes, 60 subjects; p = 33,854), generated anew with each seed: ``brain`` at
+    snr_db=-20 with half of the noise power spatially smooth (the generator's default),
+    ``brain-white`` at snr_db=-27 with 10% smooth and 90% white noise (``fgscale demo``'s
+    cohort). Test: the generator's 25% of subjects (15 subjects, 120 rows); validation: 15
     of the 45 remaining subjects (120 rows), drawn with the seed; training: the other 30
     subjects (240 rows). ``--n-train`` and ``--noise`` do not apply to it.
 
@@ -85,8 +87,9 @@ FASHION_FILES = {
     "test_labels": "t10k-labels-idx1-ubyte.gz",
 }
 FASHION_TEST_PER_CLASS = 200  # 2,000 test images (10 classes)
-BRAIN = dict(n_samples=480, n_classes=8, grid="4mm", snr_db=-20.0, n_subjects=60,
-             test_fraction=0.25)
+BRAIN = dict(n_samples=480, n_classes=8, grid="4mm", n_subjects=60, test_fraction=0.25)
+BRAIN_NOISE = {"brain": dict(snr_db=-20.0, smooth_noise=0.5),
+               "brain-white": dict(snr_db=-27.0, smooth_noise=0.1)}
 BRAIN_VAL_FRACTION = 1 / 3  # of the training subjects (15 of 45)
 ALPHAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 DROPOUTS = (0.1, 0.3, 0.5, 0.7)
@@ -196,7 +199,8 @@ def fashion_split(data: dict, n_train: int, noise_db: float | None, seed: int) -
                  data["test_labels"][te].astype(np.int64), mask)
 
 
-def brain_subjects(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def brain_subjects(seed: int, cohort: str = "brain"
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Subject, split and label of each row of ``make_classification_volumes(**BRAIN, seed=seed)``.
 
     The in-memory generator returns no subjects; its design (the same rows, drawn first from
@@ -205,18 +209,20 @@ def brain_subjects(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     from fgscale.images._synthetic import _volumes
 
-    design, _ = _volumes(BRAIN["n_samples"], BRAIN["n_classes"], BRAIN["grid"], BRAIN["snr_db"],
-                         BRAIN["n_subjects"], BRAIN["test_fraction"], seed)
+    noise = BRAIN_NOISE[cohort]
+    design, _ = _volumes(BRAIN["n_samples"], BRAIN["n_classes"], BRAIN["grid"], noise["snr_db"],
+                         BRAIN["n_subjects"], BRAIN["test_fraction"], seed, noise["smooth_noise"])
     return design["groups"], design["split"], design["y"]
 
 
-def brain_split(seed: int) -> Split:
+def brain_split(seed: int, cohort: str = "brain") -> Split:
     """SYNTHETIC cohort of this seed: test = the generator's test subjects, validation = a
     third of the other subjects (drawn with the seed), train = the rest; subject-disjoint."""
     from fgscale.images import make_classification_volumes
 
-    X, y, mask, _ = make_classification_volumes(**BRAIN, seed=seed)
-    groups, split, y_design = brain_subjects(seed)
+    noise = BRAIN_NOISE[cohort]
+    X, y, mask, _ = make_classification_volumes(**BRAIN, **noise, seed=seed)
+    groups, split, y_design = brain_subjects(seed, cohort)
     if not np.array_equal(y, y_design):
         raise RuntimeError("make_classification_volumes and its design disagree on the labels")
     train_subjects = np.unique(groups[split == "train"])
@@ -227,8 +233,8 @@ def brain_split(seed: int) -> Split:
     is_val = np.isin(groups, val_subjects) & ~is_test
     is_tr = ~is_test & ~is_val
     n_tr_subjects = train_subjects.size - n_val
-    return Split("brain (SYNTHETIC)", f"{n_tr_subjects} subj. ({int(is_tr.sum())} rows)",
-                 f"{BRAIN['snr_db']:g} dB (generator)", seed, X[is_tr], y[is_tr], X[is_val],
+    return Split(f"{cohort} (SYNTHETIC)", f"{n_tr_subjects} subj. ({int(is_tr.sum())} rows)",
+                 f"{noise['snr_db']:g} dB, {noise['smooth_noise']:.0%} smooth (generator)", seed, X[is_tr], y[is_tr], X[is_val],
                  y[is_val], X[is_test], y[is_test], mask)
 
 
@@ -609,7 +615,8 @@ def _csv_list(text: str) -> list[str]:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--datasets", default="fashion,brain", help="comma list: fashion, brain")
+    p.add_argument("--datasets", default="fashion,brain,brain-white",
+                   help="comma list: fashion, brain, brain-white")
     p.add_argument("--n-train", help="Fashion-MNIST images per class (default 10,30,100)")
     p.add_argument("--noise", help="Fashion-MNIST SNR in dB, or none (default none,3,0.6)")
     p.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 10)")
@@ -634,7 +641,7 @@ def parse_args(argv=None):
         args.no_frem = True
     if args.no_frem:
         args.methods = [m for m in args.methods if m != "nilearn-frem"]
-    bad = [d for d in args.datasets if d not in ("fashion", "brain")]
+    bad = [d for d in args.datasets if d not in ("fashion", *BRAIN_NOISE)]
     bad += [m for m in args.methods if m not in BY_NAME]
     if bad:
         p.error(f"unknown dataset(s) or method(s): {', '.join(bad)}")
@@ -649,8 +656,8 @@ def splits(args, fashion):
     """The (dataset, setting, seed) splits in run order, generated lazily."""
     for dataset in args.datasets:
         for seed in range(args.seeds):
-            if dataset == "brain":
-                yield brain_split(seed)
+            if dataset in BRAIN_NOISE:
+                yield brain_split(seed, dataset)
                 continue
             for n_train in args.n_train:
                 for noise_db in args.noise:

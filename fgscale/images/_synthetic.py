@@ -4,8 +4,8 @@ The paper's HCP contrast maps cannot be downloaded here, so the demo and the tes
 cohorts that share their shape: a brain-shaped mask on the HCP grid (91x109x91 at 2 mm, exactly
 p = 270,806 in-mask voxels; 46x55x46 at 4 mm, p = 33,854 as HCP-small) or a tiny custom grid,
 class-specific smooth activation patterns (a few Gaussian blobs per class), and noise made of a
-spatially smooth part (half from the subject, half from the sample) and a white part, scaled to
-a chosen SNR = 10 log10(signal power / noise power) inside the mask. Values outside the mask are
+spatially smooth part (half from the subject, half from the sample; a share ``smooth_noise`` of
+the noise power) and a white part, scaled to a chosen SNR = 10 log10(signal power / noise power) inside the mask. Values outside the mask are
 exactly 0, so the mask computed from the files (finite and non-zero everywhere) is the brain mask.
 
 :func:`make_cohort` writes the cohort as real NIfTI files plus ``cohort.csv`` (path, label,
@@ -137,9 +137,11 @@ def _design(n_samples, n_classes, n_subjects, test_fraction, rng):
     return y, subject, groups, split
 
 
-def _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction, seed
-             ) -> tuple[dict, Iterator[np.ndarray]]:
+def _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction, seed,
+             smooth_noise=0.5) -> tuple[dict, Iterator[np.ndarray]]:
     """The cohort's design and a generator of its volumes, one float32 array per sample."""
+    if not 0.0 <= smooth_noise <= 1.0:
+        raise ValueError(f"smooth_noise must be in [0, 1], got {smooth_noise}")
     shape, affine, n_voxels = grid_geometry(grid)
     mask = brain_mask(shape, n_voxels)
     rng = np.random.default_rng(seed)
@@ -158,8 +160,9 @@ def _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction, seed
                 subject_fields[s] = _smooth_noise(np.random.default_rng(subject_seeds[s]), mask)
             r = np.random.default_rng(sample_seeds[i])
             smooth = _unit_rms(subject_fields[s] + _smooth_noise(r, mask), mask)
-            white = r.standard_normal(shape)
-            noise = _unit_rms((smooth + white) * mask, mask)
+            white = _unit_rms(r.standard_normal(shape) * mask, mask)
+            noise = np.sqrt(smooth_noise) * smooth + np.sqrt(1.0 - smooth_noise) * white
+            noise = _unit_rms(noise * mask, mask)
             amplitude = r.uniform(0.8, 1.2)
             yield ((amplitude * patterns[y[i]] + noise_scale * noise) * mask).astype(np.float32)
 
@@ -168,7 +171,8 @@ def _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction, seed
 
 def make_classification_volumes(n_samples: int = 40, n_classes: int = 4, *, grid="4mm",
                                 snr_db: float = 0.0, n_subjects: int | None = None,
-                                test_fraction: float = 0.25, seed: int = 0):
+                                test_fraction: float = 0.25, seed: int = 0,
+                                smooth_noise: float = 0.5):
     """Generate a SYNTHETIC cohort in memory, already masked.
 
     Same data as :func:`make_cohort` with the same arguments (before writing to NIfTI).
@@ -182,7 +186,7 @@ def make_classification_volumes(n_samples: int = 40, n_classes: int = 4, *, grid
     affine : ndarray of shape (4, 4)
     """
     design, volumes = _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction,
-                               seed)
+                               seed, smooth_noise)
     mask = design["mask"]
     X = np.stack([vol[mask] for vol in volumes])
     return X, design["y"], mask, design["affine"]
@@ -190,7 +194,8 @@ def make_classification_volumes(n_samples: int = 40, n_classes: int = 4, *, grid
 
 def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
                 snr_db: float = 0.0, n_subjects: int | None = None, test_fraction: float = 0.25,
-                seed: int = 0, four_d: bool = False, compress: bool = True) -> Path:
+                seed: int = 0, smooth_noise: float = 0.5, four_d: bool = False,
+                compress: bool = True) -> Path:
     """Write a SYNTHETIC NIfTI cohort and its cohort table.
 
     Parameters
@@ -208,6 +213,10 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
     test_fraction : float
         Fraction of subjects (or of each class's samples) in the test split.
     seed : int
+    smooth_noise : float, default=0.5
+        Share of the noise power that is spatially smooth (Gaussian-filtered, half of it shared
+        by the samples of a subject); the rest is white. Feature grouping averages white noise
+        away but not smooth noise.
     four_d : bool
         Write one 4D file per (subject, class, split) instead of one 3D file per sample.
     compress : bool
@@ -221,7 +230,7 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     design, volumes = _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction,
-                               seed)
+                               seed, smooth_noise)
     ext = ".nii.gz" if compress else ".nii"
     names = [f"class_{k}" for k in range(n_classes)]
     y, groups, split = design["y"], design["groups"], design["split"]
@@ -252,8 +261,8 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
         writer.writerows(rows)
     meta = dict(synthetic=True, generator="fgscale.images.make_cohort", n_samples=n_samples,
                 n_classes=n_classes, grid=grid if isinstance(grid, str) else list(grid),
-                snr_db=snr_db, n_subjects=n_subjects, test_fraction=test_fraction, seed=seed,
-                four_d=four_d, n_voxels=int(design["mask"].sum()))
+                snr_db=snr_db, smooth_noise=smooth_noise, n_subjects=n_subjects,
+                test_fraction=test_fraction, seed=seed, four_d=four_d, n_voxels=int(design["mask"].sum()))
     (out_dir / "cohort.json").write_text(json.dumps(meta, indent=2))
     log.info("wrote synthetic cohort of %d samples (%d files) to %s", n_samples, len(rows),
              out_dir)
