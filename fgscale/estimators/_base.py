@@ -14,11 +14,13 @@ import numbers
 import os
 from contextlib import contextmanager
 
+import nibabel as nib
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, is_classifier
 from sklearn.model_selection import GroupShuffleSplit, train_test_split
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
 
 from fgscale._params import PARAMS, estimator_signature, validate_params
 from fgscale.estimators._selection import candidates
@@ -103,9 +105,39 @@ class FeatureGroupingBase(BaseEstimator):
 
     # ------------------------------------------------------------------ data in
 
-    def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray):
-        """Fit on in-memory rows ``X`` (float32) with target indices ``y_idx``."""
-        graph = resolve_graph(self.mask, X.shape[1])
+    def _images_in(self, X):
+        """Images to fit on, as rows: masked with ``mask`` (an image or a path; a boolean
+        array takes the images' affine), else with the voxels finite and non-zero in every
+        image. Returns the rows and the mask image."""
+        from fgscale.images._masking import as_mask_image, compute_mask, mask_images
+
+        if self.mask is None:
+            mask_img = compute_mask(X)
+        elif isinstance(self.mask, np.ndarray):
+            first = X[0] if isinstance(X, (list, tuple)) else X
+            mask_img = as_mask_image(self.mask, load_img_affine(first))
+        else:
+            mask_img = as_mask_image(self.mask)
+        return mask_images(X, mask_img), mask_img
+
+    def _rows_in(self, X):
+        """``X`` for predict and score: images are masked with ``mask_img_``."""
+        from fgscale.images._masking import is_images, mask_images
+
+        if not is_images(X):
+            return X
+        check_is_fitted(self)
+        if getattr(self, "mask_img_", None) is None:
+            raise ValueError(f"{type(self).__name__} was fitted on arrays without a mask image: "
+                             "give arrays, or fit on images, a store or with mask= an image")
+        return mask_images(X, self.mask_img_)
+
+    def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray, mask_img=None):
+        """Fit on in-memory rows ``X`` (float32) with target indices ``y_idx``; ``mask_img``:
+        the mask the rows came through, when they came as images."""
+        self.mask_img_ = mask_img if mask_img is not None else _mask_image_of(self.mask)
+        graph = resolve_graph(self.mask if self.mask_img_ is None else self.mask_img_,
+                              X.shape[1])
         self.n_features_in_ = X.shape[1]
         seed, rows = self._seed(), np.arange(len(y_idx))
         mean = scale = None
@@ -142,6 +174,7 @@ class FeatureGroupingBase(BaseEstimator):
         store = open_store(path)
         self._set_store_targets(store)
         self.n_features_in_ = store.n_features
+        self.mask_img_ = nib.Nifti1Image(store.mask.astype(np.uint8), store.affine)
         seed = self._seed()
         rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
         with get_client(client=client, processes=False) as client:
@@ -324,7 +357,26 @@ def _torch_threads(batch_values: int):
 
 
 def is_store(X) -> bool:
-    return isinstance(X, (str, os.PathLike))
+    """A store's path (a folder), not a NIfTI file's."""
+    from fgscale.images._masking import is_images
+
+    return isinstance(X, (str, os.PathLike)) and not is_images(X)
+
+
+def load_img_affine(img) -> np.ndarray:
+    from fgscale.images._nifti import load_img
+
+    return load_img(img).affine
+
+
+def _mask_image_of(mask):
+    """The ``mask`` parameter as an image when it is one (or a path), else None: a boolean
+    array has no affine to place maps or new images on."""
+    if mask is None or isinstance(mask, np.ndarray) or hasattr(mask, "tocsr"):
+        return None
+    from fgscale.images._masking import as_mask_image
+
+    return as_mask_image(mask)
 
 
 def _cuda(device) -> torch.device | None:

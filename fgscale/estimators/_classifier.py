@@ -10,6 +10,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fgscale._params import numpydoc
 from fgscale.estimators._base import FeatureGroupingBase, is_store
+from fgscale.images._masking import is_images
+from fgscale.images._nifti import unmask
 from fgscale.training._loop import predict_logits
 
 __all__ = ["FeatureGroupingClassifier"]
@@ -45,6 +47,12 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         Logistic regression weights on the standardized features, in feature space
         (``model="logreg"`` only), as nilearn's decoders report theirs.
     intercept_ : ndarray of shape (n_classes,)
+    coef_img_ : dict of nibabel.Nifti1Image
+        ``coef_`` as one 3D map per class, keyed by class, when a mask image is known.
+    mask_img_ : nibabel.Nifti1Image or None
+        The mask of the features: the store's, the one computed from or given with the
+        images, ``mask`` when it is an image or a path; None for arrays with no image mask.
+        ``predict`` and ``score`` accept images on its grid.
     n_iter_ : int
         Epochs that the returned model was trained for.
     history_ : list of dict
@@ -71,11 +79,13 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features), or str or Path of a store
-            In-memory data, or a complete fgscale store: then the labels, the mask and the
-            training rows come from the store, the bank of these parameters is read from it
-            (built on the cluster first if missing) and minibatches are streamed from it by
-            Dask workers.
+        X : array-like of shape (n_samples, n_features), images, or str or Path of a store
+            In-memory data; or NIfTI images (paths or nibabel images, 3D, or 4D with one
+            sample per volume, or a list of them), masked with ``mask`` or else with the
+            voxels finite and non-zero in all of them; or a complete fgscale store: then the
+            labels, the mask and the training rows come from the store, the bank of these
+            parameters is read from it (built on the cluster first if missing) and
+            minibatches are streamed from it by Dask workers.
         y : array-like of shape (n_samples,)
             Labels; must be None with a store.
         client : distributed.Client, optional
@@ -91,10 +101,13 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
             if y is not None:
                 raise ValueError("y must be None when X is a store: the labels come from the store")
             return self._fit_store(X, client)
+        mask_img = None
+        if is_images(X):
+            X, mask_img = self._images_in(X)
         X, y = validate_data(self, X, y, dtype=np.float32)
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
-        return self._fit_arrays(X, y_idx)
+        return self._fit_arrays(X, y_idx, mask_img)
 
     def _set_store_targets(self, store) -> None:
         self.classes_ = store.classes
@@ -110,10 +123,22 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
             self.coef_ = self.model_.first.weight.detach().cpu().numpy().copy()
             self.intercept_ = self.model_.first.bias.detach().cpu().numpy().copy()
 
+    @property
+    def coef_img_(self) -> dict:
+        """``coef_`` as one 3D image per class, keyed by class (as nilearn's decoders):
+        logistic regression fitted with a mask image, on images or on a store."""
+        check_is_fitted(self)
+        if self.model != "logreg" or getattr(self, "mask_img_", None) is None:
+            raise AttributeError("coef_img_ needs model='logreg' and a fit on images, a store, "
+                                 "or with mask= an image")
+        mask = np.asarray(self.mask_img_.dataobj) != 0
+        return {c: unmask(w, mask, self.mask_img_.affine)
+                for c, w in zip(self.classes_.tolist(), self.coef_, strict=True)}
+
     def _logits(self, X) -> np.ndarray:
         """Logits, shape (n_samples, n_classes)."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float32, reset=False)
+        X = validate_data(self, self._rows_in(X), dtype=np.float32, reset=False)
         return predict_logits(self._placed_model(), self._standardized_blocks(X),
                               device=self.device)
 

@@ -5,6 +5,7 @@ Nothing here imports torch or scikit-learn: conversion workers import this packa
 """
 
 from fgscale.images._cohort import read_cohort
+from fgscale.images._masking import as_mask_image, compute_mask, is_images, mask_images
 from fgscale.images._nifti import (
     ImageHeader,
     load_img,
@@ -21,6 +22,6 @@ from fgscale.images._synthetic import (
     make_cohort,
 )
 
-__all__ = ["ImageHeader", "brain_mask", "grid_geometry", "load_img", "load_mask",
-           "make_classification_volumes", "make_cohort", "read_cohort", "read_data",
-           "read_header", "read_image", "unmask"]
+__all__ = ["ImageHeader", "as_mask_image", "brain_mask", "compute_mask", "grid_geometry",
+           "is_images", "load_img", "load_mask", "make_classification_volumes", "make_cohort",
+           "mask_images", "read_cohort", "read_data", "read_header", "read_image", "unmask"]
