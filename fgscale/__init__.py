@@ -23,6 +23,7 @@ except PackageNotFoundError:  # a source tree that was not installed
 
 _EXPORTS = {
     "FeatureGroupingClassifier": "fgscale.estimators",
+    "FeatureGroupingRegressor": "fgscale.estimators",
     "back_project": "fgscale.grouping",
     "project": "fgscale.grouping",
     "grid_edges": "fgscale.grouping",
@@ -40,6 +41,7 @@ _EXPORTS = {
     "make_classification_volumes": "fgscale.images",
     "unmask": "fgscale.images",
     "load_img": "fgscale.images",
+    "mask_images": "fgscale.images",
     "get_client": "fgscale.cluster",
     "train_run": "fgscale.runs",
     "evaluate_run": "fgscale.runs",

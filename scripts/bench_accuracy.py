@@ -233,9 +233,10 @@ def brain_split(seed: int, cohort: str = "brain") -> Split:
     is_val = np.isin(groups, val_subjects) & ~is_test
     is_tr = ~is_test & ~is_val
     n_tr_subjects = train_subjects.size - n_val
+    setting = f"{noise['snr_db']:g} dB, {noise['smooth_noise']:.0%} smooth (generator)"
     return Split(f"{cohort} (SYNTHETIC)", f"{n_tr_subjects} subj. ({int(is_tr.sum())} rows)",
-                 f"{noise['snr_db']:g} dB, {noise['smooth_noise']:.0%} smooth (generator)", seed, X[is_tr], y[is_tr], X[is_val],
-                 y[is_val], X[is_test], y[is_test], mask)
+                 setting, seed, X[is_tr], y[is_tr], X[is_val], y[is_val], X[is_test],
+                 y[is_test], mask)
 
 
 # ---------------------------------------------------------------------------------------------

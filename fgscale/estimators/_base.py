@@ -151,8 +151,7 @@ class FeatureGroupingBase(BaseEstimator):
             if k is not None:  # on the raw rows, as the bank tasks of a store read them
                 bank = make_bank(X, graph, k, n_groupings=self.n_groupings,
                                  n_bootstrap=self.n_bootstrap, rows=rows, seed=seed)
-            sources[k] = (MemorySource(X, y_idx.astype(np.int64), bank, mean=mean, scale=scale),
-                          bank)
+            sources[k] = (MemorySource(X, y_idx, bank, mean=mean, scale=scale), bank)
         return self._train(sources, y_idx, rows, seed, groups=None)
 
     def _cluster_counts(self) -> list:
@@ -224,7 +223,9 @@ class FeatureGroupingBase(BaseEstimator):
             return None
         # input dropout scales kept inputs by 1 / (1 - p): so much steeper a loss
         keep = 1.0 - (dropout if self.regularizer == "dropout" else 0.0)
-        return lambda x: 1.0 / (lipschitz(x) / keep + alpha)
+        # half the squared error is twice as steep as the cross-entropy (training.batch_loss)
+        steepness = (1.0 if self._is_classifier() else 2.0) / keep
+        return lambda x: 1.0 / (lipschitz(x) * steepness + alpha)
 
     def _train(self, sources: dict, y_idx, rows, seed, history=_History, groups=None):
         """Train on ``sources`` (k -> (in-memory or streamed source, bank)) over ``rows``.
@@ -313,7 +314,8 @@ class FeatureGroupingBase(BaseEstimator):
                 bank=bank_t, device=self.device, validation=validation,
                 stopper=stopper if stop else None, start_epoch=start_epoch,
                 on_epoch_end=run.epoch_end, progress=bool(self.verbose),
-                step_size=self._step_size(alpha, dropout), monitor=self.stop_on)
+                step_size=self._step_size(alpha, dropout), monitor=self.stop_on,
+                regression=not self._is_classifier())
             if stop and stopper.best_state is not None:
                 self.model_.load_state_dict(stopper.best_state)
         elif stopper.best_state is not None:

@@ -107,7 +107,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         X, y = validate_data(self, X, y, dtype=np.float32)
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
-        return self._fit_arrays(X, y_idx, mask_img)
+        return self._fit_arrays(X, y_idx.astype(np.int64), mask_img)
 
     def _set_store_targets(self, store) -> None:
         self.classes_ = store.classes

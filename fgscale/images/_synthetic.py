@@ -5,8 +5,9 @@ cohorts that share their shape: a brain-shaped mask on the HCP grid (91x109x91 a
 p = 270,806 in-mask voxels; 46x55x46 at 4 mm, p = 33,854 as HCP-small) or a tiny custom grid,
 class-specific smooth activation patterns (a few Gaussian blobs per class), and noise made of a
 spatially smooth part (half from the subject, half from the sample; a share ``smooth_noise`` of
-the noise power) and a white part, scaled to a chosen SNR = 10 log10(signal power / noise power) inside the mask. Values outside the mask are
-exactly 0, so the mask computed from the files (finite and non-zero everywhere) is the brain mask.
+the noise power) and a white part, scaled to a chosen SNR = 10 log10(signal power / noise
+power) inside the mask. Values outside the mask are exactly 0, so the mask computed from the
+files (finite and non-zero everywhere) is the brain mask.
 
 :func:`make_cohort` writes the cohort as real NIfTI files plus ``cohort.csv`` (path, label,
 group, split) and ``cohort.json`` (``"synthetic": true`` and the generator's parameters, read by

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-__all__ = ["Batch", "EarlyStopping", "evaluate", "fit", "lipschitz", "make_optimizer",
+__all__ = ["Batch", "EarlyStopping", "batch_loss", "evaluate", "fit", "lipschitz", "make_optimizer",
            "predict_logits", "train_epoch"]
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class Batch:
     Attributes
     ----------
     x : ndarray of shape (m, k) if ``grouping`` is set, else (m, p), float32
-    y : ndarray of shape (m,), int64 class indices
+    y : ndarray of shape (m,), int64 class indices, or float32 targets (regression)
     grouping : int or None
         Index into the bank of the grouping that reduced ``x``.
     """
@@ -87,9 +87,25 @@ def lipschitz(x: torch.Tensor, n_iter: int = 8) -> float:
     return 0.5 * lam / max(x.shape[0], 1)
 
 
+def batch_loss(out: torch.Tensor, y: torch.Tensor, regression: bool = False,
+               reduction: str = "mean") -> torch.Tensor:
+    """Softmax cross-entropy of class indices ``y``, or half the squared error of targets
+    ``y`` (one output): half, so that the loss of a linear layer is λmax([x, 1][x, 1]ᵀ / m)-
+    smooth, twice :func:`lipschitz`'s constant, whatever the units."""
+    if regression:
+        return 0.5 * F.mse_loss(out[:, 0], y.to(out.dtype), reduction=reduction)
+    return F.cross_entropy(out, y.long(), reduction=reduction)
+
+
 def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=None,
-                device="cpu", step_size: Callable[[torch.Tensor], float] | None = None) -> float:
+                device="cpu", step_size: Callable[[torch.Tensor], float] | None = None,
+                regression: bool = False) -> float:
     """Run one pass of SGD steps; return the mean training loss over the samples seen.
+
+    In regression the epoch ends at the average of its iterates (Polyak-Ruppert averaging):
+    with a constant step, SGD on a squared loss wanders at a distance from the optimum set by
+    the noise of the targets, and the average of its iterates does not (Bach and Moulines,
+    NeurIPS 2013). Cross-entropy keeps its last iterate.
 
     Parameters
     ----------
@@ -98,23 +114,36 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     step_size : callable, optional
         ``step_size(x)`` gives the step of the batch whose first-layer input is ``x``; default
         the optimizer's fixed learning rate.
+    regression : bool, default=False
+        Squared error on float targets instead of cross-entropy on class indices.
     """
     model.train()
     total, count = 0.0, 0
+    average = [torch.zeros_like(p) for p in model.parameters()] if regression else None
+    steps = 0
     for batch in batches:
         x = torch.as_tensor(batch.x, device=device)
-        y = torch.as_tensor(batch.y, device=device, dtype=torch.long)
+        y = torch.as_tensor(batch.y, device=device)
         grouping = None if batch.grouping is None else bank[batch.grouping].long()
         if step_size is not None:
             lr = step_size(x)
             for group in optimizer.param_groups:
                 group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x, grouping), y)
+        loss = batch_loss(model(x, grouping), y, regression)
         loss.backward()
         optimizer.step()
         total += loss.item() * len(y)
         count += len(y)
+        steps += 1
+        if average is not None:
+            with torch.no_grad():
+                for a, p in zip(average, model.parameters(), strict=True):
+                    a.add_(p.detach() - a, alpha=1.0 / steps)
+    if average is not None and steps:
+        with torch.no_grad():
+            for a, p in zip(average, model.parameters(), strict=True):
+                p.copy_(a)
     return total / max(count, 1)
 
 
@@ -128,17 +157,28 @@ def predict_logits(model: nn.Module, blocks: Iterable[np.ndarray], *, device="cp
 
 @torch.no_grad()
 def evaluate(model: nn.Module, blocks: Iterable[tuple[np.ndarray, np.ndarray]], *,
-             device="cpu") -> dict:
-    """Mean cross-entropy and accuracy over ``(x, y)`` blocks of full rows."""
+             device="cpu", regression: bool = False) -> dict:
+    """Mean loss (:func:`batch_loss`) over ``(x, y)`` blocks of full rows, with the accuracy,
+    or with the R² of regression targets (``"score"``: either)."""
     model.eval()
     loss, correct, count = 0.0, 0, 0
+    sum_y = sum_y2 = 0.0  # the targets' total sum of squares, for R²
     for x, y in blocks:
-        logits = model(torch.as_tensor(x, device=device))
-        y_t = torch.as_tensor(y, device=device, dtype=torch.long)
-        loss += float(F.cross_entropy(logits, y_t, reduction="sum"))
-        correct += int((logits.argmax(1) == y_t).sum())
+        out = model(torch.as_tensor(x, device=device))
+        y_t = torch.as_tensor(y, device=device)
+        loss += float(batch_loss(out, y_t, regression, reduction="sum"))
+        if regression:
+            y64 = np.asarray(y, np.float64)
+            sum_y, sum_y2 = sum_y + y64.sum(), sum_y2 + float(y64 @ y64)
+        else:
+            correct += int((out.argmax(1) == y_t.long()).sum())
         count += len(y)
-    return {"loss": loss / max(count, 1), "accuracy": correct / max(count, 1), "n": count}
+    n = max(count, 1)
+    if not regression:
+        return {"loss": loss / n, "accuracy": correct / n, "score": correct / n, "n": count}
+    total = sum_y2 - sum_y * sum_y / n
+    r2 = 1.0 - 2.0 * loss / total if total > 0 else float("nan")
+    return {"loss": loss / n, "r2": r2, "score": r2, "n": count}
 
 
 class EarlyStopping:
@@ -186,7 +226,7 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         stopper: EarlyStopping | None = None, start_epoch: int = 0,
         on_epoch_end: Callable[[dict], None] | None = None, progress: bool = False,
         step_size: Callable[[torch.Tensor], float] | None = None,
-        monitor: str = "loss") -> list[dict]:
+        monitor: str = "loss", regression: bool = False) -> list[dict]:
     """Train for up to ``max_epochs`` epochs; return one metrics dict per epoch.
 
     Parameters
@@ -207,8 +247,11 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
     step_size : callable, optional
         Per-batch step size (see :func:`train_epoch`).
     monitor : {"loss", "accuracy"}, default="loss"
-        What the stopper watches on the validation set: the loss, or the error rate (one
-        minus the accuracy, as scikit-learn's MLP and SGD stop on their validation score).
+        What the stopper watches on the validation set: the loss, or one minus the score
+        (the accuracy, or R² in regression), as scikit-learn's MLP and SGD stop on their
+        validation score.
+    regression : bool, default=False
+        Squared error on float targets (see :func:`batch_loss`).
     """
     history = []
     bar = tqdm(total=max_epochs, initial=start_epoch, desc="epochs", unit="epoch",
@@ -216,12 +259,14 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
     for epoch in range(start_epoch, max_epochs):
         metrics = {"epoch": epoch,
                    "train_loss": train_epoch(model, optimizer, epoch_batches(epoch),
-                                             bank=bank, device=device, step_size=step_size)}
+                                             bank=bank, device=device, step_size=step_size,
+                                             regression=regression)}
         monitored = metrics["train_loss"]
         if validation is not None:
-            val = evaluate(model, validation(), device=device)
-            metrics.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
-            monitored = val["loss"] if monitor == "loss" else 1.0 - val["accuracy"]
+            val = evaluate(model, validation(), device=device, regression=regression)
+            score = "val_r2" if regression else "val_accuracy"
+            metrics.update({"val_loss": val["loss"], score: val["score"]})
+            monitored = val["loss"] if monitor == "loss" else 1.0 - val["score"]
         stop = stopper is not None and stopper.update(epoch, monitored, model)
         log.info("epoch %d: %s", epoch, {k: round(v, 5) for k, v in metrics.items()})
         bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items() if k != "epoch"})

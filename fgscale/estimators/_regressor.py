@@ -1,0 +1,126 @@
+"""``FeatureGroupingRegressor``: Algorithm 1 with a squared loss, behind the scikit-learn API."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from fgscale._params import numpydoc
+from fgscale.estimators._base import FeatureGroupingBase, is_store
+from fgscale.images._masking import is_images
+from fgscale.images._nifti import unmask
+from fgscale.training._loop import predict_logits
+
+__all__ = ["FeatureGroupingRegressor"]
+
+
+class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
+    __doc__ = f"""Regressor trained with feature grouping as a stochastic regularizer.
+
+    The machinery of :class:`FeatureGroupingClassifier` (bank, standardization, step size,
+    early stopping on a validation split, selection of ``"auto"`` and listed
+    hyper-parameters, refit) with half the squared error as the loss and one output. The
+    target is standardized for training (its mean and standard deviation are ``y_mean_`` and
+    ``y_scale_``) and predictions are put back in its units. ``score`` is R², as
+    scikit-learn's regressors; ``stop_on="accuracy"`` watches the validation R².
+
+    Parameters
+    ----------
+{numpydoc()}
+
+    Attributes
+    ----------
+    n_features_in_ : int
+    n_clusters_ : int
+        k as resolved from ``n_clusters``.
+    mean_, scale_ : ndarray of shape (n_features,) or None
+        The standardization of the features, ``(x - mean_) * scale_``.
+    y_mean_, y_scale_ : float
+        The standardization of the target.
+    coef_ : ndarray of shape (n_features,)
+        Weights on the standardized features, in the target's units (``model="logreg"``,
+        a linear model here).
+    intercept_ : float
+    coef_img_ : nibabel.Nifti1Image
+        ``coef_`` as a 3D map, when a mask image is known.
+    mask_img_ : nibabel.Nifti1Image or None
+    model_ : torch.nn.Module
+    n_iter_ : int
+    history_ : list of dict
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fgscale import FeatureGroupingRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> mask = np.ones((6, 6, 6), bool)
+    >>> X = rng.standard_normal((120, 216)).astype(np.float32)
+    >>> y = X[:, :20].sum(axis=1) + 0.1 * rng.standard_normal(120)
+    >>> reg = FeatureGroupingRegressor(mask=mask, regularizer="l2", alpha=1e-3,
+    ...                                random_state=0).fit(X, y)
+    >>> bool(reg.score(X, y) > 0.8)
+    True
+    """
+
+    def fit(self, X, y=None, *, client=None):
+        """Build the bank (with feature grouping) and train.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), or images
+            In-memory data, or NIfTI images (paths or nibabel images, 3D or 4D, or a list of
+            them) masked as :meth:`FeatureGroupingClassifier.fit` masks them.
+        y : array-like of shape (n_samples,)
+            Numeric targets.
+        client : None
+            Stores are not supported by the regressor yet.
+
+        Returns
+        -------
+        self
+        """
+        self._check_params()
+        if is_store(X):
+            raise ValueError("FeatureGroupingRegressor trains on arrays and images; stores carry "
+                             "class labels only for now")
+        mask_img = None
+        if is_images(X):
+            X, mask_img = self._images_in(X)
+        X, y = validate_data(self, X, y, dtype=np.float32, y_numeric=True)
+        y = np.asarray(y, np.float64)
+        if y.ndim != 1:
+            raise ValueError(f"y must be one target per sample, got shape {y.shape}")
+        self.y_mean_ = float(y.mean())
+        std = float(y.std())
+        self.y_scale_ = std if std > 0 else 1.0
+        target = ((y - self.y_mean_) / self.y_scale_).astype(np.float32)
+        return self._fit_arrays(X, target, mask_img)
+
+    def _n_outputs(self) -> int:
+        return 1
+
+    def _set_outputs(self) -> None:
+        if self.model == "logreg":
+            first = self.model_.first
+            self.coef_ = first.weight.detach().cpu().numpy()[0] * self.y_scale_
+            self.intercept_ = float(first.bias.detach().cpu().numpy()[0]) * self.y_scale_ \
+                + self.y_mean_
+
+    @property
+    def coef_img_(self):
+        """``coef_`` as a 3D image on the mask's grid."""
+        check_is_fitted(self)
+        if self.model != "logreg" or getattr(self, "mask_img_", None) is None:
+            raise AttributeError("coef_img_ needs model='logreg' and a fit on images or with "
+                                 "mask= an image")
+        mask = np.asarray(self.mask_img_.dataobj) != 0
+        return unmask(self.coef_, mask, self.mask_img_.affine)
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted targets, shape (n_samples,)."""
+        check_is_fitted(self)
+        X = validate_data(self, self._rows_in(X), dtype=np.float32, reset=False)
+        out = predict_logits(self._placed_model(), self._standardized_blocks(X),
+                             device=self.device)
+        return out[:, 0].astype(np.float64) * self.y_scale_ + self.y_mean_
