@@ -45,6 +45,7 @@ _EXPORTS = {
     "get_client": "fgscale.cluster",
     "train_run": "fgscale.runs",
     "evaluate_run": "fgscale.runs",
+    "load_run": "fgscale.runs",
 }
 __all__ = sorted(_EXPORTS)
 

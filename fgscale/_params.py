@@ -309,7 +309,8 @@ PARAMS: tuple[Param, ...] = (
     Param("refit", True, _Bool(), "after early stopping, train again on all the training rows "
           "for as many epochs as the best one took", "bool"),
     Param("device", "cpu", _Device(), "torch device of the model ('cpu', 'cuda', 'cuda:1'); a "
-          "pickled estimator holds its model on the CPU and moves it back to predict", "str",
+          "saved run (or a pickle of the estimator) holds its model on the CPU and moves it "
+          "back to predict", "str",
           runtime=True),
     Param("prefetch", "auto", Union(Options("auto"), Interval(int, 1, None)),
           "with a store: minibatches in flight on the workers at most; 'auto': two per worker "

@@ -99,11 +99,25 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
+    from fgscale.reports import format_report
     from fgscale.runs import evaluate_run
 
     with _client(args, processes=args.worker_processes) as client:
-        metrics = evaluate_run(args.run, args.store, device=args.device, client=client)
-    print(json.dumps(metrics))
+        report = evaluate_run(args.run, args.store, device=args.device, client=client,
+                              predictions=args.predictions)
+    print(json.dumps(report) if args.json else format_report(report))
+    if args.predictions is not None and not args.json:
+        print(f"predictions of the {report['n']} test rows: {args.predictions}")
+    return 0
+
+
+def _cmd_predict(args) -> int:
+    from fgscale.runs import predict_run
+
+    summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
+                          resample=args.resample, device=args.device)
+    counts = ", ".join(f"{label} {n}" for label, n in summary["counts"].items())
+    print(f"{summary['n']} predictions written to {summary['out']} ({counts})")
     return 0
 
 
@@ -158,6 +172,11 @@ def _add_cluster_args(p) -> None:
     p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT)")
     p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file")
     p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+
+
+def _add_device_arg(p) -> None:
+    p.add_argument("--device", default=None,
+                   help="torch device (default: the run's own, else the CPU where it has no GPU)")
 
 
 def _add_worker_kind_arg(p) -> None:
@@ -249,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "fgscale bank STORE --list shows the keys)")
     p.set_defaults(func=_cmd_export)
 
-    # --- distributed commands (bank, train, evaluate) ---
+    # --- distributed commands (bank, train, cv, evaluate), then predict ---
 
     p = sub.add_parser("bank", help="build the bank of groupings into a store, on a Dask cluster")
     _add_bank_args(p, "")
@@ -277,12 +296,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="score a trained run on a store's test rows")
     p.add_argument("run", help="run folder (from fgscale train)")
-    p.add_argument("store", help="the Zarr store")
-    p.add_argument("--device", default=None,
-                   help="torch device (default: the run's own, else the CPU where it has no GPU)")
+    p.add_argument("store", help="the Zarr store (the run's, or another with its mask)")
+    _add_device_arg(p)
+    p.add_argument("--predictions", default=None, metavar="FILE",
+                   help="also write each test row's label, prediction and probabilities (CSV)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON line")
     _add_cluster_args(p)
     _add_worker_kind_arg(p)
     p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser("predict", help="predict NIfTI images, a cohort table or a store with a "
+                                       "trained run (no cluster)")
+    p.add_argument("run", help="run folder (from fgscale train)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="NIfTI files (3D or 4D: a line per volume), or one cohort table "
+                        "(.csv/.tsv: path,label[,group][,split]), or one store")
+    p.add_argument("--out", required=True, help="the predictions to write (CSV)")
+    p.add_argument("--rows", choices=["all", "train", "test"], default="all",
+                   help="a store's rows or a cohort table's files, by split (default: all)")
+    p.add_argument("--resample", action="store_true",
+                   help="resample images on another grid to the run's mask (linear); by "
+                        "default they are refused")
+    _add_device_arg(p)
+    p.set_defaults(func=_cmd_predict)
 
     return parser
 

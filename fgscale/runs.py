@@ -4,61 +4,48 @@ A run folder holds::
 
     config.json      the estimator's parameters, the store, the fgscale/torch/Python versions
     checkpoint.pt    model, optimiser, early-stopping and RNG state after the last epoch
+                     (tensors, numbers and strings only: it loads with ``weights_only=True``)
     metrics.jsonl    one JSON line per epoch (train loss, validation loss and accuracy)
-    estimator.pkl    the fitted estimator (without its bank), for ``fgscale evaluate``
+    model.json       the fitted estimator as data: class, parameters, classes, the selected
+    model.npz        hyper-parameters; the model's weights and the standardization; the mask
+    mask.nii.gz      of the store (:mod:`fgscale.estimators._persist`); model.json is written
+                     last: a run without it has not finished
     weights.nii.gz   first-layer weights as a 4D NIfTI image on the store's grid (one
                      volume per class for logistic regression, per hidden unit for the MLP)
-    final.json       test metrics on the store's test rows and the run's summary
+    final.json       the test report on the store's test rows and the run's summary
 
 Every file is written under a temporary name and renamed (:func:`atomic_path`): a run killed
-mid-write keeps the previous version of each file.
+mid-write keeps the previous version of each file. Nothing read back executes code: JSON,
+``np.load(allow_pickle=False)``, NIfTI, and ``torch.load(weights_only=True)`` for the
+checkpoint; :func:`load_run` is the way back to a fitted estimator.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
-import os
-import pickle
 import platform
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fgscale._files import atomic_path
 from fgscale._params import RUNTIME_PARAMS, check_device, params_to_json
 from fgscale.cluster import get_client
 from fgscale.estimators._base import _cuda, _History
 from fgscale.estimators._classifier import FeatureGroupingClassifier
+from fgscale.estimators._persist import load_model, save_model
 from fgscale.images._nifti import unmask
+from fgscale.reports import predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
-from fgscale.training._loop import evaluate
-from fgscale.training._stream import StoreSource
 
-__all__ = ["RunFolder", "atomic_path", "cross_validate", "evaluate_run", "train_run"]
+__all__ = ["RunFolder", "atomic_path", "cross_validate", "evaluate_run", "load_run",
+           "predict_run", "train_run"]
 
 log = logging.getLogger(__name__)
-
-@contextmanager
-def atomic_path(path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success rename it to ``path``.
-
-    A crash mid-write leaves the previous file intact. The temporary name keeps the file's
-    suffixes (``.nii.gz``, ``.json``) so that writers that look at them still work.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _versions() -> dict:
@@ -119,18 +106,16 @@ class RunFolder:
         """The estimator's per-epoch hook: a checkpoint and the metrics after every epoch."""
         return _Checkpoints(self, estimator, optimizer, stopper)
 
-    def write_estimator(self, clf) -> None:
-        slim = copy.copy(clf)
-        slim.bank_ = None  # the bank is in the store; the model alone predicts
-        with atomic_path(self / "estimator.pkl") as tmp, open(tmp, "wb") as f:
-            pickle.dump(slim, f)
+    def write_estimator(self, clf, store) -> None:
+        """``model.json``, ``model.npz`` and the store's mask (:func:`save_model`)."""
+        save_model(clf, self.path, mask_img=store.mask_img())
 
     def read_estimator(self):
-        path = self / "estimator.pkl"
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no trained estimator (run fgscale train first)")
-        with open(path, "rb") as f:
-            return pickle.load(f)
+        if not (self / "model.json").exists():
+            raise FileNotFoundError(f"{self / 'model.json'}: no such file; the run in "
+                                    f"{self.path} has not finished (fgscale train writes it "
+                                    "at the end; --resume continues a killed run)")
+        return load_model(self.path)
 
     def write_weights(self, weight, store) -> Path:
         """First-layer weights ``weight`` (n_outputs, n_features) as a NIfTI on the store's grid."""
@@ -158,7 +143,12 @@ class _Checkpoints(_History):
         path = self.folder / "checkpoint.pt"
         if not path.exists():
             return 0
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        try:  # weights_only: tensors, numbers, strings and containers, never code
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # an unpickling error (a foreign object), a damaged file
+            raise ValueError(f"{path}: not a checkpoint of plain tensors and numbers, refused "
+                             f"unread ({type(exc).__name__}); delete it to restart the run, "
+                             "or use a new run folder") from None
         if state["params"] != self.params:
             changed = sorted(k for k in self.params if state["params"].get(k) != self.params[k])
             raise ValueError(f"{path}: saved with other parameters ({', '.join(changed)}); "
@@ -177,11 +167,16 @@ class _Checkpoints(_History):
     def epoch_end(self, metrics: dict) -> None:
         super().epoch_end(metrics)
         cuda_rng = None if self.gpu is None else torch.cuda.get_rng_state(self.gpu)
-        state = {"epoch": metrics["epoch"], "model": self.estimator.model_.state_dict(),
+        model = self.estimator.model_.state_dict()
+        stopper = None if self.stopper is None else self.stopper.state_dict()
+        if stopper is not None and stopper["best_epoch"] == metrics["epoch"]:
+            # the best weights are this epoch's: the model's own tensors, which torch.save
+            # stores once, rather than a copy that would double the checkpoint
+            stopper["best_state"] = model
+        state = {"epoch": metrics["epoch"], "model": model,
                  "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
-                 "cuda_rng": cuda_rng,
-                 "stopper": None if self.stopper is None else self.stopper.state_dict(),
-                 "history": self.history, "params": self.params}
+                 "cuda_rng": cuda_rng, "stopper": stopper, "history": self.history,
+                 "params": self.params}
         with atomic_path(self.folder / "checkpoint.pt") as tmp:
             torch.save(state, tmp)
         with atomic_path(self.folder / "metrics.jsonl") as tmp:
@@ -209,7 +204,9 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     Returns
     -------
     summary : dict
-        Test metrics (on the store's test rows), epochs run, seconds, paths of the outputs.
+        ``test``, the report on the store's test rows
+        (:func:`fgscale.reports.classification_report`), epochs run, seconds, the selected
+        hyper-parameters, paths of the outputs.
     """
     folder = RunFolder(out)
     clf = FeatureGroupingClassifier(**(params or {}))
@@ -223,9 +220,9 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     start = time.perf_counter()
     with get_client(client, processes=False) as client:
         clf._fit_store(store.path, client, folder.checkpoints)
-        test = _evaluate(clf, store, client)
+        test, _ = _evaluate(clf, store, client)
     seconds = time.perf_counter() - start
-    folder.write_estimator(clf)
+    folder.write_estimator(clf, store)
     weights = folder.write_weights(clf.model_.first.weight.detach().cpu().numpy(), store)
     refit = [h for h in clf.history_ if h.get("phase") == "refit"]
     summary = {"test": test, "epochs": len(clf.history_) - len(refit),
@@ -260,7 +257,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     Returns
     -------
     scores : dict
-        ``folds`` (a dict per fold: loss, accuracy, rows, the chosen hyper-parameters),
+        ``folds`` (a dict per fold: its report, as :func:`fgscale.reports.classification_report`,
+        its training rows, the chosen hyper-parameters),
         ``mean_accuracy``, ``std_accuracy``, ``grouped``.
     """
     from sklearn.model_selection import GroupKFold, StratifiedKFold
@@ -281,7 +279,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         for fold, (train, test) in enumerate(splits):
             model = FeatureGroupingClassifier(**clf.get_params())
             model._fit_store(store.path, client, rows=rows[train])
-            metrics = _evaluate(model, store, client, rows[test], stats_rows=rows[train])
+            metrics, _ = _evaluate(model, store, client, rows[test])
             folds.append({"fold": fold, "n_train": int(train.size), **metrics,
                           "selected": {"alpha": model.alpha_, "dropout": model.dropout_,
                                        "n_clusters": model.n_clusters_}})
@@ -293,25 +291,33 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
             "std_accuracy": float(accuracy.std()), "grouped": grouped}
 
 
-def _evaluate(clf: FeatureGroupingClassifier, store, client, rows=None, stats_rows=None) -> dict:
+def _evaluate(clf: FeatureGroupingClassifier, store, client, rows=None) -> tuple[dict, dict]:
+    """The report and the per-row table of ``rows`` (default the store's test rows)."""
     rows = store.test_rows() if rows is None else rows
     if rows.size == 0:
         log.warning("%s has no test rows: no test metrics", store.path)
-        return {"loss": None, "accuracy": None, "n": 0}
-    if list(clf.classes_) != list(store.classes):
-        raise ValueError(f"{store.path}: classes {list(store.classes)} differ from the run's "
-                         f"{list(clf.classes_)}")
-    source = StoreSource(client, store.path, prefetch=clf.prefetch,
-                         standardize=clf.mean_ is not None, stats_rows=stats_rows)
-    return evaluate(clf._placed_model(), source.blocks(rows), device=clf.device)
+    return score_store(clf, store, client, rows)
 
 
-def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None) -> dict:
-    """Score a trained run on a store's test rows, streamed; returns loss, accuracy, n.
+def load_run(run_dir, *, device: str | None = None) -> FeatureGroupingClassifier:
+    """The fitted estimator of a finished run folder: the supported way for Python users.
 
-    ``device`` is the torch device to evaluate on; by default the run's own, or the CPU
-    where this machine has no such device (a run trained on a GPU node, scored on a login
-    node).
+    It loads data only (JSON, ``.npz`` arrays without pickles, the NIfTI mask): nothing in
+    the folder can run code, unlike a pickle.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+        A run folder written by :func:`train_run` (or ``fgscale train``).
+    device : str, optional
+        The torch device to predict on; by default the run's own, or the CPU where this
+        machine has no such device (a run trained on a GPU node, used on a login node).
+
+    Returns
+    -------
+    estimator : FeatureGroupingClassifier
+        Fitted: ``predict``, ``predict_proba`` and ``score`` give what the trained one gave;
+        ``mask_img_`` is the store's mask; ``bank_`` is None (the bank stays in the store).
     """
     clf = RunFolder(run_dir).read_estimator()
     if device is None:
@@ -319,14 +325,73 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None)
         try:
             check_device(device)
         except ValueError as exc:
-            log.warning("%s: evaluating on the CPU", exc)
+            log.warning("%s: using the CPU", exc)
             device = "cpu"
     else:
         check_device(device)
-    clf.set_params(device=device)
+    return clf.set_params(device=device)
+
+
+def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
+                 predictions=None) -> dict:
+    """Score a trained run on a store's test rows, streamed.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+    store_path : str or Path
+        A store of the run's mask (its own, or new subjects converted with its mask).
+    device : str, optional
+        As :func:`load_run`.
+    client : distributed.Client, optional
+        Default the active ``distributed`` client, else an embedded LocalCluster of threads.
+    predictions : str or Path, optional
+        Also write the per-row predictions there as CSV: ``row``, ``path``, ``volume``,
+        ``label``, ``prediction``, ``proba_<class>``.
+
+    Returns
+    -------
+    report : dict
+        :func:`fgscale.reports.classification_report` of the test rows: n, loss, accuracy,
+        balanced accuracy, per-class precision, recall, f1 and support, confusion matrix.
+    """
+    clf = load_run(run_dir, device=device)
     store = open_store(store_path)
-    if store.n_features != clf.n_features_in_:
-        raise ValueError(f"{store.path}: {store.n_features} features, the run was trained on "
-                         f"{clf.n_features_in_}")
     with get_client(client, processes=False) as client:
-        return _evaluate(clf, store, client)
+        report, table = _evaluate(clf, store, client)
+    if predictions is not None:
+        write_table(table, predictions)
+    return report
+
+
+def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = False,
+                device: str | None = None) -> dict:
+    """Predict NIfTI files, a cohort table's files or a store's rows with a trained run, into
+    a CSV; reads only the run folder and the inputs (no cluster).
+
+    Parameters
+    ----------
+    run_dir : str or Path
+    inputs : list of str or Path
+        NIfTI files (3D or 4D), or one cohort table, or one store
+        (:func:`fgscale.reports.predict_inputs`).
+    out : str or Path
+        The CSV: one line per volume or store row, ``prediction`` and ``proba_<class>``.
+    rows : {"all", "train", "test"}, default="all"
+        A store's rows, or a cohort table's files, by split.
+    resample : bool, default=False
+        Resample images on another grid to the run's mask's; by default they are refused.
+    device : str, optional
+        As :func:`load_run`.
+
+    Returns
+    -------
+    summary : dict
+        ``n`` predictions, ``out``, the ``counts`` of each predicted class.
+    """
+    clf = load_run(run_dir, device=device)
+    table = predict_inputs(clf, inputs, rows=rows, resample=resample)
+    path = write_table(table, out)
+    labels, counts = np.unique(np.asarray(table["prediction"]).astype(str), return_counts=True)
+    return {"n": len(table["prediction"]), "out": str(path),
+            "counts": dict(zip(labels.tolist(), counts.tolist(), strict=True))}

@@ -1,5 +1,6 @@
 """``fgscale train`` / ``evaluate`` on real stores and a real LocalCluster."""
 
+import csv
 import json
 import os
 import pickle
@@ -11,10 +12,12 @@ import time
 import nibabel as nib
 import numpy as np
 import pytest
+import torch
 from helpers import TOLERANCE, assert_weight_map
+from sklearn import metrics
 
 from fgscale.cli import main
-from fgscale.runs import evaluate_run, train_run
+from fgscale.runs import evaluate_run, load_run, train_run
 
 ARGS = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size", "8",
         "--learning-rate", "0.05", "--seed", "3"]
@@ -29,9 +32,10 @@ def weights(run):
 def test_train_writes_a_complete_run_folder(tiny_store, client, tmp_path):
     run = tmp_path / "run"
     summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=5), client=client)
-    for name in ("config.json", "checkpoint.pt", "metrics.jsonl", "estimator.pkl",
-                 "weights.nii.gz", "final.json"):
-        assert (run / name).exists(), name
+    assert sorted(p.name for p in run.iterdir()) == [
+        "checkpoint.pt", "config.json", "final.json", "mask.nii.gz", "metrics.jsonl",
+        "model.json", "model.npz", "weights.nii.gz"]
+    np.testing.assert_array_equal(nib.load(run / "mask.nii.gz").get_fdata() != 0, tiny_store.mask)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(5))
     assert_weight_map(run / "weights.nii.gz", tiny_store)
@@ -50,9 +54,14 @@ def test_cli_train_and_evaluate(tiny_store, tmp_path, capsys):
                  "--n-workers", "1", *ARGS]) == 0
     assert "test accuracy" in capsys.readouterr().out
     assert main(["evaluate", str(run), str(tiny_store.path), "--n-workers", "1",
-                 "--worker-processes"]) == 0
-    metrics = json.loads(capsys.readouterr().out)
-    assert metrics["n"] == tiny_store.test_rows().size
+                 "--worker-processes", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["n"] == tiny_store.test_rows().size
+    assert main(["evaluate", str(run), str(tiny_store.path), "--n-workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"{report['n']} rows: accuracy {report['accuracy']:.4f}" in out
+    assert "confusion matrix (rows: true class, columns: predicted)" in out
+    assert out.count("class_3") == 3  # its line in the table and the matrix, and its column
     # a bad store path is a clear error, not a traceback
     assert main(["train", str(tmp_path / "nope.zarr"), "--out", str(tmp_path / "r2")]) == 2
     assert "no such store" in capsys.readouterr().err
@@ -134,9 +143,9 @@ def test_resumed_dropout_run_draws_the_same_masks(tiny_store, client, tmp_path, 
     train_run(tiny_store.path, run, params=dict(params, max_epochs=6), resume=True, client=client)
     summary = train_run(tiny_store.path, whole, params=dict(params, max_epochs=6), client=client)
     np.testing.assert_allclose(weights(run), weights(whole), **TOLERANCE[device])
-    # the pickled estimator holds its model on the CPU: a GPU run is scored on a CPU-only node
-    with open(whole / "estimator.pkl", "rb") as f:
-        assert {p.device.type for p in pickle.load(f).model_.parameters()} == {"cpu"}
+    # the saved model loads on the CPU: a GPU run is scored on a CPU-only node
+    loaded = load_run(whole, device="cpu")
+    assert {p.device.type for p in loaded.model_.parameters()} == {"cpu"}
     on_cpu = evaluate_run(whole, tiny_store.path, device="cpu", client=client)
     assert on_cpu["accuracy"] == summary["test"]["accuracy"]
     assert on_cpu["loss"] == pytest.approx(summary["test"]["loss"], rel=1e-5)
@@ -155,3 +164,80 @@ def test_atomic_path_keeps_the_old_file_when_a_write_fails(tmp_path):
     with atomic_path(target) as tmp:
         tmp.write_text("new")
     assert target.read_text() == "new" and list(tmp_path.iterdir()) == [target]
+
+
+def test_evaluate_report_is_sklearn_metrics_of_its_predictions(tiny_store, client, tmp_path):
+    run = tmp_path / "run"
+    summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
+    report = evaluate_run(run, tiny_store.path, client=client, predictions=tmp_path / "p.csv")
+    assert report == summary["test"] == json.loads((run / "final.json").read_text())["test"]
+    with open(tmp_path / "p.csv") as f:
+        table = list(csv.DictReader(f))
+    classes = list(tiny_store.classes)
+    test = tiny_store.test_rows()
+    assert [int(r["row"]) for r in table] == test.tolist()
+    assert [r["label"] for r in table] == tiny_store.classes[tiny_store.y[test]].tolist()
+    clf = load_run(run)
+    X = tiny_store.read_rows(test)
+    assert [r["prediction"] for r in table] == clf.predict(X).tolist()
+    proba = np.array([[float(r[f"proba_{c}"]) for c in classes] for r in table])
+    np.testing.assert_array_equal(proba, clf.predict_proba(X))  # every digit kept in the CSV
+    y_true, y_pred = [r["label"] for r in table], [r["prediction"] for r in table]
+    assert report["n"] == len(table) == test.size
+    assert report["accuracy"] == metrics.accuracy_score(y_true, y_pred)
+    assert report["balanced_accuracy"] == pytest.approx(
+        metrics.balanced_accuracy_score(y_true, y_pred))
+    assert report["loss"] == pytest.approx(metrics.log_loss(y_true, proba, labels=classes))
+    assert report["confusion_matrix"] == metrics.confusion_matrix(y_true, y_pred,
+                                                                  labels=classes).tolist()
+    precision, recall, f1, support = metrics.precision_recall_fscore_support(
+        y_true, y_pred, labels=classes, zero_division=0)
+    for i, c in enumerate(classes):
+        assert report["per_class"][c] == pytest.approx(
+            {"precision": precision[i], "recall": recall[i], "f1": f1[i], "support": support[i]})
+
+
+def test_an_unfinished_run_is_a_clear_error(tiny_store, client, tmp_path):
+    run = tmp_path / "run"
+    train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=1), client=client)
+    (run / "model.json").unlink()
+    with pytest.raises(FileNotFoundError, match="model.json: no such file; the run .* has not "
+                                                "finished"):
+        evaluate_run(run, tiny_store.path, client=client)
+
+
+class _Payload:
+    """Unpickling this creates ``marker``: what a crafted file would run."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_planted_pickles_are_never_run(tiny_store, client, tmp_path):
+    run = tmp_path / "run"
+    params = dict(PARAMS, model="mlp", hidden_layer_sizes=(8,), early_stopping=True,
+                  max_epochs=2)
+    expected = train_run(tiny_store.path, run, params=params, client=client)["test"]
+    # the checkpoint is plain data: it loads where nothing but tensors and numbers may
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 1 and state["stopper"]["best_state"].keys() == state["model"].keys()
+
+    # an estimator.pkl of an older fgscale, or planted: evaluate never opens it
+    marker = tmp_path / "executed-pkl"
+    (run / "estimator.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    assert evaluate_run(run, tiny_store.path, client=client) == expected
+    assert not marker.exists()
+    pickle.loads((run / "estimator.pkl").read_bytes())  # it does run when unpickled
+    assert marker.exists()
+
+    # a checkpoint holding an object: resuming refuses it unread
+    marker = tmp_path / "executed-pt"
+    torch.save({"epoch": 0, "model": _Payload(marker)}, run / "checkpoint.pt")
+    with pytest.raises(ValueError, match=r"checkpoint\.pt: not a checkpoint of plain tensors and "
+                                         "numbers, refused unread"):
+        train_run(tiny_store.path, run, params=dict(params, max_epochs=4), resume=True,
+                  client=client)
+    assert not marker.exists()

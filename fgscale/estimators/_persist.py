@@ -1,0 +1,333 @@
+"""Fitted estimators saved as data, never as code: a folder with ``model.json``, ``model.npz``
+and ``mask.nii.gz``.
+
+::
+
+    model.json    format version, fgscale/torch/numpy versions, the estimator's class and
+                  parameters, its fitted attributes (a classifier's classes_ and their dtype,
+                  n_features_in_, the selected alpha_, dropout_, n_clusters_, n_iter_,
+                  batch_size_, a regressor's y_mean_ and y_scale_, cv_results_, history_) and
+                  the SHA-256 of model.npz; written last, so that it marks a complete save
+    model.npz     the torch model's state_dict (arrays ``model.<name>``) and the
+                  standardization vectors ``mean_`` and ``scale_`` (absent without it)
+    mask.nii.gz   the mask the features come from, uint8 on the images' grid, when the
+                  estimator has one (``mask_img_``)
+
+Loading reads JSON, ``np.load(allow_pickle=False)`` and a NIfTI header and array: a crafted
+folder can fail to load, never run code, where a pickle (or ``torch.load`` without
+``weights_only``) executes whatever it names. The class is looked up among the public
+estimators of :mod:`fgscale.estimators`, never imported by a name read from the file. The
+bank of groupings is not saved: the model alone predicts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import torch
+from sklearn.base import is_classifier
+from sklearn.utils.validation import check_is_fitted
+
+from fgscale._files import atomic_path
+from fgscale._params import PARAMS, params_to_json, validate_params
+from fgscale.images._masking import as_mask_image
+from fgscale.training._models import build_model
+
+__all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model"]
+
+FORMAT_VERSION = 1
+MODEL_JSON, MODEL_NPZ, MASK = "model.json", "model.npz", "mask.nii.gz"
+_FORMAT = "fgscale-model"
+_SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_")
+_CLASS_KINDS = "Uiubf"  # the dtypes of labels that JSON gives back as they were (and "O")
+_PREFIX = "model."  # state_dict arrays in model.npz, apart from mean_ and scale_
+_MASK_PARAM = {"saved": MASK}  # an array or image ``mask`` parameter: the saved mask
+
+
+def _plain(value):
+    """``value`` with numpy scalars, arrays and tuples as JSON's numbers and lists."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _estimators() -> dict:
+    """The classes that load: the public estimators, by name (a fixed table, never an import
+    of a name read from a file)."""
+    import fgscale.estimators as estimators
+
+    return {name: getattr(estimators, name) for name in estimators.__all__}
+
+
+def _versions() -> dict:
+    from fgscale import __version__
+
+    return {"fgscale": __version__, "torch": torch.__version__, "numpy": np.__version__}
+
+
+def _mask_to_save(estimator, mask_img):
+    """The fitted ``mask_img_``, else ``mask_img``, else an array or image ``mask`` parameter
+    (a path parameter is kept as a path in the parameters)."""
+    for mask in (getattr(estimator, "mask_img_", None), mask_img):
+        if mask is not None:
+            return as_mask_image(mask)
+    if estimator.mask is not None and not isinstance(estimator.mask, (str, os.PathLike)):
+        return as_mask_image(estimator.mask)
+    return None
+
+
+def save_model(estimator, folder, *, mask_img=None) -> Path:
+    """Save a fitted estimator into ``folder`` as data (see the module docstring).
+
+    Parameters
+    ----------
+    estimator : FeatureGroupingClassifier or FeatureGroupingRegressor
+        Fitted.
+    folder : str or Path
+        Created if needed. A previous save there is replaced file by file, each file written
+        under a temporary name then renamed; ``model.json`` comes last and records the
+        checksum of ``model.npz``, so a save killed midway is refused at load, never mixed.
+    mask_img : nibabel image, optional
+        The mask to save when the estimator has no ``mask_img_`` (a run folder passes its
+        store's).
+
+    Returns
+    -------
+    path : Path
+        The ``model.json`` written.
+    """
+    check_is_fitted(estimator, "model_")
+    name = type(estimator).__name__
+    if _estimators().get(name) is not type(estimator):
+        raise TypeError(f"save_model saves {sorted(_estimators())}, got {name}")
+    folder = Path(folder)
+    doc = {"format": _FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
+           "estimator": name}
+    if hasattr(estimator, "classes_"):
+        classes = np.asarray(estimator.classes_)
+        kind = classes.dtype.kind
+        if kind not in _CLASS_KINDS + "O" or (kind == "O" and not all(
+                isinstance(c, (str, int, np.integer)) for c in classes)):
+            raise ValueError(f"classes_ of dtype {classes.dtype} cannot be saved: labels must "
+                             "be strings, integers, floats or booleans")
+        doc.update(classes_=classes.tolist(),
+                   classes_dtype="object" if kind == "O" else classes.dtype.str)
+    mask = _mask_to_save(estimator, mask_img)
+    if mask is not None:
+        data = np.asarray(mask.dataobj)
+        mask = nib.Nifti1Image((np.isfinite(data) & (data != 0)).astype(np.uint8), mask.affine)
+        if int(mask.get_fdata().sum()) != estimator.n_features_in_:
+            raise ValueError(f"the mask has {int(mask.get_fdata().sum())} voxels, the "
+                             f"estimator {estimator.n_features_in_} features")
+
+    arrays = {_PREFIX + k: v.detach().cpu().numpy()
+              for k, v in estimator.model_.state_dict().items()}
+    for attr in ("mean_", "scale_"):
+        if getattr(estimator, attr, None) is not None:
+            arrays[attr] = np.asarray(getattr(estimator, attr))
+    with atomic_path(folder / MODEL_NPZ) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    if mask is not None:
+        with atomic_path(folder / MASK) as tmp:
+            mask.to_filename(tmp)
+    else:  # a previous save's mask must not outlive it
+        (folder / MASK).unlink(missing_ok=True)
+
+    params = params_to_json(estimator.get_params())
+    if mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):
+        params["mask"] = _MASK_PARAM
+    doc.update({"params": params, "n_features_in_": estimator.n_features_in_,
+                "mask": mask is not None,
+                **{attr: getattr(estimator, attr) for attr in _SCALARS
+                   if hasattr(estimator, attr)},
+                "cv_results_": getattr(estimator, "cv_results_", []),
+                "history_": getattr(estimator, "history_", []),
+                "sha256": {MODEL_NPZ: _sha256(folder / MODEL_NPZ)}})
+    if hasattr(estimator, "feature_names_in_"):
+        doc["feature_names_in_"] = list(map(str, estimator.feature_names_in_))
+    with atomic_path(folder / MODEL_JSON) as tmp:
+        tmp.write_text(json.dumps(_plain(doc), indent=2) + "\n")
+    return folder / MODEL_JSON
+
+
+# ---------------------------------------------------------------------------------- loading
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file; {path.parent} holds no saved model "
+                                "(a run folder gets one when fgscale train finishes)")
+    try:
+        doc = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+        raise ValueError(f"{path}: not an fgscale model (expected \"format\": \"{_FORMAT}\")")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: model format version {doc.get('format_version')!r}, this "
+                         f"fgscale reads version {FORMAT_VERSION}; save the model again")
+    return doc
+
+
+def _get(doc: dict, key: str, types, path: Path, what: str):
+    if key not in doc:
+        raise ValueError(f"{path}: missing key {key!r} ({what})")
+    value = doc[key]
+    if not isinstance(value, types) or isinstance(value, bool) and bool not in (
+            types if isinstance(types, tuple) else (types,)):
+        raise ValueError(f"{path}: {key!r} must be {what}, got {value!r}")
+    return value
+
+
+def _read_npz(path: Path, expected_sha: str) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (the model's weights)")
+    if _sha256(path) != expected_sha:
+        raise ValueError(f"{path}: does not match {MODEL_JSON} (another checksum): the two "
+                         "files come from different saves; save the model again")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"{path}: not a plain numeric .npz ({exc})") from None
+
+
+def _read_mask(path: Path, n_features: int) -> nib.Nifti1Image:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file ({MODEL_JSON} says the model has a mask)")
+    try:
+        img = nib.load(path)
+        data = np.asarray(img.dataobj)
+    except Exception as exc:  # nibabel raises several types for a damaged file
+        raise ValueError(f"{path}: not a readable NIfTI mask ({exc})") from None
+    if data.ndim != 3 or int((data != 0).sum()) != n_features:
+        raise ValueError(f"{path}: expected a 3D mask of {n_features} voxels, got shape "
+                         f"{data.shape} with {int((data != 0).sum())}")
+    return nib.Nifti1Image((data != 0).astype(np.uint8), img.affine)
+
+
+def _params(doc: dict, mask_img, path: Path) -> dict:
+    params = dict(_get(doc, "params", dict, path, "a dict of the estimator's parameters"))
+    unknown = sorted(set(params) - {p.name for p in PARAMS})
+    if unknown:
+        raise ValueError(f"{path}: unknown parameter(s) {unknown} (a newer fgscale's model?)")
+    if params.get("mask") == _MASK_PARAM:
+        params["mask"] = mask_img
+    elif params.get("mask") is not None and not isinstance(params["mask"], str):
+        params["mask"] = None
+    if not (params.get("random_state") is None or isinstance(params["random_state"], int)):
+        params["random_state"] = None  # a RandomState was saved as its repr: not restorable
+    if isinstance(params.get("hidden_layer_sizes"), list):
+        params["hidden_layer_sizes"] = tuple(params["hidden_layer_sizes"])
+    try:  # the device is checked where the model is used: a GPU run loads on a CPU node
+        validate_params({k: v for k, v in params.items() if k not in ("device", "mask")})
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return params
+
+
+def _classes(doc: dict, path: Path) -> np.ndarray:
+    values = _get(doc, "classes_", list, path, "a list of labels")
+    spec = _get(doc, "classes_dtype", str, path, "a numpy dtype string")
+    try:
+        dtype = np.dtype(object if spec == "object" else spec)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in _CLASS_KINDS + "O" or not values or not all(
+            isinstance(v, (str, int, float, bool)) for v in values):
+        raise ValueError(f"{path}: 'classes_' must be a non-empty list of labels of a plain "
+                         f"dtype, got {values!r} as {spec!r}")
+    return np.asarray(values, dtype=dtype)
+
+
+def _check_arrays(arrays: dict, expected: dict, path: Path) -> None:
+    """``arrays`` have exactly the names and shapes of ``expected`` (name -> shape)."""
+    missing, extra = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
+    if missing or extra:
+        raise ValueError(f"{path}: expected arrays {sorted(expected)}; missing {missing}, "
+                         f"unexpected {extra}")
+    for name, shape in expected.items():
+        if tuple(arrays[name].shape) != tuple(shape) or arrays[name].dtype.kind != "f":
+            raise ValueError(f"{path}: array {name!r} must be float of shape {tuple(shape)}, "
+                             f"got {arrays[name].dtype} {arrays[name].shape}")
+
+
+def load_model(folder):
+    """Load an estimator saved by :func:`save_model`, ready to predict.
+
+    Parameters
+    ----------
+    folder : str or Path
+
+    Returns
+    -------
+    estimator : FeatureGroupingClassifier or FeatureGroupingRegressor
+        Its parameters, fitted attributes and model as saved, the model on the CPU (moved to
+        ``device`` to predict); ``bank_`` is None. An array or image ``mask`` parameter comes
+        back as the saved mask image; a ``RandomState`` as None.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        Naming the file and what is wrong with it: missing, not JSON, a missing key, an array
+        of another shape, a checksum that does not match.
+    """
+    folder = Path(folder)
+    path = folder / MODEL_JSON
+    doc = _read_json(path)
+    name = _get(doc, "estimator", str, path, "the estimator's class name")
+    known = _estimators()
+    if name not in known:
+        raise ValueError(f"{path}: unknown estimator {name!r}; expected one of {sorted(known)}")
+    n_features = _get(doc, "n_features_in_", int, path, "an int")
+    has_mask = _get(doc, "mask", bool, path, "true or false")
+    mask_img = _read_mask(folder / MASK, n_features) if has_mask else None
+    est = known[name](**_params(doc, mask_img, path))
+    if "classes_" in doc or is_classifier(est):
+        est.classes_ = _classes(doc, path)
+    est.n_features_in_ = n_features
+    if "feature_names_in_" in doc:
+        est.feature_names_in_ = np.asarray(doc["feature_names_in_"], dtype=object)
+    for attr in _SCALARS:
+        if attr in doc:
+            setattr(est, attr, doc[attr])
+    dropout = _get(doc, "dropout_", (int, float), path, "the selected dropout rate")
+    if not 0 <= dropout < 1:
+        raise ValueError(f"{path}: 'dropout_' must be a float in [0, 1), got {dropout!r}")
+    est.cv_results_ = doc.get("cv_results_", [])
+    est.history_ = doc.get("history_", [])
+    est.bank_, est.mask_img_ = None, mask_img
+
+    sha = _get(doc, "sha256", dict, path, "the checksums of the other files").get(MODEL_NPZ)
+    arrays = _read_npz(folder / MODEL_NPZ, sha)
+    model = build_model(est.model, n_features, est._n_outputs(), regularizer=est.regularizer,
+                        dropout=est.dropout_, hidden_layer_sizes=est.hidden_layer_sizes)
+    expected = {_PREFIX + k: v.shape for k, v in model.state_dict().items()}
+    if est.standardize:
+        expected.update(mean_=(n_features,), scale_=(n_features,))
+    _check_arrays(arrays, expected, folder / MODEL_NPZ)
+    model.load_state_dict({k: torch.from_numpy(arrays[_PREFIX + k])
+                           for k in model.state_dict()})
+    est.model_ = model.eval()
+    est.mean_, est.scale_ = arrays.get("mean_"), arrays.get("scale_")
+    est._set_outputs()
+    return est

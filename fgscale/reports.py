@@ -1,0 +1,284 @@
+"""What a fitted classifier says about data: a prediction per row, and a classification report.
+
+Every prediction comes from the estimator's own ``predict_proba`` on full rows: NIfTI images
+are masked with the model's saved mask (:func:`fgscale.images.mask_images`), a store's rows
+are read in blocks, here or streamed from Dask workers. A table is a dict of equal-length
+columns (``row``/``path``, ``volume``, ``label``, then ``prediction`` and ``proba_<class>``),
+written as CSV by :func:`write_table`; :func:`classification_report` scores one that has
+labels, with :mod:`sklearn.metrics`.
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from fgscale._files import atomic_path
+from fgscale.images._cohort import read_cohort
+from fgscale.images._masking import mask_images
+from fgscale.images._nifti import load_img
+from fgscale.store._reader import Store, open_store
+
+__all__ = ["ROWS", "check_store", "classification_report", "format_report", "predict_inputs",
+           "proba_matrix", "score_store", "write_table"]
+
+ROWS = ("all", "train", "test")
+_TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
+
+
+def _proba_columns(clf, blocks: Iterable[tuple[dict, np.ndarray]]) -> dict:
+    """The columns of ``(info, x)`` blocks: ``info``'s, then the prediction and probabilities
+    of the rows ``x`` (n_rows, n_features), float32."""
+    columns, probas = {}, []
+    for info, x in blocks:
+        for name, values in info.items():
+            columns.setdefault(name, []).extend(np.asarray(values).tolist())
+        if len(x):
+            probas.append(clf.predict_proba(x))
+    proba = np.concatenate(probas) if probas else np.empty((0, len(clf.classes_)))
+    columns["prediction"] = clf.classes_[proba.argmax(axis=1)] if len(proba) else []
+    for j, c in enumerate(clf.classes_):
+        columns[f"proba_{c}"] = proba[:, j]
+    return columns
+
+
+def proba_matrix(table: dict, classes) -> np.ndarray:
+    """The ``proba_<class>`` columns of a table, shape (n_rows, n_classes)."""
+    return np.column_stack([np.asarray(table[f"proba_{c}"], float) for c in classes])
+
+
+# ---------------------------------------------------------------------------------- stores
+
+def check_store(clf, store: Store) -> None:
+    """``store``'s rows are the features ``clf`` was trained on: the same count and, when the
+    model has a mask, the same mask on the same grid."""
+    if store.n_features != clf.n_features_in_:
+        raise ValueError(f"{store.path}: {store.n_features} features, the model was trained on "
+                         f"{clf.n_features_in_}")
+    mask = getattr(clf, "mask_img_", None)
+    if mask is not None and (store.mask.shape != mask.shape
+                             or not np.allclose(store.affine, mask.affine, atol=1e-4)
+                             or not np.array_equal(store.mask, np.asarray(mask.dataobj) != 0)):
+        raise ValueError(f"{store.path}: its mask or grid differs from the model's mask: its "
+                         "rows are other voxels (convert the images with the model's mask.nii.gz)")
+
+
+def _store_rows(store: Store, rows) -> np.ndarray:
+    if isinstance(rows, str):
+        if rows not in ROWS:
+            raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
+        return {"all": np.arange(store.n_samples, dtype=np.int64),
+                "train": store.train_rows(), "test": store.test_rows()}[rows]
+    return np.asarray(rows, dtype=np.int64)
+
+
+def _store_info(store: Store, rows: np.ndarray) -> dict:
+    return {"row": rows, "path": store.source[rows], "volume": store.volume[rows],
+            "label": store.classes[store.y[rows]]}
+
+
+def _check_labels(clf, store: Store, rows: np.ndarray) -> None:
+    known = set(map(str, clf.classes_))
+    unknown = sorted(set(store.classes[np.unique(store.y[rows])]) - known)
+    if unknown:
+        raise ValueError(f"{store.path}: label(s) {unknown} the model does not know; its classes "
+                         f"are {sorted(known)}")
+
+
+def score_store(clf, store: Store, client, rows) -> tuple[dict, dict]:
+    """Predict ``rows`` of a store, streamed from Dask workers, and score them.
+
+    Parameters
+    ----------
+    clf : FeatureGroupingClassifier
+        Fitted; standardizes the rows with its own ``mean_`` and ``scale_``.
+    store : Store
+    client : distributed.Client
+    rows : ndarray of int or {"all", "train", "test"}
+
+    Returns
+    -------
+    report : dict
+        :func:`classification_report`.
+    table : dict
+        One row per store row: ``row``, ``path``, ``volume``, ``label``, ``prediction``,
+        ``proba_<class>``.
+    """
+    from fgscale.training._stream import StoreSource  # torch: not for image-only callers
+
+    check_store(clf, store)
+    rows = _store_rows(store, rows)
+    _check_labels(clf, store, rows)
+    source = StoreSource(client, store.path, prefetch=clf.prefetch)
+
+    def blocks():
+        start = 0
+        for x, y in source.blocks(rows):
+            yield _store_info(store, rows[start : start + len(y)]), x
+            start += len(y)
+        if not rows.size:  # the columns, empty
+            yield _store_info(store, rows), np.empty((0, store.n_features), np.float32)
+
+    table = _proba_columns(clf, blocks())
+    return classification_report(table["label"], proba_matrix(table, clf.classes_),
+                                 clf.classes_), table
+
+
+def _store_blocks(store: Store, rows: np.ndarray) -> Iterator[tuple[dict, np.ndarray]]:
+    for part, x in store.iter_blocks(rows):  # whole shards, in storage order
+        yield _store_info(store, part), x
+
+
+# ---------------------------------------------------------------------------------- images
+
+def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
+    mask = getattr(clf, "mask_img_", None)
+    for e in entries:
+        x = mask_images(e["path"], mask, resample=resample)
+        info = {"path": [e["path"]] * len(x)}
+        if with_volume:
+            info["volume"] = list(range(len(x))) if load_img(e["path"]).ndim == 4 else [""]
+        if "label" in e:
+            info["label"] = [e["label"]] * len(x)
+        yield info, x
+
+
+def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False) -> dict:
+    """A prediction per volume of NIfTI files, of a cohort table's files, or per store row.
+
+    Parameters
+    ----------
+    clf : FeatureGroupingClassifier
+        Fitted; images need its ``mask_img_``.
+    inputs : list of str or Path
+        NIfTI files (3D or 4D: one row per volume); or one ``.csv``/``.tsv`` cohort table
+        (:func:`fgscale.images.read_cohort`); or one store (a directory).
+    rows : {"all", "train", "test"}, default="all"
+        The rows of a store, or the files of a cohort table, by their split.
+    resample : bool, default=False
+        Resample images on another grid to the mask's; by default they are refused.
+
+    Returns
+    -------
+    table : dict
+        Columns ``path`` (a store's: ``row``, ``path``, ``volume``), ``volume`` when a file is
+        4D, ``label`` for a table or a store, ``prediction``, ``proba_<class>``.
+    """
+    inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, Path)) else inputs)]
+    if not inputs:
+        raise ValueError("no input given: NIfTI files, a cohort table or a store")
+    if rows not in ROWS:
+        raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
+    if len(inputs) == 1 and inputs[0].is_dir():
+        store = open_store(inputs[0])
+        check_store(clf, store)
+        return _proba_columns(clf, _store_blocks(store, _store_rows(store, rows)))
+    if getattr(clf, "mask_img_", None) is None:
+        raise ValueError("the model has no mask (fitted on arrays without one): it predicts "
+                         "from a store or from arrays, not from images")
+    if len(inputs) == 1 and inputs[0].suffix.lower() in _TABLE_SUFFIXES:
+        entries = [e for e in read_cohort(inputs[0])
+                   if rows == "all" or (e["split"] == "test") == (rows == "test")]
+        if not entries:
+            raise ValueError(f"{inputs[0]}: no file with split {rows!r}")
+    else:
+        for p in inputs:
+            if p.is_dir() or p.suffix.lower() in _TABLE_SUFFIXES:
+                raise ValueError(f"{p}: a store or a cohort table is given alone, not with "
+                                 "other inputs")
+        if rows != "all":
+            raise ValueError("rows selects a store's rows or a cohort table's files by split; "
+                             "NIfTI files have none")
+        entries = [{"path": str(p)} for p in inputs]
+    with_volume = any(load_img(e["path"]).ndim == 4 for e in entries)
+    return _proba_columns(clf, _image_blocks(clf, entries, resample, with_volume))
+
+
+# ---------------------------------------------------------------------------------- reports
+
+def classification_report(labels, proba: np.ndarray, classes) -> dict:
+    """Scores of predictions against true labels.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_rows,)
+        True labels (compared to ``classes`` as strings).
+    proba : ndarray of shape (n_rows, n_classes)
+        Predicted probabilities, columns in the order of ``classes``.
+    classes : array-like of shape (n_classes,)
+
+    Returns
+    -------
+    report : dict
+        ``n``, ``loss`` (mean cross-entropy), ``accuracy``, ``balanced_accuracy``,
+        ``classes`` (as strings), ``per_class`` (class -> precision, recall, f1, support)
+        and ``confusion_matrix`` (rows: true class, columns: predicted, in class order);
+        the scores are None without rows.
+    """
+    from sklearn import metrics
+
+    names = [str(c) for c in classes]
+    y_true = np.asarray(labels).astype(str)
+    if y_true.size == 0:
+        return {"n": 0, "loss": None, "accuracy": None, "balanced_accuracy": None,
+                "classes": names, "per_class": None, "confusion_matrix": None}
+    index = {c: i for i, c in enumerate(names)}
+    unknown = sorted(set(y_true) - set(index))
+    if unknown:
+        raise ValueError(f"label(s) {unknown} are not among the classes {names}")
+    true_idx = np.array([index[c] for c in y_true])
+    pred = np.asarray(names)[proba.argmax(axis=1)]
+    # the probability of the true class, floored where float64 rounds it to 0
+    picked = np.maximum(proba[np.arange(len(true_idx)), true_idx], np.finfo(float).tiny)
+    precision, recall, f1, support = metrics.precision_recall_fscore_support(
+        y_true, pred, labels=names, zero_division=0)
+    with warnings.catch_warnings():  # a class predicted but absent from the labels
+        warnings.simplefilter("ignore", UserWarning)
+        balanced = metrics.balanced_accuracy_score(y_true, pred)
+    return {"n": int(y_true.size), "loss": float(-np.log(picked).mean()),
+            "accuracy": float(metrics.accuracy_score(y_true, pred)),
+            "balanced_accuracy": float(balanced), "classes": names,
+            "per_class": {c: {"precision": float(precision[i]), "recall": float(recall[i]),
+                              "f1": float(f1[i]), "support": int(support[i])}
+                          for i, c in enumerate(names)},
+            "confusion_matrix": metrics.confusion_matrix(y_true, pred, labels=names).tolist()}
+
+
+def _columns(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                      enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
+
+
+def format_report(report: dict) -> str:
+    """A :func:`classification_report` as lines of text: the scores, a table per class and the
+    confusion matrix."""
+    if not report["n"]:
+        return "no rows to score"
+    lines = [f"{report['n']} rows: accuracy {report['accuracy']:.4f}, balanced accuracy "
+             f"{report['balanced_accuracy']:.4f}, loss {report['loss']:.4f}", ""]
+    classes = report["classes"]
+    lines += _columns([["class", "precision", "recall", "f1", "support"]] + [
+        [c, *(f"{report['per_class'][c][k]:.3f}" for k in ("precision", "recall", "f1")),
+         str(report["per_class"][c]["support"])] for c in classes])
+    lines += ["", "confusion matrix (rows: true class, columns: predicted)"]
+    lines += _columns([["", *classes]] + [[c, *map(str, counts)] for c, counts in
+                                          zip(classes, report["confusion_matrix"], strict=True)])
+    return "\n".join(lines)
+
+
+def write_table(table: dict, path) -> Path:
+    """Write a table (dict of equal-length columns) as CSV, under a temporary name then
+    renamed; floats keep every digit."""
+    path = Path(path)
+    names = list(table)
+    columns = [np.asarray(table[n]).tolist() for n in names]
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(names)
+        writer.writerows(zip(*columns, strict=True))
+    return path

@@ -1,0 +1,189 @@
+"""save_model / load_model: a fitted estimator as JSON, .npz and NIfTI, loaded without
+unpickling anything, predicts as the original."""
+
+import json
+import os
+import pickle
+
+import nibabel as nib
+import numpy as np
+import pytest
+from helpers import mask_img, smooth_problem
+
+from fgscale import FeatureGroupingClassifier
+from fgscale.estimators._persist import load_model, save_model
+
+FAST = dict(n_groupings=5, n_bootstrap=10, max_epochs=10, learning_rate=0.1, batch_size=50,
+            random_state=0)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return smooth_problem(np.random.default_rng(0), n=60)
+
+
+@pytest.fixture(scope="module")
+def saved(problem, tmp_path_factory):
+    """A logistic regression fitted on arrays with a mask, and the folder it was saved into."""
+    X, y, mask = problem
+    clf = FeatureGroupingClassifier(mask=mask, **FAST).fit(X, y)
+    folder = tmp_path_factory.mktemp("saved")
+    save_model(clf, folder)
+    return clf, folder
+
+
+@pytest.mark.parametrize("params", [
+    dict(),
+    dict(model="mlp", hidden_layer_sizes=(8, 4), dropout=0.3),
+    dict(regularizer="none", standardize=False),
+])
+def test_round_trip_predicts_as_the_original(problem, tmp_path, params):
+    X, y, mask = problem
+    clf = FeatureGroupingClassifier(mask=mask, **FAST, **params).fit(X, y)
+    save_model(clf, tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["mask.nii.gz", "model.json", "model.npz"]
+    loaded = load_model(tmp_path)
+    assert type(loaded) is FeatureGroupingClassifier
+    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
+    assert loaded.predict(X).dtype == clf.predict(X).dtype
+    np.testing.assert_allclose(loaded.predict_proba(X), clf.predict_proba(X), rtol=0, atol=1e-12)
+    assert loaded.score(X, y) == clf.score(X, y)
+    for attr in ("n_features_in_", "alpha_", "dropout_", "n_clusters_", "n_iter_",
+                 "batch_size_", "history_"):
+        assert getattr(loaded, attr) == getattr(clf, attr), attr
+    expected = {k: v for k, v in clf.get_params().items() if k != "mask"}
+    assert {k: v for k, v in loaded.get_params().items() if k != "mask"} == expected
+    # the array mask comes back as the saved image, on which it was fitted
+    np.testing.assert_array_equal(np.asarray(loaded.mask.dataobj) != 0, mask)
+    np.testing.assert_array_equal(np.asarray(loaded.mask_img_.dataobj) != 0, mask)
+    if clf.model == "logreg":
+        np.testing.assert_array_equal(loaded.coef_, clf.coef_)
+        np.testing.assert_array_equal(loaded.intercept_, clf.intercept_)
+    if clf.mean_ is None:
+        assert loaded.mean_ is None and loaded.scale_ is None
+    assert loaded.bank_ is None
+
+
+@pytest.mark.parametrize("labels", [np.array([3, 7]), np.array([False, True]),
+                                    np.array(["no", "yes"], dtype=object)])
+def test_labels_keep_their_type(problem, tmp_path, labels):
+    X, y, mask = problem
+    y = labels[(y == "face").astype(int)]
+    clf = FeatureGroupingClassifier(regularizer="none", **FAST).fit(X, y)  # no mask: no image
+    save_model(clf, tmp_path)
+    assert not (tmp_path / "mask.nii.gz").exists()
+    loaded = load_model(tmp_path)
+    assert loaded.mask is None and loaded.mask_img_ is None
+    assert loaded.classes_.dtype == clf.classes_.dtype
+    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
+
+
+def test_an_image_mask_keeps_its_affine(problem, tmp_path):
+    X, y, mask = problem
+    affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    clf = FeatureGroupingClassifier(mask=mask_img(mask, affine), **FAST).fit(X, y)
+    save_model(clf, tmp_path)
+    img = nib.load(tmp_path / "mask.nii.gz")
+    np.testing.assert_array_equal(img.affine, affine)
+    np.testing.assert_array_equal(np.asarray(img.dataobj) != 0, mask)
+
+
+def test_a_regressor_round_trips(problem, tmp_path):
+    from fgscale import FeatureGroupingRegressor
+
+    X, _, mask = problem
+    target = X[:, :10].sum(1) + 3.0
+    reg = FeatureGroupingRegressor(mask=mask, regularizer="l2", alpha=1e-3, **FAST).fit(X, target)
+    save_model(reg, tmp_path)
+    loaded = load_model(tmp_path)
+    np.testing.assert_allclose(loaded.predict(X), reg.predict(X), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(loaded.coef_, reg.coef_)
+
+
+def _copy(saved, tmp_path):
+    folder = tmp_path / "copy"
+    folder.mkdir(parents=True)
+    for name in os.listdir(saved[1]):
+        (folder / name).write_bytes((saved[1] / name).read_bytes())
+    return folder
+
+
+def _edit_json(folder, change):
+    doc = json.loads((folder / "model.json").read_text())
+    change(doc)
+    (folder / "model.json").write_text(json.dumps(doc))
+
+
+def _rewrite_npz(folder, arrays, **kw):
+    """Replace model.npz, and its checksum in model.json, so that the arrays are checked."""
+    import hashlib
+
+    with open(folder / "model.npz", "wb") as f:
+        np.savez(f, **arrays, **kw)
+    sha = hashlib.sha256((folder / "model.npz").read_bytes()).hexdigest()
+    _edit_json(folder, lambda doc: doc["sha256"].update({"model.npz": sha}))
+
+
+def test_errors_name_the_file_and_the_problem(saved, tmp_path):
+    folder = _copy(saved, tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"empty.model\.json: no such file"):
+        load_model(tmp_path / "empty")
+
+    (folder / "model.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"model\.json: not valid JSON"):
+        load_model(folder)
+
+    folder = _copy(saved, tmp_path / "b")
+    _edit_json(folder, lambda doc: doc.pop("n_features_in_"))
+    with pytest.raises(ValueError, match=r"model\.json: missing key 'n_features_in_'"):
+        load_model(folder)
+
+    folder = _copy(saved, tmp_path / "c")
+    _edit_json(folder, lambda doc: doc.update(estimator="os.system"))
+    with pytest.raises(ValueError, match="unknown estimator 'os.system'"):
+        load_model(folder)
+
+    folder = _copy(saved, tmp_path / "d")
+    with np.load(folder / "model.npz") as npz:
+        arrays = dict(npz)
+    arrays["model.first.weight"] = arrays["model.first.weight"][:, :-1]
+    _rewrite_npz(folder, arrays)
+    with pytest.raises(ValueError, match=r"model\.npz: array 'model\.first\.weight' must be "
+                                         r"float of shape \(2, \d+\)"):
+        load_model(folder)
+
+    folder = _copy(saved, tmp_path / "e")
+    (folder / "model.npz").write_bytes(b"\0" + (folder / "model.npz").read_bytes())
+    with pytest.raises(ValueError, match=r"model\.npz: does not match model\.json"):
+        load_model(folder)
+
+    folder = _copy(saved, tmp_path / "f")
+    (folder / "mask.nii.gz").unlink()
+    with pytest.raises(FileNotFoundError, match=r"mask\.nii\.gz: no such file"):
+        load_model(folder)
+
+
+class _Payload:
+    """Unpickling this creates ``marker``: what a crafted file would run instead."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_pickle_inside_model_npz_is_never_run(saved, tmp_path):
+    folder = _copy(saved, tmp_path)
+    marker = tmp_path / "executed"
+    with np.load(folder / "model.npz") as npz:
+        arrays = dict(npz)
+    payload = np.empty(1, dtype=object)
+    payload[0] = _Payload(marker)
+    arrays["model.first.weight"] = payload  # an object array: stored as a pickle
+    _rewrite_npz(folder, arrays)
+    pickle.loads(pickle.dumps(_Payload(tmp_path / "works")))  # the payload does run if unpickled
+    assert (tmp_path / "works").exists()
+    with pytest.raises(ValueError, match=r"model\.npz: not a plain numeric \.npz"):
+        load_model(folder)
+    assert not marker.exists()

@@ -1,0 +1,148 @@
+"""``fgscale predict``: NIfTI files, a cohort table or a store in, one CSV line per volume out,
+equal to the predictions of the run's estimator on the store's rows (SYNTHETIC cohorts)."""
+
+import csv
+import shutil
+
+import nibabel as nib
+import numpy as np
+import pytest
+from helpers import TINY_GRID
+
+from fgscale.cli import main
+from fgscale.images import make_cohort
+from fgscale.runs import load_run, train_run
+from fgscale.store import convert, write_store
+
+PARAMS = dict(n_groupings=4, n_bootstrap=8, n_clusters=0.1, batch_size=8, learning_rate=0.05,
+              max_epochs=2, random_state=0)
+# float32 logits of a row alone or among others differ in their last bits
+FLOAT32 = dict(rtol=1e-5, atol=1e-7)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_cohort, client, tmp_path_factory):
+    """The tiny cohort converted to a store (its mask computed from the images) and a run
+    trained on it."""
+    out = tmp_path_factory.mktemp("predict")
+    store = convert(tiny_cohort, out / "cohort.zarr", client=client, block_rows=5,
+                    progress=False)
+    train_run(store.path, out / "run", params=PARAMS, client=client)
+    return store, out / "run"
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def proba(table, classes):
+    return np.array([[float(r[f"proba_{c}"]) for c in classes] for r in table])
+
+
+def by_file(store):
+    """Store row of each source file (3D files: one row each)."""
+    return {s: i for i, s in enumerate(store.source)}
+
+
+def predict(capsys, run, *inputs, out, extra=()):
+    code = main(["predict", str(run), *map(str, inputs), "--out", str(out), *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_nifti_files_are_predicted_as_the_store_rows(trained, tiny_cohort, tmp_path, capsys):
+    store, run = trained
+    files = sorted(tiny_cohort.parent.glob("synthetic_*.nii.gz"))
+    code, out, _ = predict(capsys, run, *files, out=tmp_path / "p.csv")
+    assert code == 0
+    assert out.strip().startswith(f"{len(files)} predictions written to {tmp_path / 'p.csv'}")
+    table = read_csv(tmp_path / "p.csv")
+    classes = list(store.classes)
+    assert list(table[0]) == ["path", "prediction", *(f"proba_{c}" for c in classes)]
+    assert [r["path"] for r in table] == list(map(str, files))
+    rows = [by_file(store)[str(f)] for f in files]
+    clf = load_run(run)
+    X = store.read_rows(rows)
+    assert [r["prediction"] for r in table] == clf.predict(X).tolist()
+    np.testing.assert_allclose(proba(table, classes), clf.predict_proba(X), **FLOAT32)
+
+
+def test_a_cohort_table_by_split(trained, tiny_cohort, tmp_path, capsys):
+    store, run = trained
+    assert predict(capsys, run, tiny_cohort, out=tmp_path / "p.csv", extra=["--rows", "test"])[0] == 0
+    table = read_csv(tmp_path / "p.csv")
+    test = store.test_rows()
+    assert [r["path"] for r in table] == store.source[test].tolist()
+    assert [r["label"] for r in table] == store.classes[store.y[test]].tolist()
+    clf = load_run(run)
+    assert [r["prediction"] for r in table] == clf.predict(store.read_rows(test)).tolist()
+
+
+def test_a_store_all_rows(trained, tmp_path, capsys):
+    store, run = trained
+    assert predict(capsys, run, store.path, out=tmp_path / "p.csv")[0] == 0
+    table = read_csv(tmp_path / "p.csv")
+    assert [int(r["row"]) for r in table] == list(range(store.n_samples))
+    assert [r["label"] for r in table] == store.classes[store.y].tolist()
+    clf = load_run(run)
+    X = store.read_rows(np.arange(store.n_samples))
+    assert [r["prediction"] for r in table] == clf.predict(X).tolist()
+    np.testing.assert_allclose(proba(table, store.classes), clf.predict_proba(X), **FLOAT32)
+    assert predict(capsys, run, store.path, out=tmp_path / "t.csv", extra=["--rows", "train"])[0] == 0
+    assert [int(r["row"]) for r in read_csv(tmp_path / "t.csv")] == store.train_rows().tolist()
+
+
+def test_four_d_files_give_a_line_per_volume(trained, tmp_path, capsys):
+    store, run = trained
+    cohort = make_cohort(tmp_path / "c4", n_samples=9, n_classes=3, grid=TINY_GRID,
+                         n_subjects=2, four_d=True, seed=5)
+    files = sorted(cohort.parent.glob("*.nii.gz"))
+    assert predict(capsys, run, *files, out=tmp_path / "p.csv")[0] == 0
+    table = read_csv(tmp_path / "p.csv")
+    # the oracle: each volume indexed by the store's mask with numpy
+    expected = [(str(f), t, np.asarray(nib.load(f).dataobj)[..., t][store.mask])
+                for f in files for t in range(nib.load(f).shape[3])]
+    assert len(table) == len(expected) == 9
+    assert [(r["path"], int(r["volume"])) for r in table] == [e[:2] for e in expected]
+    clf = load_run(run)
+    X = np.stack([e[2] for e in expected]).astype(np.float32)
+    assert [r["prediction"] for r in table] == clf.predict(X).tolist()
+    np.testing.assert_allclose(proba(table, store.classes), clf.predict_proba(X), **FLOAT32)
+
+
+def test_an_image_on_another_grid_needs_resample(trained, tiny_cohort, tmp_path, capsys):
+    store, run = trained
+    img = nib.load(sorted(tiny_cohort.parent.glob("synthetic_*.nii.gz"))[0])
+    affine = img.affine.copy()
+    affine[:3, 3] += 2.0  # half a voxel off
+    moved = tmp_path / "moved.nii.gz"
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj), affine), moved)
+    code, _, err = predict(capsys, run, moved, out=tmp_path / "p.csv")
+    assert code == 2
+    assert f"{moved}: grid" in err and "does not match the mask's grid" in err
+    assert not (tmp_path / "p.csv").exists()
+    assert predict(capsys, run, moved, out=tmp_path / "p.csv", extra=["--resample"])[0] == 0
+    assert len(read_csv(tmp_path / "p.csv")) == 1
+
+
+def test_refusals_are_clear(trained, tiny_cohort, tmp_path, capsys):
+    store, run = trained
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(run, unfinished)
+    (unfinished / "model.json").unlink()
+    code, _, err = predict(capsys, unfinished, tiny_cohort, out=tmp_path / "p.csv")
+    assert code == 2 and "has not finished" in err
+
+    # a store of as many voxels, but other ones
+    mask = store.mask.copy()
+    inside, outside = np.flatnonzero(mask)[0], np.flatnonzero(~mask)[0]
+    mask.flat[inside], mask.flat[outside] = False, True
+    other = write_store(tmp_path / "other.zarr", store.read_rows(np.arange(4)), store.y[:4],
+                        mask, store.affine, classes=store.classes)
+    code, _, err = predict(capsys, run, other.path, out=tmp_path / "p.csv")
+    assert code == 2 and "differs from the model's mask" in err
+
+    code, _, err = predict(capsys, run, tiny_cohort.parent / "synthetic_00000.nii.gz",
+                           out=tmp_path / "p.csv", extra=["--rows", "test"])
+    assert code == 2 and "NIfTI files have none" in err
