@@ -396,9 +396,7 @@ def check_device(device) -> None:
 
 
 def check_prefetch(prefetch):
-    """``prefetch`` itself, if it is "auto" or an integer >= 1; else a ValueError."""
-    if isinstance(prefetch, str) and prefetch == "auto":
-        return prefetch
-    if not isinstance(prefetch, numbers.Integral) or isinstance(prefetch, bool) or prefetch < 1:
-        raise ValueError(f"prefetch must be 'auto' or an integer >= 1, got {prefetch!r}")
-    return int(prefetch)
+    """``prefetch`` itself (an int as int), checked against the table's constraint; a
+    ValueError names what it must be."""
+    validate_params({"prefetch": prefetch}, "StoreSource")
+    return prefetch if isinstance(prefetch, str) else int(prefetch)
