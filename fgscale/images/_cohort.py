@@ -1,41 +1,69 @@
-"""Cohort tables: which NIfTI file holds which sample, its label, subject and split.
+"""Cohort tables: which NIfTI file holds which sample, its label or target, subject and split.
 
-A cohort is a ``.csv``/``.tsv`` table with columns ``path``, ``label`` and optionally
-``group`` (subject) and ``split`` (``train``/``test``), or a list of files / glob patterns with
-one label per file. Reading a cohort opens no image: it checks the table and names the file
-and line of every problem.
+A cohort is a ``.csv``/``.tsv`` table with columns ``path``, ``label`` (a class name, for
+classification) and/or ``target`` (a finite number, for regression), and optionally ``group``
+(subject) and ``split`` (``train``/``test``); or a list of files / glob patterns with one label
+per file. A table needs ``label`` or ``target`` (or both); when it has a column, every row must
+fill it. Reading a cohort opens no image: it checks the table and names the file and line of
+every problem.
 """
 
 from __future__ import annotations
 
 import csv
 import glob
+import math
 from pathlib import Path
 
 __all__ = ["read_cohort"]
 
 _SPLITS = {"train", "test", ""}
+_EXPECTED = "path,label[,target][,group][,split] or path,target[,group][,split]"
 
 
-def _read_table(path: Path) -> list[dict]:
+def _parse_target(text: str, where: str, file: str) -> float:
+    """A row's target as a float; an empty, non-numeric or non-finite value is an error."""
+    text = text.strip()
+    if not text:
+        raise ValueError(f"{where}: missing target for {file}; expected a finite number")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: target {text!r} for {file} is not a number; expected a "
+                         "finite number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: target {text!r} for {file} is not finite; expected a "
+                         "finite number")
+    return value
+
+
+def _read_table(path: Path) -> tuple[list[dict], bool]:
+    """The rows of a cohort table, and whether it has a ``label`` column."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such cohort table")
     delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
     with open(path, newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
-        missing = {"path", "label"} - set(reader.fieldnames or [])
-        if missing:
-            raise ValueError(f"{path}: cohort table lacks column(s) {sorted(missing)}; expected "
-                             f"path,label[,group][,split], got {reader.fieldnames}")
+        columns = set(reader.fieldnames or [])
+        if "path" not in columns:
+            raise ValueError(f"{path}: cohort table lacks column(s) ['path']; expected "
+                             f"{_EXPECTED}, got {reader.fieldnames}")
+        if not columns & {"label", "target"}:
+            raise ValueError(f"{path}: cohort table has neither a 'label' nor a 'target' "
+                             f"column; expected {_EXPECTED}, got {reader.fieldnames}")
         rows = []
         for line, rec in enumerate(reader, start=2):
-            file = Path(rec["path"].strip())
-            rows.append({"path": str(file if file.is_absolute() else path.parent / file),
+            file = Path((rec["path"] or "").strip())
+            file = str(file if file.is_absolute() else path.parent / file)
+            where = f"{path}:{line}"
+            rows.append({"path": file,
                          "label": (rec.get("label") or "").strip(),
+                         "target": (_parse_target(rec.get("target") or "", where, file)
+                                    if "target" in columns else None),
                          "group": (rec.get("group") or "").strip(),
                          "split": (rec.get("split") or "").strip().lower(),
-                         "where": f"{path}:{line}"})
-    return rows
+                         "where": where})
+    return rows, "label" in columns
 
 
 def _read_globs(patterns, labels) -> list[dict]:
@@ -56,8 +84,8 @@ def _read_globs(patterns, labels) -> list[dict]:
     if len(labels) != len(files):
         raise ValueError(f"got {len(labels)} labels for {len(files)} files; expected one label "
                          "per file, in the files' sorted order")
-    return [{"path": f, "label": str(lab).strip(), "group": "", "split": "", "where": f}
-            for f, lab in zip(files, labels, strict=True)]
+    return [{"path": f, "label": str(lab).strip(), "target": None, "group": "", "split": "",
+             "where": f} for f, lab in zip(files, labels, strict=True)]
 
 
 def read_cohort(cohort, labels=None, classes=None) -> list[dict]:
@@ -69,20 +97,26 @@ def read_cohort(cohort, labels=None, classes=None) -> list[dict]:
         A ``.csv``/``.tsv`` table, or file paths / glob patterns (then ``labels`` is needed).
     labels : list of str or path to a text file (one label per line), optional
     classes : list of str, optional
-        Allowed labels, in class-index order; default: the sorted labels found.
+        Allowed labels, in class-index order; default: the sorted labels found. Only for a
+        cohort with labels.
 
     Returns
     -------
     entries : list of dict
-        Keys path, label, group, split, where (file and line, for messages).
+        Keys path, label ("" for a table without a ``label`` column), target (float, or None
+        without a ``target`` column), group, split, where (file and line, for messages).
     """
     is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in (
         ".csv", ".tsv", ".tab")
-    entries = _read_table(Path(cohort)) if is_table else _read_globs(cohort, labels)
+    entries, has_labels = _read_table(Path(cohort)) if is_table else (
+        _read_globs(cohort, labels), True)
     if not entries:
         raise ValueError(f"{cohort}: the cohort is empty")
+    if classes is not None and not has_labels:
+        raise ValueError(f"{cohort}: classes were given but the cohort table has no 'label' "
+                         "column")
     for e in entries:
-        if not e["label"]:
+        if has_labels and not e["label"]:
             raise ValueError(f"{e['where']}: missing label for {e['path']}")
         if classes is not None and e["label"] not in classes:
             raise ValueError(f"{e['where']}: unknown label {e['label']!r} for {e['path']}; "

@@ -2,9 +2,10 @@
 
 Steps, each checked before the next so that bad input fails before anything is written:
 
-1. read the cohort table (CSV/TSV with ``path``, ``label`` and optional ``group``, ``split``; or
-   file globs plus labels) and every file's header: missing or unreadable files, bad labels and
-   grids that do not match the mask are reported with the file's name;
+1. read the cohort table (CSV/TSV with ``path``, ``label`` and/or ``target``, and optional
+   ``group``, ``split``; or file globs plus labels) and every file's header: missing or
+   unreadable files, bad labels or targets and grids that do not match the mask are reported
+   with the file's name;
 2. choose the grid (the mask's, the first image's, or a resampled one) and the mask (given,
    computed as "finite and non-zero in every image" by Dask tasks, or both intersected);
 3. create the store (``done`` flags all 0, ``complete`` false) and convert it block by block:
@@ -12,14 +13,19 @@ Steps, each checked before the next so that bad input fails before anything is w
    writes shard i of ``X`` (its own object: no two tasks share a chunk), then sets ``done[i]``;
 4. mark the store complete and record a summary.
 
-Resuming: the store records a fingerprint of the inputs and arguments. Re-running with the
-same ones skips the blocks whose ``done`` flag is set and completes the store; on a complete
-store it does nothing. Zarr's LocalStore writes every object atomically (temporary file, then
-rename) and a flag is set only after its shard, so a killed run leaves whole shards and true
-flags only; a block interrupted mid-way has no flag and is rewritten whole. Different inputs
-on an existing store are refused rather than overwritten. The NaN policy is not part of the
-fingerprint: a block written under either policy had no NaN, so after fixing a file (or
-choosing ``nan="zero"``) the re-run resumes.
+Every row of a file (each volume of a 4D file) gets the file's label and target. A cohort
+without labels gives a store with no classes (``y`` all 0), one without targets a store with no
+``target`` array (see :mod:`fgscale.store._layout`).
+
+Resuming: the store records a fingerprint of the inputs and arguments, targets included.
+Re-running with the same ones skips the blocks whose ``done`` flag is set and completes the
+store; on a complete store it does nothing. Zarr's LocalStore writes every object atomically
+(temporary file, then rename) and a flag is set only after its shard, so a killed run leaves
+whole shards and true flags only; a block interrupted mid-way has no flag and is rewritten
+whole. Different inputs (a changed label or target too) on an existing store are refused
+rather than overwritten. The NaN policy is not part of the fingerprint: a block written under
+either policy had no NaN, so after fixing a file (or choosing ``nan="zero"``) the re-run
+resumes.
 """
 
 from __future__ import annotations
@@ -142,11 +148,14 @@ def _convert_block(out: str, fingerprint: str, block: int, sources, grid, resamp
 
 # ---------------------------------------------------------------- the conversion
 
-def _fingerprint(rows, mask, resample, block_rows, intersect_mask) -> str:
+def _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None) -> str:
     mask_digest = None if mask is None else (
         hashlib.sha256(Path(mask).read_bytes()).hexdigest() if isinstance(mask, (str, Path))
         else hashlib.sha256(np.asarray(mask.dataobj).tobytes()).hexdigest())
-    key = json.dumps([rows, mask_digest, resample, block_rows, intersect_mask])
+    key = [rows, mask_digest, resample, block_rows, intersect_mask]
+    # Targets only when there are some: a label-only cohort keeps the fingerprint it had before
+    # targets existed, so that its partial stores still resume. json writes floats exactly.
+    key = json.dumps(key if targets is None else [*key, targets])
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -158,8 +167,9 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     Parameters
     ----------
     cohort : str or Path or list of str
-        Cohort table (``.csv``/``.tsv``: path, label[, group][, split]) or files / globs.
-        A 4D file gives one row per volume.
+        Cohort table (``.csv``/``.tsv``: path, label and/or target[, group][, split]) or
+        files / globs. A 4D file gives one row per volume, each with the file's label and
+        target.
     out : str or Path
         Store directory.
     mask : str, Path or nibabel image, optional
@@ -194,13 +204,16 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     t0 = time.perf_counter()
     entries = read_cohort(cohort, labels, classes)
     headers = [read_header(e["path"]) for e in entries]
+    per_row = [(e, v) for e, img in zip(entries, headers, strict=True)
+               for v in range(img.shape[3] if img.ndim == 4 else 1)]
     rows = [(str(Path(e["path"]).resolve()), v, e["label"], e["group"], e["split"])
-            for e, img in zip(entries, headers, strict=True)
-            for v in range(img.shape[3] if img.ndim == 4 else 1)]
+            for e, v in per_row]
+    has_labels = any(e["label"] for e in entries)  # a table without a label column has none
+    targets = None if entries[0]["target"] is None else [e["target"] for e, _ in per_row]
     mask_img = None if mask is None else load_img(mask)
     grid, resampled = _target_grid(entries, headers, mask_img, resample)
     grid = (tuple(grid[0]), np.asarray(grid[1]).tolist())
-    fingerprint = _fingerprint(rows, mask, resample, block_rows, intersect_mask)
+    fingerprint = _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
 
     g = None
     if out.exists():
@@ -217,14 +230,16 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         if g is None:
             store_mask = _final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
                                      progress)
-            names = list(classes) if classes is not None else sorted({r[2] for r in rows})
+            names, y = None, None
+            if has_labels:
+                names = list(classes) if classes is not None else sorted({r[2] for r in rows})
+                y = np.array([names.index(r[2]) for r in rows])
             synthetic = _is_synthetic(cohort)
             g = create_store(
                 out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),
-                y=np.array([names.index(r[2]) for r in rows]), classes=names,
-                source=[r[0] for r in rows], volume=[r[1] for r in rows],
-                groups=[r[3] for r in rows], split=[r[4] for r in rows],
-                block_rows=block_rows,
+                y=y, classes=names, target=targets, source=[r[0] for r in rows],
+                volume=[r[1] for r in rows], groups=[r[3] for r in rows],
+                split=[r[4] for r in rows], block_rows=block_rows,
                 attrs={"synthetic": synthetic, "params": {
                     "fingerprint": fingerprint, "cohort": str(cohort), "mask": _describe(mask),
                     "resample": resample, "intersect_mask": intersect_mask, "nan": nan,

@@ -3,8 +3,10 @@
 Layout of a store (a directory ``STORE.zarr``, one Zarr v3 group)::
 
     X        float32 (n_samples, n_features)  rows are ``vol[mask]`` in C order (as nilearn)
-    y        int32   (n_samples,)             class index per row
-    classes  str     (n_classes,)             class names, ``classes[y]`` is the label
+    y        int32   (n_samples,)             class index per row (all 0 without labels)
+    classes  str     (n_classes,)             class names, ``classes[y]`` is the label;
+                                              empty when the cohort has no labels
+    target   float64 (n_samples,)             optional: numeric target per row (regression)
     mask     bool    grid_shape               the 3D mask on the store's grid
     affine   float64 (4, 4)                   voxel -> world of the grid
     source   str     (n_samples,)             provenance: file each row came from
@@ -13,6 +15,12 @@ Layout of a store (a directory ``STORE.zarr``, one Zarr v3 group)::
     split    str     (n_samples,)             "train", "test" or "" (unassigned)
     done     uint8   (n_blocks,)              1 once row block i of X is written
     bank     int32   (b, n_features)          added later by the bank step (not written here)
+
+A store carries class labels, a target, or both: one without labels (a regression cohort) keeps
+``y`` and ``classes`` so that every store reads the same way, with ``classes`` empty and ``y``
+all 0 (:attr:`fgscale.store.Store.has_labels` tells). ``target`` is absent from stores without
+a target, including those written before it existed (:attr:`fgscale.store.Store.target` is
+None then), hence no new format version.
 
 Group attributes: ``fgscale_format_version``, ``complete`` (set last), ``grid_shape``,
 ``block_rows``, ``synthetic``, ``params`` (conversion parameters) and ``summary``.
@@ -79,9 +87,48 @@ def _str_array(values, n: int | None, name: str) -> np.ndarray:
     return out
 
 
-def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, y: np.ndarray,
-                 classes: Sequence[str], source=None, volume=None, groups=None, split=None,
-                 attrs: dict | None = None, block_rows: int | None = None) -> zarr.Group:
+def _labels(y, classes, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``y`` as int32 class indices into ``classes``, checked; both None: no class labels, written
+    as ``y`` all 0 and ``classes`` empty, so that every store has the same arrays."""
+    if y is None:
+        if classes is not None and len(classes):
+            raise ValueError("classes were given without y; give both, or neither for a store "
+                             "without class labels")
+        return np.zeros(n, np.int32), _str_array([], None, "classes")
+    if classes is None:
+        raise ValueError("y was given without classes; give both, or neither for a store "
+                         "without class labels")
+    y = np.asarray(y)
+    classes = _str_array(classes, None, "classes")
+    if y.shape != (n,):
+        raise ValueError(f"y must have shape ({n},), got {y.shape}")
+    if n and (y.min() < 0 or y.max() >= len(classes)):
+        raise ValueError(f"y must hold class indices in [0, {len(classes)}), "
+                         f"got {y.min()}..{y.max()}")
+    return y.astype(np.int32), classes
+
+
+def _target_array(target, n: int) -> np.ndarray | None:
+    """``target`` as float64 of shape (n,), checked finite; None stays None."""
+    if target is None:
+        return None
+    try:
+        out = np.asarray(target, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("target must hold numbers") from None
+    if out.shape != (n,):
+        raise ValueError(f"target must have shape ({n},), got {out.shape}")
+    bad = np.flatnonzero(~np.isfinite(out))
+    if bad.size:
+        raise ValueError(f"target must be finite, got {out[bad[0]]} at row {bad[0]} "
+                         f"({bad.size} non-finite)")
+    return out
+
+
+def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, y=None,
+                 classes: Sequence[str] | None = None, target=None, source=None, volume=None,
+                 groups=None, split=None, attrs: dict | None = None,
+                 block_rows: int | None = None) -> zarr.Group:
     """Create an empty, not yet complete store: all metadata arrays, ``X`` unwritten.
 
     Parameters
@@ -91,9 +138,12 @@ def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, 
     n_samples : int
     mask : ndarray of shape grid_shape, bool
     affine : ndarray of shape (4, 4)
-    y : ndarray of shape (n_samples,), int
-        Class indices into ``classes``.
-    classes : sequence of str of length n_classes
+    y : ndarray of shape (n_samples,), int, default=None
+        Class indices into ``classes``; None (with ``classes`` None) for a store without class
+        labels: ``y`` is then written as zeros and ``classes`` empty.
+    classes : sequence of str of length n_classes, default=None
+    target : array-like of shape (n_samples,), float, default=None
+        A finite numeric target per row (regression); None writes no ``target`` array.
     source, groups, split : array-like of shape (n_samples,) of str, optional
     volume : array-like of shape (n_samples,) of int, optional
     attrs : dict, optional
@@ -115,13 +165,8 @@ def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, 
     affine = np.asarray(affine, dtype=np.float64)
     if affine.shape != (4, 4):
         raise ValueError(f"affine must have shape (4, 4), got {affine.shape}")
-    y = np.asarray(y)
-    classes = _str_array(classes, None, "classes")
-    if y.shape != (n_samples,):
-        raise ValueError(f"y must have shape ({n_samples},), got {y.shape}")
-    if n_samples and (y.min() < 0 or y.max() >= len(classes)):
-        raise ValueError(f"y must hold class indices in [0, {len(classes)}), "
-                         f"got {y.min()}..{y.max()}")
+    y, classes = _labels(y, classes, n_samples)
+    target = _target_array(target, n_samples)
     split = _str_array(split, n_samples, "split")
     bad = sorted(set(split) - {"train", "test", ""})
     if bad:
@@ -135,11 +180,13 @@ def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, 
                    chunks=(1, n_features), shards=(block_rows, n_features),
                    compressors=None, fill_value=0.0)
     small = {
-        "y": y.astype(np.int32), "classes": classes, "mask": mask, "affine": affine,
+        "y": y, "classes": classes, "mask": mask, "affine": affine,
         "source": _str_array(source, n_samples, "source"), "volume": volume,
         "group": _str_array(groups, n_samples, "groups"), "split": split,
         "done": np.zeros(n_blocks, np.uint8),
     }
+    if target is not None:
+        small["target"] = target
     for name, data in small.items():
         chunks = (1,) if name == "done" else data.shape  # one flag per chunk: writers never share
         g.create_array(name, data=data, chunks=tuple(max(c, 1) for c in chunks))
@@ -221,7 +268,7 @@ def mark_complete(path, **attrs) -> None:
     g.attrs.update({**attrs, "complete": True})
 
 
-def write_store(path, X, y, mask, affine, *, classes=None, split=None, groups=None,
+def write_store(path, X, y, mask, affine, *, classes=None, target=None, split=None, groups=None,
                 attrs: dict | None = None, block_rows: int | None = None) -> Store:
     """Write a complete store from in-memory arrays, atomically (temporary name, then rename).
 
@@ -231,11 +278,14 @@ def write_store(path, X, y, mask, affine, *, classes=None, split=None, groups=No
         Store directory; replaced if it exists.
     X : ndarray of shape (n_samples, n_features)
         Rows in mask order, ``n_features == mask.sum()``.
-    y : array-like of shape (n_samples,)
+    y : array-like of shape (n_samples,) or None
         Class labels: indices into ``classes`` if given, else any labels (sorted to classes).
+        None for a store without class labels (then ``target`` is needed).
     mask : ndarray of shape grid_shape, bool
     affine : ndarray of shape (4, 4)
     classes : sequence of str, optional
+    target : array-like of shape (n_samples,), float, optional
+        A finite numeric target per row (regression).
     split, groups : array-like of shape (n_samples,) of str, optional
     attrs : dict, optional
     block_rows : int, optional
@@ -249,13 +299,16 @@ def write_store(path, X, y, mask, affine, *, classes=None, split=None, groups=No
     mask = np.asarray(mask, dtype=bool)
     if X.ndim != 2 or X.shape[1] != mask.sum():
         raise ValueError(f"X must have shape (n_samples, {int(mask.sum())}), got {X.shape}")
-    if classes is None:
+    if y is None and target is None:
+        raise ValueError("a store needs class labels y, a target, or both; got neither")
+    if y is not None and classes is None:
         classes, y = np.unique(np.asarray(y).astype(str), return_inverse=True)
     tmp = path.with_name(path.name + ".partial")
     if tmp.exists():
         shutil.rmtree(tmp)
-    g = create_store(tmp, n_samples=X.shape[0], mask=mask, affine=affine, y=np.asarray(y),
-                     classes=classes, groups=groups, split=split,
+    g = create_store(tmp, n_samples=X.shape[0], mask=mask, affine=affine,
+                     y=None if y is None else np.asarray(y), classes=classes, target=target,
+                     groups=groups, split=split,
                      attrs=attrs, block_rows=block_rows)
     rows = g.attrs["block_rows"]
     for b in range(g["done"].shape[0]):

@@ -29,7 +29,14 @@ class Store:
     path : Path
     X : zarr.Array of shape (n_samples, n_features), float32
     y : ndarray of shape (n_samples,), int32
+        Class indices; all 0 when the store has no class labels.
     classes : ndarray of shape (n_classes,), str
+        Empty when the store has no class labels.
+    has_labels : bool
+        Whether the rows carry class labels (``classes`` is not empty).
+    target : ndarray of shape (n_samples,), float64, or None
+        The numeric target per row; None when the store has none (as every store written
+        before targets existed).
     split, groups, source : ndarray of shape (n_samples,), str
     volume : ndarray of shape (n_samples,), int32
     mask : ndarray of shape grid_shape, bool
@@ -45,6 +52,8 @@ class Store:
         self.X = group["X"]
         self.y = group["y"][:]
         self.classes = _read_str(group["classes"])
+        self.has_labels = bool(self.classes.size)
+        self.target = group["target"][:] if "target" in group else None
         self.split = _read_str(group["split"])
         self.groups = _read_str(group["group"])
         self.source = _read_str(group["source"])
@@ -58,7 +67,8 @@ class Store:
 
     def __repr__(self) -> str:
         return (f"Store({str(self.path)!r}, n_samples={self.n_samples}, "
-                f"n_features={self.n_features}, classes={len(self.classes)})")
+                f"n_features={self.n_features}, classes={len(self.classes)}, "
+                f"target={self.target is not None})")
 
     def _check_rows(self, rows) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
 from fgscale._progress import tqdm
 
 __all__ = ["Batch", "EarlyStopping", "batch_loss", "evaluate", "fit", "lipschitz", "make_optimizer",

@@ -77,16 +77,19 @@ def _stats(path: str, key: str, stats: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: int,
-               key: str = "", stats: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+               key: str = "", stats: str | None = None,
+               target: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read a minibatch and reduce it with grouping ``grouping`` of the bank.
 
     With ``stats`` (a key of :func:`fgscale.store.compute_stats`'s results in the store), each
-    row is standardized first, ``(x - mean) * (1 / std)`` in float32.
+    row is standardized first, ``(x - mean) * (1 / std)`` in float32. With ``target``, a
+    ``(mean, scale)`` pair, the rows come with the store's target instead of their class,
+    ``(target - mean) / scale`` computed in float64 and returned as float32.
 
     Returns
     -------
     x : ndarray of shape (m, n_clusters), or (m, n_features) when ``grouping`` is None
-    y : ndarray of shape (m,), int64
+    y : ndarray of shape (m,), int64 (class indices), or float32 with ``target``
     """
     store = _store(path, key)
     mean, scale = (None, None) if stats is None else _stats(path, key, stats)
@@ -100,13 +103,16 @@ def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: in
         x = project_rows(store.iter_rows(rows), _bank(path, key)[grouping],
                          len(rows), n_clusters, out=POOL.zeros((len(rows), n_clusters)),
                          mean=mean, scale=scale)
-    return x, store.y[rows].astype(np.int64)
+    if target is None:
+        return x, store.y[rows].astype(np.int64)
+    target_mean, target_scale = target  # in float64, as the regressor standardizes in memory
+    return x, ((store.target[rows] - target_mean) / target_scale).astype(np.float32)
 
 
-def load_rows(path: str, rows: np.ndarray, key: str = "",
-              stats: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Worker task: read full rows (evaluation), with their class indices."""
-    return load_batch(path, rows, None, 0, key, stats)
+def load_rows(path: str, rows: np.ndarray, key: str = "", stats: str | None = None,
+              target: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Worker task: read full rows (evaluation), with their class indices or their target."""
+    return load_batch(path, rows, None, 0, key, stats, target)
 
 
 class Prefetcher:
@@ -166,6 +172,27 @@ def auto_window(client, block_bytes: int) -> int:
     return max(2, min(2 * threads, PREFETCH_BYTES // max(block_bytes, 1)))
 
 
+def _check_targets(path: str, group: zarr.Group, targets: str, mean: float,
+                   scale: float) -> tuple[float, float] | None:
+    """The ``(mean, scale)`` the workers standardize the target with, or None for labels;
+    checked here, so that a store without what is asked for fails before any task runs."""
+    if targets == "labels":
+        if group["classes"].shape[0] == 0:
+            raise ValueError(f"{path}: the store has no class labels (its cohort had no label "
+                             "column); stream its target with targets='target'")
+        return None
+    if targets != "target":
+        raise ValueError(f"targets must be 'labels' or 'target', got {targets!r}")
+    if "target" not in group:
+        raise ValueError(f"{path}: the store has no target (its cohort had no target column); "
+                         "convert a cohort table with a numeric 'target' column")
+    mean, scale = float(mean), float(scale)
+    if not (np.isfinite(mean) and np.isfinite(scale) and scale > 0):
+        raise ValueError(f"target_mean must be finite and target_scale finite and > 0, got "
+                         f"{mean} and {scale}")
+    return mean, scale
+
+
 class StoreSource:
     """Batches and evaluation blocks of a store, computed on a Dask cluster.
 
@@ -195,11 +222,20 @@ class StoreSource:
         (compute them first).
     stats_rows : array-like of int, optional
         The rows whose statistics standardize; default the store's training rows.
+    targets : {"labels", "target"}, default="labels"
+        What batches and blocks carry beside the rows: "labels", the class indices (int64);
+        "target", the store's numeric target (float32, for regression), standardized with
+        ``target_mean`` and ``target_scale``.
+    target_mean : float, default=0.0
+    target_scale : float, default=1.0
+        With ``targets="target"``, rows carry ``(target - target_mean) / target_scale``
+        (the regressor trains on a standardized target).
     """
 
     def __init__(self, client, path, *, n_clusters: int = 0, bank_key: str = "",
                  prefetch: int | str = "auto", block_size: int | None = None,
-                 standardize: bool = False, stats_rows=None):
+                 standardize: bool = False, stats_rows=None, targets: str = "labels",
+                 target_mean: float = 0.0, target_scale: float = 1.0):
         self.path = str(Path(path).resolve())
         self.n_clusters = n_clusters
         if "|" in bank_key:
@@ -218,6 +254,7 @@ class StoreSource:
                 stats_rows = open_store(self.path).train_rows()
             self.stats = stats_key(stats_rows)
             read_saved(group, self.stats)  # fails here, not on the workers, when not computed
+        self.target = _check_targets(self.path, group, targets, target_mean, target_scale)
         self.prefetch = check_prefetch(prefetch)
         self.prefetcher = Prefetcher(client)  # each pass sets its window: _window
 
@@ -231,7 +268,7 @@ class StoreSource:
         """The plan's minibatches, projected on the workers, in plan order."""
         groupings = plan.groupings if plan.groupings is not None else [None] * len(plan)
         args = ((self.path, rows, None if g is None else int(g), self.n_clusters, self.key,
-                 self.stats) for rows, g in zip(plan.batches, groupings, strict=True))
+                 self.stats, self.target) for rows, g in zip(plan.batches, groupings, strict=True))
         width = self.n_features if plan.groupings is None else self.n_clusters
         size = self._window(max(map(len, plan.batches), default=1), width)
         for (x, y), g in zip(self.prefetcher.map(load_batch, args, size), groupings, strict=True):
@@ -240,7 +277,7 @@ class StoreSource:
     def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Full rows ``(x, y)`` in blocks of ``block_size``, for validation and testing."""
         rows = np.asarray(rows, dtype=np.int64)
-        args = ((self.path, rows[i : i + self.block_size], self.key, self.stats)
+        args = ((self.path, rows[i : i + self.block_size], self.key, self.stats, self.target)
                 for i in range(0, rows.size, self.block_size))
         yield from self.prefetcher.map(load_rows, args,
                                        self._window(self.block_size, self.n_features))

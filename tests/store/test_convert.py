@@ -289,3 +289,81 @@ def test_empty_masks(cohort_copy, tmp_path, client):
     with pytest.raises(ValueError, match="no voxel is finite and non-zero in every image"):
         convert(cohort_copy, tmp_path / "e.zarr", client=client, progress=False)
     assert not (tmp_path / "e.zarr").exists()
+
+
+# ---------------------------------------------------------------- numeric targets (regression)
+
+
+def add_targets(csv_path, targets, keep_labels=True):
+    """Rewrite a cohort table with a ``target`` column (and without ``label`` unless
+    ``keep_labels``); return its original rows."""
+    rows = cohort_rows(csv_path)
+    write_rows(csv_path, [{**{k: v for k, v in r.items() if keep_labels or k != "label"},
+                           "target": t} for r, t in zip(rows, targets, strict=True)])
+    return rows
+
+
+TARGETS = [f"{(i - 9.5) ** 3 / 7:.6g}" for i in range(24)]  # negative and fractional values
+
+
+def test_labels_and_targets_round_trip_and_a_changed_target_is_refused(cohort_copy, tmp_path,
+                                                                      client):
+    rows = add_targets(cohort_copy, TARGETS)
+    out = tmp_path / "t.zarr"
+    store = convert(cohort_copy, out, client=client, block_rows=8, progress=False)
+    assert store.target.dtype == np.float64 and store.has_labels
+    np.testing.assert_array_equal(store.target, [float(t) for t in TARGETS])
+    assert store.classes[store.y].tolist() == [r["label"] for r in rows]
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+    shard = out / "X" / "c" / "0" / "0"
+    before = shard.stat().st_mtime_ns
+    convert(cohort_copy, out, client=client, block_rows=8, progress=False)  # same: a no-op
+    assert shard.stat().st_mtime_ns == before
+    changed = list(TARGETS)
+    changed[5] = "1000"
+    add_targets(cohort_copy, changed)
+    with pytest.raises(StoreError, match="made from other inputs"):  # as a changed label is
+        convert(cohort_copy, out, client=client, block_rows=8, progress=False)
+    assert open_store(out).target[5] == float(TARGETS[5])  # the store is left as it was
+
+
+def test_a_target_only_cohort_gives_a_store_without_classes(cohort_copy, tmp_path, client):
+    rows = add_targets(cohort_copy, TARGETS, keep_labels=False)
+    store = convert(cohort_copy, tmp_path / "r.zarr", client=client, block_rows=5,
+                    progress=False)
+    assert not store.has_labels and store.classes.size == 0 and not store.y.any()
+    np.testing.assert_array_equal(store.target, [float(t) for t in TARGETS])
+    assert store.split.tolist() == [r["split"] for r in rows]
+    assert store.groups.tolist() == [r["group"] for r in rows]
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+    with pytest.raises(ValueError, match="classes were given but the cohort table has no"):
+        convert(cohort_copy, tmp_path / "c.zarr", classes=["class_0"], client=client,
+                progress=False)
+
+
+def test_a_four_d_file_gives_its_target_to_every_volume(tmp_path, client):
+    csv_path = make_cohort(tmp_path / "c4", n_samples=10, n_classes=2, grid=TINY_GRID,
+                           n_subjects=2, four_d=True, seed=2)
+    files = cohort_rows(csv_path)
+    targets = [str(2.5 * i - 1) for i in range(len(files))]
+    add_targets(csv_path, targets, keep_labels=False)
+    store = convert(csv_path, tmp_path / "s4.zarr", client=client, block_rows=3, progress=False)
+    volumes = [nib.load(csv_path.parent / f["path"]).shape[3] for f in files]
+    assert store.n_samples == sum(volumes) == 10 and max(volumes) > 1
+    np.testing.assert_array_equal(store.target, np.repeat([float(t) for t in targets], volumes))
+    assert store.volume.tolist() == [v for n in volumes for v in range(n)]
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+
+
+@pytest.mark.parametrize("value, message", [("abc", "target 'abc' .* is not a number"),
+                                            ("nan", "target 'nan' .* is not finite"),
+                                            ("", "missing target")])
+@pytest.mark.parametrize("keep_labels", [True, False], ids=["label+target", "target"])
+def test_a_bad_target_names_file_and_line_before_writing(cohort_copy, tmp_path, client, value,
+                                                         message, keep_labels):
+    targets = list(TARGETS)
+    targets[3] = value
+    add_targets(cohort_copy, targets, keep_labels)
+    with pytest.raises(ValueError, match=rf"cohort.csv:5: {message}"):
+        convert(cohort_copy, tmp_path / "bad.zarr", client=client, progress=False)
+    assert not (tmp_path / "bad.zarr").exists()

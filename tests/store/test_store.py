@@ -250,3 +250,53 @@ def test_write_block_checks_the_block_shape(tmp_path, data):
     with pytest.raises(ValueError, match=r"block 7 holds rows \[35, 37\) of \d+ voxels, got"):
         write_block(tmp_path / "b.zarr", 7, X[30:35])
     assert not g["done"][:].any()
+
+
+# --- numeric targets (regression) beside, or instead of, class labels ---
+
+
+def test_target_round_trip_beside_labels(tmp_path, data):
+    X, y, mask, affine = data
+    target = np.linspace(-3, 5, 37) ** 3  # float64 values that float32 would round
+    s = write_store(tmp_path / "t.zarr", X, y, mask, affine, target=target, block_rows=8)
+    assert s.target.dtype == np.float64 and s.has_labels
+    np.testing.assert_array_equal(s.target, target)
+    np.testing.assert_array_equal(s.classes[s.y], y.astype(str))
+    assert open_store(s.path).target.tolist() == target.tolist()
+
+
+def test_a_store_without_labels_has_no_classes_and_zero_y(tmp_path, data):
+    X, _, mask, affine = data
+    target = np.arange(37) / 7
+    s = write_store(tmp_path / "t.zarr", X, None, mask, affine, target=target, block_rows=8)
+    assert not s.has_labels and s.classes.shape == (0,)
+    assert s.y.dtype == np.int32 and not s.y.any() and s.y.shape == (37,)
+    np.testing.assert_array_equal(s.target, target)
+    np.testing.assert_array_equal(s.X[:], X)
+
+
+def test_a_store_without_target_opens_with_target_none(store):
+    # as every store written before targets existed: no target array at all
+    assert "target" not in store.group and store.target is None and store.has_labels
+
+
+@pytest.mark.parametrize("target, message", [
+    (np.arange(36.0), r"target must have shape \(37,\), got \(36,\)"),
+    (np.r_[np.arange(36.0), np.nan], r"target must be finite, got nan at row 36 \(1 non-finite\)"),
+    (["a"] * 37, "target must hold numbers"),
+])
+def test_bad_targets_are_refused(tmp_path, data, target, message):
+    X, y, mask, affine = data
+    with pytest.raises(ValueError, match=message):
+        write_store(tmp_path / "x.zarr", X, y, mask, affine, target=target)
+    assert not (tmp_path / "x.zarr").exists()
+
+
+def test_labels_or_target_are_needed(tmp_path, data):
+    X, _, mask, affine = data
+    with pytest.raises(ValueError, match="needs class labels y, a target, or both"):
+        write_store(tmp_path / "x.zarr", X, None, mask, affine)
+    with pytest.raises(ValueError, match="classes were given without y"):
+        create_store(tmp_path / "x.zarr", n_samples=2, mask=mask, affine=affine, classes=["a"])
+    with pytest.raises(ValueError, match="y was given without classes"):
+        create_store(tmp_path / "x.zarr", n_samples=2, mask=mask, affine=affine, y=[0, 0])

@@ -278,3 +278,66 @@ def test_standardizing_needs_saved_stats(cohort, client, tmp_path):
     np.testing.assert_allclose(x[rows].std(0), 1, rtol=1e-4)
     with pytest.raises(ValueError, match="together"):
         MemorySource(X, y, mean=mean)
+
+
+# --- numeric targets (regression): targets="target", standardized on the workers ---
+
+
+def test_target_batches_equal_memory_source_fed_the_standardized_target(cohort, client,
+                                                                        tmp_path):
+    path, X, y, mask, split = cohort
+    target = X[:, :5].sum(1).astype(np.float64) * 1e3 + 40.0  # float64 values, in odd units
+    store_path = tmp_path / "t.zarr"
+    write_store(store_path, X, None, mask, np.eye(4), target=target, split=split, block_rows=16)
+    p = int(mask.sum())
+    bank = np.stack([np.arange(p) % 7, np.random.default_rng(0).permutation(np.arange(p) % 7)])
+    key = write_bank(store_path, bank.astype(np.int32))
+    train = np.flatnonzero(split == "train")
+    mean, scale = float(target[train].mean()), float(target[train].std())
+    standardized = ((target - mean) / scale).astype(np.float32)  # as the regressor's fit does
+    memory = MemorySource(X, standardized, bank)
+    streamed = StoreSource(client, store_path, n_clusters=7, bank_key=key, targets="target",
+                           target_mean=mean, target_scale=scale)
+    for plan in [epoch_plan(train, batch_size=10, epoch=2, seed=1, n_groupings=2),
+                 epoch_plan(train, batch_size=10, epoch=0, seed=3)]:
+        s_batches = list(streamed.batches(plan))
+        for s, m, rows in zip(s_batches, memory.batches(plan), plan.batches, strict=True):
+            assert s.grouping == m.grouping and s.y.dtype == np.float32
+            np.testing.assert_array_equal(s.y, m.y)  # the same bits, in the plan's order
+            np.testing.assert_array_equal(s.y, standardized[rows])
+            np.testing.assert_array_equal(s.x, m.x)
+    rows = np.arange(len(y))[::-1]
+    s_blocks = list(streamed.blocks(rows))
+    np.testing.assert_array_equal(np.concatenate([t for _, t in s_blocks]), standardized[rows])
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in s_blocks]), X[rows])
+    raw = np.concatenate([t for _, t in StoreSource(client, store_path,
+                                                    targets="target").blocks(rows)])
+    np.testing.assert_array_equal(raw, target[rows].astype(np.float32))  # mean 0, scale 1
+
+
+def test_labels_and_target_of_one_store(cohort, client, tmp_path):
+    path, X, y, mask, split = cohort
+    target = np.linspace(-1, 1, len(y))
+    store_path = tmp_path / "t.zarr"
+    write_store(store_path, X, y, mask, np.eye(4), target=target, block_rows=16)
+    rows = np.arange(0, len(y), 3)
+    labels = np.concatenate([t for _, t in StoreSource(client, store_path).blocks(rows)])
+    values = np.concatenate([t for _, t in StoreSource(
+        client, store_path, targets="target", target_mean=1.0, target_scale=0.5).blocks(rows)])
+    assert labels.dtype == np.int64 and values.dtype == np.float32
+    np.testing.assert_array_equal(labels, np.unique(y, return_inverse=True)[1][rows])
+    np.testing.assert_array_equal(values, ((target[rows] - 1.0) / 0.5).astype(np.float32))
+
+
+def test_asking_for_what_a_store_lacks_is_refused(cohort, client, tmp_path):
+    path, X, y, mask, split = cohort
+    with pytest.raises(ValueError, match="has no target .*numeric 'target' column"):
+        StoreSource(client, path, targets="target")
+    with pytest.raises(ValueError, match="targets must be 'labels' or 'target', got 'y'"):
+        StoreSource(client, path, targets="y")
+    store_path = tmp_path / "t.zarr"
+    write_store(store_path, X, None, mask, np.eye(4), target=np.zeros(len(y)), block_rows=16)
+    with pytest.raises(ValueError, match="has no class labels .*targets='target'"):
+        StoreSource(client, store_path)
+    with pytest.raises(ValueError, match="target_scale finite and > 0, got 0.0 and 0.0"):
+        StoreSource(client, store_path, targets="target", target_scale=0.0)

@@ -1,0 +1,83 @@
+"""Cohort tables: labels, targets, or both, and the file:line of every bad value."""
+
+import pytest
+
+from fgscale.images._cohort import read_cohort
+
+
+def write_table(path, header, rows):
+    """A cohort table of ``rows`` (lists of cells) under ``header``, comma- or tab-separated."""
+    sep = "\t" if path.suffix == ".tsv" else ","
+    path.write_text("\n".join(sep.join(map(str, r)) for r in [header, *rows]) + "\n")
+    return path
+
+
+def test_label_only_entries_have_no_target(tmp_path):
+    table = write_table(tmp_path / "c.csv", ["path", "label"], [["a.nii", "x"], ["b.nii", "y"]])
+    entries = read_cohort(table)
+    assert [e["label"] for e in entries] == ["x", "y"]
+    assert [e["target"] for e in entries] == [None, None]
+    assert entries[1]["where"] == f"{table}:3"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_targets_are_floats_with_or_without_labels(tmp_path, suffix):
+    both = write_table(tmp_path / f"both{suffix}", ["path", "label", "target", "split"],
+                       [["a.nii", "x", "1.5", "train"], ["b.nii", "y", " -2e3 ", "test"]])
+    entries = read_cohort(both)
+    assert [(e["label"], e["target"], e["split"]) for e in entries] == [
+        ("x", 1.5, "train"), ("y", -2000.0, "test")]
+    assert all(type(e["target"]) is float for e in entries)
+    only = write_table(tmp_path / f"only{suffix}", ["path", "target", "group"],
+                       [["a.nii", "3", "s1"], ["b.nii", "0.25", "s2"]])
+    entries = read_cohort(only)
+    assert [(e["label"], e["target"], e["group"]) for e in entries] == [
+        ("", 3.0, "s1"), ("", 0.25, "s2")]
+    assert entries[0]["path"] == str(tmp_path / "a.nii")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("abc", "target 'abc' for .*b.nii is not a number"),
+    ("nan", "target 'nan' for .*b.nii is not finite"),
+    ("-inf", "target '-inf' for .*b.nii is not finite"),
+    ("", "missing target for .*b.nii"),
+])
+@pytest.mark.parametrize("header", [["path", "target"], ["path", "label", "target"]])
+def test_a_bad_target_names_the_file_and_line(tmp_path, value, message, header):
+    rows = [["a.nii", "x", "1"], ["b.nii", "x", value], ["c.nii", "x", "2"]]
+    rows = [r if "label" in header else [r[0], r[2]] for r in rows]
+    table = write_table(tmp_path / "c.csv", header, rows)
+    with pytest.raises(ValueError, match=rf"c.csv:3: {message}; expected a finite number"):
+        read_cohort(table)
+
+
+def test_a_table_needs_a_label_or_a_target_column(tmp_path):
+    table = write_table(tmp_path / "c.csv", ["path", "group"], [["a.nii", "s1"]])
+    with pytest.raises(ValueError, match=r"c.csv: cohort table has neither a 'label' nor a "
+                                         r"'target' column; .* got \['path', 'group'\]"):
+        read_cohort(table)
+    table = write_table(tmp_path / "c.csv", ["file", "label"], [["a.nii", "x"]])
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['path'\]"):
+        read_cohort(table)
+
+
+def test_labels_stay_required_where_the_column_is(tmp_path):
+    table = write_table(tmp_path / "c.csv", ["path", "label", "target"],
+                        [["a.nii", "x", "1"], ["b.nii", "", "2"]])
+    with pytest.raises(ValueError, match=r"c.csv:3: missing label for .*b.nii"):
+        read_cohort(table)
+
+
+def test_classes_need_labels(tmp_path):
+    table = write_table(tmp_path / "c.csv", ["path", "target"], [["a.nii", "1"]])
+    with pytest.raises(ValueError, match="classes were given but the cohort table has no "
+                                         "'label' column"):
+        read_cohort(table, classes=["x"])
+
+
+def test_globs_have_labels_and_no_target(tmp_path):
+    for name in ("b.nii", "a.nii"):
+        (tmp_path / name).write_bytes(b"")
+    entries = read_cohort(str(tmp_path / "*.nii"), labels=["x", "y"])
+    assert [(e["path"][-5:], e["label"], e["target"]) for e in entries] == [
+        ("a.nii", "x", None), ("b.nii", "y", None)]
