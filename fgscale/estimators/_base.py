@@ -171,11 +171,11 @@ class FeatureGroupingBase(BaseEstimator):
 
         self._check_params()
         store = open_store(path)
-        self._set_store_targets(store)
         self.n_features_in_ = store.n_features
         self.mask_img_ = nib.Nifti1Image(store.mask.astype(np.uint8), store.affine)
         seed = self._seed()
         rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
+        self._set_store_targets(store, rows)
         with get_client(client=client, processes=False) as client:
             self.mean_ = self.scale_ = None
             if self.standardize:
@@ -195,10 +195,15 @@ class FeatureGroupingBase(BaseEstimator):
                     log.info("using the store's bank %s", key)
                 sources[k] = (StoreSource(client, store.path, n_clusters=k or 0, bank_key=key,
                                           prefetch=self.prefetch,
-                                          standardize=bool(self.standardize), stats_rows=rows),
+                                          standardize=bool(self.standardize), stats_rows=rows,
+                                          **self._store_source_kwargs()),
                               bank)
             return self._train(sources, self._store_targets(store), rows, seed, history,
                                groups=groups)
+
+    def _store_source_kwargs(self) -> dict:
+        """What the streamed source carries as targets (class indices by default)."""
+        return {}
 
     # ------------------------------------------------------------------ training
 

@@ -109,7 +109,10 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         return self._fit_arrays(X, y_idx.astype(np.int64), mask_img)
 
-    def _set_store_targets(self, store) -> None:
+    def _set_store_targets(self, store, rows) -> None:
+        if not store.has_labels:
+            raise ValueError(f"{store.path}: the store has no class labels (its cohort had a "
+                             "target column only): use FeatureGroupingRegressor")
         self.classes_ = store.classes
 
     def _store_targets(self, store) -> np.ndarray:

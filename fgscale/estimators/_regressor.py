@@ -68,13 +68,14 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features), or images
-            In-memory data, or NIfTI images (paths or nibabel images, 3D or 4D, or a list of
-            them) masked as :meth:`FeatureGroupingClassifier.fit` masks them.
+        X : array-like of shape (n_samples, n_features), images, or str or Path of a store
+            In-memory data; NIfTI images (paths or nibabel images, 3D or 4D, or a list of
+            them) masked as :meth:`FeatureGroupingClassifier.fit` masks them; or a complete
+            store whose cohort had a ``target`` column, streamed as the classifier streams.
         y : array-like of shape (n_samples,)
-            Numeric targets.
-        client : None
-            Stores are not supported by the regressor yet.
+            Numeric targets; None with a store.
+        client : distributed.Client, optional
+            With a store, as :meth:`FeatureGroupingClassifier.fit`.
 
         Returns
         -------
@@ -82,8 +83,9 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         """
         self._check_params()
         if is_store(X):
-            raise ValueError("FeatureGroupingRegressor trains on arrays and images; stores carry "
-                             "class labels only for now")
+            if y is not None:
+                raise ValueError("y must be None when X is a store: the targets come from it")
+            return self._fit_store(X, client)
         mask_img = None
         if is_images(X):
             X, mask_img = self._images_in(X)
@@ -91,11 +93,28 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         y = np.asarray(y, np.float64)
         if y.ndim != 1:
             raise ValueError(f"y must be one target per sample, got shape {y.shape}")
-        self.y_mean_ = float(y.mean())
-        std = float(y.std())
-        self.y_scale_ = std if std > 0 else 1.0
+        self._set_target_scale(y)
         target = ((y - self.y_mean_) / self.y_scale_).astype(np.float32)
         return self._fit_arrays(X, target, mask_img)
+
+    def _set_target_scale(self, y: np.ndarray) -> None:
+        """The target's mean and standard deviation (1 for a constant target)."""
+        self.y_mean_ = float(np.mean(y))
+        std = float(np.std(y))
+        self.y_scale_ = std if std > 0 else 1.0
+
+    def _set_store_targets(self, store, rows) -> None:
+        if store.target is None:
+            raise ValueError(f"{store.path}: the store has no target (its cohort table had no "
+                             "'target' column): regression needs one")
+        self._set_target_scale(store.target[rows])
+
+    def _store_targets(self, store) -> np.ndarray:
+        return ((store.target - self.y_mean_) / self.y_scale_).astype(np.float32)
+
+    def _store_source_kwargs(self) -> dict:
+        return {"targets": "target", "target_mean": self.y_mean_,
+                "target_scale": self.y_scale_}
 
     def _n_outputs(self) -> int:
         return 1

@@ -3,15 +3,16 @@ closed forms give them, feature grouping on smooth maps, images at the edges."""
 
 import numpy as np
 import pytest
-from helpers import mask_img
+from helpers import mask_img, smooth_cohort
 from scipy import ndimage
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.metrics import r2_score
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from fgscale import FeatureGroupingRegressor
+from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor
 from fgscale.images import mask_images, unmask
+from fgscale.store import write_store
 
 
 def _expected_failures(estimator):
@@ -91,6 +92,27 @@ def test_images_in_and_a_map_out(rng):
                                rtol=1e-6)
 
 
-def test_a_store_is_refused_with_a_message(tmp_path):
-    with pytest.raises(ValueError, match="stores carry class labels only"):
-        FeatureGroupingRegressor().fit(str(tmp_path / "x.zarr"))
+@pytest.mark.parametrize("regularizer", ["feature_grouping", "l2"])
+def test_streamed_regression_equals_in_memory(client, tmp_path, regularizer):
+    X, _, mask, split = smooth_cohort()
+    rng = np.random.default_rng(0)
+    target = X @ rng.standard_normal(X.shape[1]) * 3.0 + 50.0  # in units far from 0 and 1
+    store = write_store(tmp_path / "r.zarr", X, None, mask, np.eye(4), target=target,
+                        split=split, block_rows=16)
+    assert not store.has_labels
+    train = split == "train"
+    params = dict(regularizer=regularizer, n_groupings=4, n_bootstrap=10, max_epochs=15,
+                  random_state=0)
+    memory = FeatureGroupingRegressor(mask=mask, **params).fit(X[train], target[train])
+    streamed = FeatureGroupingRegressor(**params).fit(str(store.path), client=client)
+    assert streamed.y_mean_ == pytest.approx(memory.y_mean_)
+    assert streamed.y_scale_ == pytest.approx(memory.y_scale_)
+    np.testing.assert_allclose(streamed.predict(X), memory.predict(X), rtol=1e-5,
+                               atol=1e-5 * target.std())
+    with pytest.raises(ValueError, match="has no class labels"):
+        FeatureGroupingClassifier(**params).fit(str(store.path), client=client)
+
+
+def test_a_store_without_targets_is_refused_with_a_message(tiny_store, client):
+    with pytest.raises(ValueError, match="has no target"):
+        FeatureGroupingRegressor().fit(str(tiny_store.path), client=client)
