@@ -1,7 +1,8 @@
 """The ``fgscale`` command line: one subcommand per step of the pipeline.
 
 Each subcommand is a small ``_cmd_<name>(args)`` function that calls the public API and
-decides what is printed; the work itself lives in the modules.
+decides what is printed; the work itself lives in the modules, the options that subcommands
+share in :mod:`fgscale._cli_args`.
 """
 
 from __future__ import annotations
@@ -12,13 +13,25 @@ import logging
 import os
 import sys
 
+from fgscale._cli_args import (
+    Parser,
+    add_bank_args,
+    add_cluster_args,
+    add_cohort_args,
+    add_device_arg,
+    add_estimator_args,
+    add_progress_arg,
+    add_worker_kind_arg,
+)
+
 log = logging.getLogger("fgscale")
 
 
 def _cmd_demo(args) -> int:
     from fgscale.demo import run_demo
 
-    run_demo(args.out, seed=args.seed, n_workers=args.n_workers, max_epochs=args.max_epochs)
+    run_demo(args.out, seed=args.seed, n_workers=args.n_workers, max_epochs=args.max_epochs,
+             progress=not args.no_progress)
     return 0
 
 
@@ -38,14 +51,17 @@ def _cmd_bank(args) -> int:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         return 0
 
-    from fgscale.cluster import dashboard_link
     from fgscale.grouping._dask_bank import build_bank
 
-    with _client(args, processes=True) as client:
-        print(f"dashboard: {dashboard_link(client) or 'none'}")
+    with _client(args, processes=True) as client:  # prints its dashboard link
         _, info = build_bank(args.store, n_groupings=args.n_groupings, n_bootstrap=args.n_bootstrap,
                              n_clusters=args.n_clusters, seed=args.seed, client=client,
-                             overwrite=args.overwrite, return_info=True)
+                             overwrite=args.overwrite, return_info=True,
+                             progress=not args.no_progress)
+    if not info["built"]:
+        print(f"bank {info['key']} of {args.store}: already complete ({info['n_groupings']} "
+              "groupings), nothing to do")
+        return 0
     print(f"bank {info['key']} of {args.store}: {info['built']} groupings built, "
           f"{info['reused']} reused (b={info['n_groupings']}, k={info['n_clusters']}, "
           f"r={info['n_bootstrap']}, seed={info['seed']}) in {info['seconds']:.1f} s")
@@ -68,7 +84,7 @@ def _estimator_params(args) -> dict:
     from fgscale._params import PARAMS
 
     params = {p.name: getattr(args, p.name) for p in PARAMS if p.cli}
-    return {**params, "verbose": 1, "random_state": args.seed}
+    return {**params, "verbose": int(not args.no_progress), "random_state": args.seed}
 
 
 def _cmd_cv(args) -> int:
@@ -90,11 +106,16 @@ def _cmd_train(args) -> int:
     with _client(args, processes=args.worker_processes) as client:
         summary = train_run(args.store, args.out, params=params, resume=args.resume,
                             client=client)
+    if summary.get("already_complete"):
+        print(f"{summary['run']}: already complete with these parameters, nothing to do; "
+              "its saved summary:")
     test = summary["test"]
     acc = "n/a" if test["accuracy"] is None else f"{test['accuracy']:.4f}"
     print(f"trained {args.model}/{args.regularizer} for {summary['epochs']} epochs in "
           f"{summary['seconds']:.1f} s; test accuracy {acc} on {test['n']} rows")
-    print(f"run folder: {summary['run']} (weights: {summary['weights']})")
+    maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
+    print(f"run folder: {summary['run']} (maps: {maps}, one 3D map per class in maps/, "
+          "see maps.json); fgscale report RUN draws them")
     return 0
 
 
@@ -104,7 +125,7 @@ def _cmd_evaluate(args) -> int:
 
     with _client(args, processes=args.worker_processes) as client:
         report = evaluate_run(args.run, args.store, device=args.device, client=client,
-                              predictions=args.predictions)
+                              predictions=args.predictions, progress=not args.no_progress)
     print(json.dumps(report) if args.json else format_report(report))
     if args.predictions is not None and not args.json:
         print(f"predictions of the {report['n']} test rows: {args.predictions}")
@@ -115,74 +136,20 @@ def _cmd_predict(args) -> int:
     from fgscale.runs import predict_run
 
     summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
-                          resample=args.resample, device=args.device)
+                          resample=args.resample, device=args.device,
+                          progress=not args.no_progress)
     counts = ", ".join(f"{label} {n}" for label, n in summary["counts"].items())
     print(f"{summary['n']} predictions written to {summary['out']} ({counts})")
     return 0
 
 
-def _add_param(p, name: str, note: str = "") -> None:
-    """The option of an estimator parameter, from the table: its type, default and help."""
-    from fgscale._params import _BY_NAME, Options, _Sizes
+def _is_complete_store(path) -> bool:
+    from fgscale.store import StoreError, open_group_checked
 
-    param = _BY_NAME[name]
-
-    def parse(text: str):
-        try:
-            value = param.constraint.parse(text)
-        except ValueError:
-            value = None
-        if value is None or not param.constraint.accepts(value):
-            raise argparse.ArgumentTypeError(f"expected {param.constraint.describe()}, got "
-                                             f"{text!r}")
-        return value
-
-    default = param.default
-    if isinstance(param.constraint, _Sizes):  # --hidden-layer-sizes 256 128
-        kwargs = {"type": int, "nargs": "+", "default": list(default)}
-        default = " ".join(map(str, default))
-    else:
-        kwargs = {"type": parse, "default": default}
-    metavar = ("{" + ",".join(param.constraint.choices) + "}"
-               if isinstance(param.constraint, Options) else name.upper())
-    p.add_argument("--" + name.replace("_", "-"), dest=name, metavar=metavar,
-                   help=f"{param.help} (default: {default}{note})", **kwargs)
-
-
-def _add_bank_args(p, note: str) -> None:
-    """The store and the bank's parameters, shared by ``bank`` and ``train``."""
-    p.add_argument("store", help="the Zarr store (from fgscale convert)")
-    for name in ("n_groupings", "n_bootstrap", "n_clusters"):
-        _add_param(p, name, note)
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the bank and of training (default: 0)")
-
-
-def _add_estimator_args(p) -> None:
-    """The store, then every estimator parameter of the table."""
-    from fgscale._params import PARAMS
-
-    _add_bank_args(p, "")
-    for param in PARAMS:
-        if param.cli and param.name not in ("n_groupings", "n_bootstrap", "n_clusters"):
-            _add_param(p, param.name)
-
-
-def _add_cluster_args(p) -> None:
-    p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT)")
-    p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file")
-    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
-
-
-def _add_device_arg(p) -> None:
-    p.add_argument("--device", default=None,
-                   help="torch device (default: the run's own, else the CPU where it has no GPU)")
-
-
-def _add_worker_kind_arg(p) -> None:
-    p.add_argument("--worker-processes", action="store_true",
-                   help="LocalCluster of worker processes (each with a memory limit) instead of "
-                        "threads in this process, which hand blocks to the model without a copy")
+    try:
+        return bool(open_group_checked(path).attrs.get("complete", False))
+    except StoreError:  # none there yet, or not a store: convert says which
+        return False
 
 
 def _cmd_convert(args) -> int:
@@ -193,10 +160,18 @@ def _cmd_convert(args) -> int:
     if resample not in (None, "mask"):
         resample = float(resample)
     classes = args.classes.split(",") if args.classes else None
+    kwargs = dict(mask=args.mask, resample=resample, nan=args.nan, labels=args.labels,
+                  classes=classes, intersect_mask=args.intersect_mask,
+                  block_rows=args.block_rows, progress=not args.no_progress)
+    if _is_complete_store(args.out):
+        # convert checks that the store was made from these inputs and returns it before it
+        # needs a cluster: none is started for nothing
+        store = convert(cohort, args.out, **kwargs)
+        print(f"{store.path}: already complete, nothing to do ({store.n_samples} rows x "
+              f"{store.n_features} voxels)")
+        return 0
     with _client(args, processes=True) as client:
-        store = convert(cohort, args.out, mask=args.mask, resample=resample, nan=args.nan,
-                        labels=args.labels, classes=classes, intersect_mask=args.intersect_mask,
-                        client=client, block_rows=args.block_rows, progress=not args.no_progress)
+        store = convert(cohort, args.out, client=client, **kwargs)
     s = store.attrs.get("summary", {})
     print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, "
           f"{len(store.classes)} classes, {s.get('bytes', 0) / 1e6:.1f} MB; "
@@ -214,6 +189,42 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _cmd_make_cohort(args) -> int:
+    from pathlib import Path
+
+    from fgscale.images import make_cohort
+
+    table = Path(args.out) / "cohort.csv"
+    if table.exists():  # the folder may hold a real cohort: never overwrite its table
+        raise ValueError(f"{table}: exists; remove it or choose another folder")
+    csv = make_cohort(args.out, n_samples=args.n_samples, n_classes=args.n_classes,
+                      grid=args.grid, snr_db=args.snr_db, smooth_noise=args.smooth_noise,
+                      n_subjects=args.n_subjects, test_fraction=args.test_fraction,
+                      seed=args.seed, four_d=args.four_d)
+    grid = args.grid if isinstance(args.grid, str) else "x".join(map(str, args.grid))
+    print(f"{csv}: a SYNTHETIC cohort of {args.n_samples} volumes, {args.n_classes} classes, "
+          f"{grid} grid, SNR {args.snr_db:g} dB ({args.smooth_noise:.0%} of the noise smooth), "
+          f"seed {args.seed}")
+    print(f"SYNTHETIC data, generated, not images of anyone; next: fgscale convert {csv} "
+          "--out STORE.zarr")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from fgscale.report_html import write_report
+
+    nilearn = {"auto": None, "nilearn": True, "matplotlib": False}[args.maps_with]
+    try:
+        path = write_report(args.run, args.out, nilearn=nilearn)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("matplotlib", "nilearn"):
+            raise
+        print(f"fgscale report: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report of {args.run}: {path} (one HTML file, its figures embedded)")
+    return 0
+
+
 def _version() -> str:
     from fgscale import __version__
 
@@ -221,7 +232,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="fgscale",
         description="Feature grouping as a stochastic regularizer, trained out-of-core on Dask and Zarr.",
     )
@@ -231,10 +242,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="run the whole pipeline on a synthetic cohort (the README's main job)")
     p.add_argument("--out", default="fgscale-demo", help="folder for the cohort, store and runs")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the cohort, the bank and training")
     p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
-    p.add_argument("--max-epochs", type=int, default=None, help="override the demo's epochs")
+    p.add_argument("--max-epochs", type=int, default=None,
+                   help="override the demo's epochs (default: the demo's own)")
+    add_progress_arg(p)
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("make-cohort", help="write a SYNTHETIC NIfTI cohort and its table "
+                                           "(cohort.csv), to try fgscale on")
+    p.add_argument("out", help="folder for the images, cohort.csv and cohort.json")
+    add_cohort_args(p)
+    p.set_defaults(func=_cmd_make_cohort)
 
     # --- store commands (convert, export) ---
     p = sub.add_parser("convert", help="convert a NIfTI cohort into a Zarr store (resumable)")
@@ -242,18 +261,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cohort table (.csv/.tsv: path,label[,group][,split]) or files/globs "
                         "with --labels")
     p.add_argument("--out", required=True, help="the store to write (STORE.zarr)")
-    p.add_argument("--labels", default=None, help="with files/globs: one label per line, per file")
+    p.add_argument("--labels", default=None,
+                   help="with files/globs: one label per line, per file (default: none)")
     p.add_argument("--mask", default=None, help="mask NIfTI (default: computed from the images)")
     p.add_argument("--intersect-mask", action="store_true",
                    help="intersect --mask with the mask computed from the images")
     p.add_argument("--resample", default=None, metavar="MM|mask",
-                   help="resample every image to this voxel size (mm) or to the mask's grid")
+                   help="resample every image to this voxel size (mm) or to the mask's grid "
+                        "(default: none, the images' own grid)")
     p.add_argument("--nan", choices=["error", "zero"], default="error",
-                   help="NaN/inf inside the mask: fail (default) or set to 0")
-    p.add_argument("--classes", default=None, help="allowed labels, comma-separated, in order")
-    p.add_argument("--block-rows", type=int, default=None, help="rows per task and per shard")
-    _add_cluster_args(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+                   help="NaN/inf inside the mask: fail (error) or set to 0 (zero)")
+    p.add_argument("--classes", default=None,
+                   help="allowed labels, comma-separated, in order (default: the labels sorted)")
+    p.add_argument("--block-rows", type=int, default=None,
+                   help="rows per task and per shard (default: from the row size)")
+    add_cluster_args(p)
+    add_progress_arg(p)
     p.set_defaults(func=_cmd_convert)
 
     p = sub.add_parser("export", help="write per-voxel values of a store as a NIfTI image")
@@ -271,38 +294,43 @@ def build_parser() -> argparse.ArgumentParser:
     # --- distributed commands (bank, train, cv, evaluate), then predict ---
 
     p = sub.add_parser("bank", help="build the bank of groupings into a store, on a Dask cluster")
-    _add_bank_args(p, "")
-    _add_cluster_args(p)
+    add_bank_args(p, "")
+    add_cluster_args(p)
     p.add_argument("--overwrite", action="store_true",
                    help="rebuild the bank of these parameters from scratch (other banks are kept)")
     p.add_argument("--list", action="store_true",
                    help="list the store's banks (key, k, r, seed, rows, built/total); build nothing")
+    add_progress_arg(p)
     p.set_defaults(func=_cmd_bank)
 
     p = sub.add_parser("train", help="train on a store, streaming minibatches from the workers")
-    _add_estimator_args(p)
-    p.add_argument("--out", required=True, help="run folder (config, checkpoints, metrics, weights)")
+    add_estimator_args(p)
+    p.add_argument("--out", required=True, help="run folder (config, checkpoints, metrics, maps)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
-    _add_cluster_args(p)
-    _add_worker_kind_arg(p)
+    add_cluster_args(p)
+    add_worker_kind_arg(p)
+    add_progress_arg(p)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("cv", help="cross-validate on a store's training rows, folds by subject")
-    _add_estimator_args(p)
+    add_estimator_args(p)
     p.add_argument("--folds", type=int, default=5, help="number of folds (default: 5)")
-    _add_cluster_args(p)
-    _add_worker_kind_arg(p)
+    add_cluster_args(p)
+    add_worker_kind_arg(p)
+    add_progress_arg(p)
     p.set_defaults(func=_cmd_cv)
 
     p = sub.add_parser("evaluate", help="score a trained run on a store's test rows")
     p.add_argument("run", help="run folder (from fgscale train)")
     p.add_argument("store", help="the Zarr store (the run's, or another with its mask)")
-    _add_device_arg(p)
+    add_device_arg(p)
     p.add_argument("--predictions", default=None, metavar="FILE",
-                   help="also write each test row's label, prediction and probabilities (CSV)")
+                   help="also write each test row's label, prediction and probabilities (CSV) "
+                        "(default: none)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON line")
-    _add_cluster_args(p)
-    _add_worker_kind_arg(p)
+    add_cluster_args(p)
+    add_worker_kind_arg(p)
+    add_progress_arg(p)
     p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser("predict", help="predict NIfTI images, a cohort table or a store with a "
@@ -317,8 +345,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resample", action="store_true",
                    help="resample images on another grid to the run's mask (linear); by "
                         "default they are refused")
-    _add_device_arg(p)
+    add_device_arg(p)
+    add_progress_arg(p)
     p.set_defaults(func=_cmd_predict)
+
+    p = sub.add_parser("report", help="write a run's report: one HTML file with its curves, "
+                                      "choices, test scores and maps (needs fgscale[plot])")
+    p.add_argument("run", help="run folder (from fgscale train; an unfinished one too)")
+    p.add_argument("--out", default=None, help="the HTML file (default: RUN/report.html)")
+    p.add_argument("--maps-with", choices=["auto", "nilearn", "matplotlib"], default="auto",
+                   help="draw the maps with nilearn.plotting.plot_stat_map or matplotlib alone; "
+                        "auto: nilearn when it is installed")
+    p.set_defaults(func=_cmd_report)
 
     return parser
 

@@ -5,11 +5,16 @@ Every distributed step of fgscale (conversion, bank, statistics, training, evalu
 (an embedded ``LocalCluster``), in a notebook under ``with Client(...):``, or on one big machine
 or a SLURM / Kubernetes cluster (see the ``cluster/`` folder of the repository), which the CLI
 joins with :func:`connect` from ``--scheduler`` or ``--scheduler-file``.
+
+The first time a client comes through :func:`get_client` or :func:`connect` (made here, given,
+active or joined), its dashboard link is printed once, on stderr: where to watch a long fit.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +22,8 @@ from pathlib import Path
 import dask
 from dask.system import CPU_COUNT
 from distributed import Client, LocalCluster, as_completed, default_client
-from tqdm.auto import tqdm
+
+from fgscale._progress import tqdm
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +35,10 @@ __all__ = ["active_client", "connect", "dashboard_link", "get_client", "run_task
 # Our workers run one array-heavy task at a time, so glibc's defaults suit them; None unsets the
 # variable. Workers started by hand get the same through cluster/dask-config/fgscale.yaml.
 _WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
+# The clients whose dashboard link was printed: calls nest (train_run -> fit -> bank) and a
+# notebook fits many times on one client, so the link is printed once per client, not per call.
+_ANNOUNCED: weakref.WeakSet = weakref.WeakSet()
 
 
 def dashboard_link(client: Client) -> str | None:
@@ -57,6 +67,7 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
     ``distributed`` default client (``with Client(...):`` around the call, as in a notebook);
     else an embedded ``LocalCluster``, shut down on exit. A client given or found is never
     closed here. Joining a running scheduler by address is the CLI's job (:func:`connect`).
+    The first time a client comes through here, its dashboard link is printed on stderr.
 
     Parameters
     ----------
@@ -171,4 +182,14 @@ def run_tasks(client: Client, func, args_list, *, progress: bool = True, desc: s
 
 
 def _log_dashboard(client: Client, what: str) -> None:
-    log.info("%s; dashboard: %s", what, dashboard_link(client) or "none")
+    """Log how the client came, and print its dashboard link the first time it comes.
+
+    Printed rather than logged: a user who calls ``fit`` on a store in a notebook sees no INFO
+    log, and that link is the only view of a fit that streams for minutes (stderr, so that a
+    command's stdout, such as ``fgscale evaluate --json``, stays parseable).
+    """
+    link = dashboard_link(client)
+    log.info("%s; dashboard: %s", what, link or "none")
+    if link is not None and client not in _ANNOUNCED:
+        _ANNOUNCED.add(client)
+        print(f"Dask dashboard: {link}", file=sys.stderr, flush=True)

@@ -2,7 +2,7 @@
 
 Generate a synthetic NIfTI cohort, convert it to a Zarr store, build the bank of groupings on
 a LocalCluster, train feature grouping and a baseline by streaming minibatches from the store,
-evaluate both on the held-out subjects and export the weight maps as NIfTI.
+evaluate both on the held-out subjects and write their maps as NIfTI, a 3D map per class.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from fgscale._params import PARAMS
-from fgscale.cluster import dashboard_link, get_client
+from fgscale.cluster import get_client
 from fgscale.grouping._dask_bank import build_bank
 from fgscale.images._synthetic import make_cohort
 from fgscale.runs import train_run
@@ -35,37 +35,48 @@ BASELINES = {"feature_grouping": {}, "l2": {"alpha": [0.01, 0.1, 1.0]}}
 
 
 def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
-             max_epochs: int | None = None, echo=print) -> list[dict]:
+             max_epochs: int | None = None, progress: bool = True, echo=print) -> list[dict]:
     """Run the pipeline into ``out`` and return one result row per trained model.
 
     Every step is resumable: run it again and finished steps are reused.
+
+    Parameters
+    ----------
+    out : str or Path, default="fgscale-demo"
+    seed : int, default=0
+    n_workers : int, optional
+        LocalCluster workers; default the number of usable cores.
+    max_epochs : int, optional
+        Default the demo's (``TRAINING``).
+    progress : bool, default=True
+        Progress bars (tqdm, on stderr) for the conversion, the bank and training.
+    echo : callable, default=print
+        Called with each line of the demo's report.
     """
     out = Path(out)
-    training = dict(TRAINING, random_state=seed, verbose=1)
+    training = dict(TRAINING, random_state=seed, verbose=int(progress))
     if max_epochs is not None:
         training["max_epochs"] = max_epochs
     start = time.perf_counter()
     # conversion and the bank on worker processes; streamed training on thread workers, which
     # hand each block to the model without a copy (see fgscale.cluster.get_client)
-    with get_client(n_workers=n_workers) as client:
-        echo(f"Dask dashboard: {dashboard_link(client) or 'none'}")
+    with get_client(n_workers=n_workers) as client:  # prints its dashboard link
         csv = out / "cohort" / "cohort.csv"
         if not csv.exists():
             echo(f"1/4 generating a SYNTHETIC cohort ({DEMO['n_samples']} volumes, "
                  f"{DEMO['grid']} grid) in {csv.parent}")
             make_cohort(csv.parent, seed=seed, **DEMO)
         echo("2/4 converting NIfTI -> Zarr")
-        store = convert(csv, out / "cohort.zarr", client=client)
+        store = convert(csv, out / "cohort.zarr", client=client, progress=progress)
         echo(f"    {store.n_samples} rows x {store.n_features} voxels, "
              f"{store.train_rows().size} train / {store.test_rows().size} test")
         echo(f"3/4 building the bank ({training['n_groupings']} ReNA groupings)")
         params = {p.name: p.default for p in PARAMS} | training
         build_bank(store.path, n_groupings=params["n_groupings"],
                    n_bootstrap=params["n_bootstrap"], n_clusters=params["n_clusters"],
-                   seed=seed, client=client)
+                   seed=seed, client=client, progress=progress)
     with get_client(n_workers=n_workers, processes=False) as client:
-        echo("4/4 training by streaming minibatches from the store "
-             f"(Dask dashboard: {dashboard_link(client) or 'none'})")
+        echo("4/4 training by streaming minibatches from the store")
         rows = []
         for regularizer, extra in BASELINES.items():
             run_dir = out / "runs" / regularizer
@@ -75,13 +86,13 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
             rows.append({"regularizer": regularizer, **summary})
         rows.append(_sklearn_row(store))
     echo("")
-    echo("| model | regularizer | test accuracy | epochs | seconds | weights |")
+    echo("| model | regularizer | test accuracy | epochs | seconds | maps |")
     echo("|---|---|---|---|---|---|")
     for r in rows:
         epochs = f"{r['epochs']} + {r['refit_epochs']} refit" if "epochs" in r else "-"
         echo(f"| {r.get('model', training['model'])} | {r['regularizer']} | "
              f"{r['test']['accuracy']:.3f} | {epochs} | {r['seconds']:.1f} | "
-             f"{r.get('weights', '-')} |")
+             f"{r.get('maps', '-')} |")
     echo("")
     echo(_verdict(rows))
     echo(f"SYNTHETIC data; {len(rows) - 1} runs in {out / 'runs'}; "

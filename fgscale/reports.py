@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from fgscale._files import atomic_path
+from fgscale._progress import tqdm
 from fgscale.images._cohort import read_cohort
 from fgscale.images._masking import mask_images
 from fgscale.images._nifti import load_img
@@ -30,15 +31,18 @@ ROWS = ("all", "train", "test")
 _TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
 
 
-def _proba_columns(clf, blocks: Iterable[tuple[dict, np.ndarray]]) -> dict:
+def _proba_columns(clf, blocks: Iterable[tuple[dict, np.ndarray]], *, progress: bool = False,
+                   total: int | None = None) -> dict:
     """The columns of ``(info, x)`` blocks: ``info``'s, then the prediction and probabilities
-    of the rows ``x`` (n_rows, n_features), float32."""
+    of the rows ``x`` (n_rows, n_features), float32; ``progress`` shows a bar over the rows."""
     columns, probas = {}, []
-    for info, x in blocks:
-        for name, values in info.items():
-            columns.setdefault(name, []).extend(np.asarray(values).tolist())
-        if len(x):
-            probas.append(clf.predict_proba(x))
+    with tqdm(total=total, desc="predicting", unit="row", disable=not progress) as bar:
+        for info, x in blocks:
+            for name, values in info.items():
+                columns.setdefault(name, []).extend(np.asarray(values).tolist())
+            if len(x):
+                probas.append(clf.predict_proba(x))
+            bar.update(len(x))
     proba = np.concatenate(probas) if probas else np.empty((0, len(clf.classes_)))
     columns["prediction"] = clf.classes_[proba.argmax(axis=1)] if len(proba) else []
     for j, c in enumerate(clf.classes_):
@@ -89,7 +93,7 @@ def _check_labels(clf, store: Store, rows: np.ndarray) -> None:
                          f"are {sorted(known)}")
 
 
-def score_store(clf, store: Store, client, rows) -> tuple[dict, dict]:
+def score_store(clf, store: Store, client, rows, *, progress: bool = False) -> tuple[dict, dict]:
     """Predict ``rows`` of a store, streamed from Dask workers, and score them.
 
     Parameters
@@ -99,6 +103,8 @@ def score_store(clf, store: Store, client, rows) -> tuple[dict, dict]:
     store : Store
     client : distributed.Client
     rows : ndarray of int or {"all", "train", "test"}
+    progress : bool, default=False
+        Show a progress bar over the rows (tqdm, on stderr).
 
     Returns
     -------
@@ -123,7 +129,7 @@ def score_store(clf, store: Store, client, rows) -> tuple[dict, dict]:
         if not rows.size:  # the columns, empty
             yield _store_info(store, rows), np.empty((0, store.n_features), np.float32)
 
-    table = _proba_columns(clf, blocks())
+    table = _proba_columns(clf, blocks(), progress=progress, total=int(rows.size))
     return classification_report(table["label"], proba_matrix(table, clf.classes_),
                                  clf.classes_), table
 
@@ -147,7 +153,8 @@ def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
         yield info, x
 
 
-def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False) -> dict:
+def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
+                   progress: bool = False) -> dict:
     """A prediction per volume of NIfTI files, of a cohort table's files, or per store row.
 
     Parameters
@@ -161,6 +168,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False) ->
         The rows of a store, or the files of a cohort table, by their split.
     resample : bool, default=False
         Resample images on another grid to the mask's; by default they are refused.
+    progress : bool, default=False
+        Show a progress bar over the rows (tqdm, on stderr).
 
     Returns
     -------
@@ -176,7 +185,9 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False) ->
     if len(inputs) == 1 and inputs[0].is_dir():
         store = open_store(inputs[0])
         check_store(clf, store)
-        return _proba_columns(clf, _store_blocks(store, _store_rows(store, rows)))
+        rows = _store_rows(store, rows)
+        return _proba_columns(clf, _store_blocks(store, rows), progress=progress,
+                              total=int(rows.size))
     if getattr(clf, "mask_img_", None) is None:
         raise ValueError("the model has no mask (fitted on arrays without one): it predicts "
                          "from a store or from arrays, not from images")
@@ -195,7 +206,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False) ->
                              "NIfTI files have none")
         entries = [{"path": str(p)} for p in inputs]
     with_volume = any(load_img(e["path"]).ndim == 4 for e in entries)
-    return _proba_columns(clf, _image_blocks(clf, entries, resample, with_volume))
+    return _proba_columns(clf, _image_blocks(clf, entries, resample, with_volume),
+                          progress=progress)
 
 
 # ---------------------------------------------------------------------------------- reports

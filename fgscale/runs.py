@@ -10,8 +10,10 @@ A run folder holds::
     model.npz        hyper-parameters; the model's weights and the standardization; the mask
     mask.nii.gz      of the store (:mod:`fgscale.estimators._persist`); model.json is written
                      last: a run without it has not finished
-    weights.nii.gz   first-layer weights as a 4D NIfTI image on the store's grid (one
-                     volume per class for logistic regression, per hidden unit for the MLP)
+    maps/            a 3D map per class on the store's grid (``maps/<class>.nii.gz``), for
+    maps.nii.gz      nilearn.plotting; maps.nii.gz holds them as one 4D image; maps.json says
+    maps.json        which volume and file is which class, and what the values are
+                     (:mod:`fgscale.maps`)
     final.json       the test report on the store's test rows and the run's summary
 
 Every file is written under a temporary name and renamed (:func:`atomic_path`): a run killed
@@ -38,7 +40,7 @@ from fgscale.cluster import get_client
 from fgscale.estimators._base import _cuda, _History
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._persist import load_model, save_model
-from fgscale.images._nifti import unmask
+from fgscale.maps import MAPS_IMAGE, write_maps
 from fgscale.reports import predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
@@ -46,6 +48,10 @@ __all__ = ["RunFolder", "atomic_path", "cross_validate", "evaluate_run", "load_r
            "predict_run", "train_run"]
 
 log = logging.getLogger(__name__)
+
+# Parameters that change how a run is shown or fed, never what it computes: a finished run asked
+# again with other values (`fgscale train --resume --no-progress`) has nothing left to do.
+_UNSEEN_PARAMS = ("verbose", "prefetch")
 
 
 def _versions() -> dict:
@@ -80,7 +86,7 @@ class RunFolder:
 
         A folder with a run in it is refused unless ``resume``, and then only with the same
         parameters, bar :data:`RUNTIME_PARAMS`. Returns the summary of a run that already ended
-        with exactly these parameters (nothing is written then), else None.
+        with these parameters, bar :data:`_UNSEEN_PARAMS` (nothing is written then), else None.
         """
         config = self / "config.json"
         if config.exists():
@@ -94,7 +100,8 @@ class RunFolder:
                 raise ValueError(f"{self.path}: --resume with other parameters than the saved "
                                  f"run ({', '.join(changed)}; see {config})")
             final = self / "final.json"
-            if saved == params and final.exists():
+            if final.exists() and all(saved.get(k) == params[k] for k in params
+                                      if k not in _UNSEEN_PARAMS):
                 return json.loads(final.read_text())
         self.path.mkdir(parents=True, exist_ok=True)
         self._write_json({"params": params, "store": str(store.path.resolve()),
@@ -117,12 +124,10 @@ class RunFolder:
                                     "at the end; --resume continues a killed run)")
         return load_model(self.path)
 
-    def write_weights(self, weight, store) -> Path:
-        """First-layer weights ``weight`` (n_outputs, n_features) as a NIfTI on the store's grid."""
-        path = self / "weights.nii.gz"
-        with atomic_path(path) as tmp:
-            unmask(weight, store.mask, store.affine).to_filename(tmp)
-        return path
+    def write_maps(self, clf, store) -> Path:
+        """A map per class and maps.json (:func:`fgscale.maps.write_maps`); returns the 4D one."""
+        write_maps(self.path, clf, store.mask, store.affine)
+        return self / MAPS_IMAGE
 
     def write_final(self, summary: dict) -> None:
         self._write_json(summary, "final.json")
@@ -206,7 +211,9 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     summary : dict
         ``test``, the report on the store's test rows
         (:func:`fgscale.reports.classification_report`), epochs run, seconds, the selected
-        hyper-parameters, paths of the outputs.
+        hyper-parameters, paths of the outputs (``maps``: the 4D map, beside maps.json and
+        a 3D map per class). A run that had already ended with these parameters is not run
+        again: its saved summary comes back, with ``already_complete`` set.
     """
     folder = RunFolder(out)
     clf = FeatureGroupingClassifier(**(params or {}))
@@ -215,19 +222,19 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     store = open_store(store_path)
     done = folder.start(params, store, resume=resume)
     if done is not None:
-        log.warning("%s: already complete with these parameters, nothing to do", folder.path)
-        return done
+        log.info("%s: already complete with these parameters, nothing to do", folder.path)
+        return {**done, "already_complete": True}
     start = time.perf_counter()
     with get_client(client, processes=False) as client:
         clf._fit_store(store.path, client, folder.checkpoints)
-        test, _ = _evaluate(clf, store, client)
+        test, _ = _evaluate(clf, store, client, progress=bool(clf.verbose))
     seconds = time.perf_counter() - start
     folder.write_estimator(clf, store)
-    weights = folder.write_weights(clf.model_.first.weight.detach().cpu().numpy(), store)
+    maps = folder.write_maps(clf, store)
     refit = [h for h in clf.history_ if h.get("phase") == "refit"]
     summary = {"test": test, "epochs": len(clf.history_) - len(refit),
                "refit_epochs": len(refit), "seconds": round(seconds, 2),
-               "n_iter": clf.n_iter_, "run": str(folder.path), "weights": str(weights),
+               "n_iter": clf.n_iter_, "run": str(folder.path), "maps": str(maps),
                "selected": {"alpha": clf.alpha_, "dropout": clf.dropout_,
                             "n_clusters": clf.n_clusters_},
                "candidates": clf.cv_results_}
@@ -279,7 +286,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         for fold, (train, test) in enumerate(splits):
             model = FeatureGroupingClassifier(**clf.get_params())
             model._fit_store(store.path, client, rows=rows[train])
-            metrics, _ = _evaluate(model, store, client, rows[test])
+            metrics, _ = _evaluate(model, store, client, rows[test],
+                                   progress=bool(model.verbose))
             folds.append({"fold": fold, "n_train": int(train.size), **metrics,
                           "selected": {"alpha": model.alpha_, "dropout": model.dropout_,
                                        "n_clusters": model.n_clusters_}})
@@ -291,12 +299,13 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
             "std_accuracy": float(accuracy.std()), "grouped": grouped}
 
 
-def _evaluate(clf: FeatureGroupingClassifier, store, client, rows=None) -> tuple[dict, dict]:
+def _evaluate(clf: FeatureGroupingClassifier, store, client, rows=None, *,
+              progress: bool = False) -> tuple[dict, dict]:
     """The report and the per-row table of ``rows`` (default the store's test rows)."""
     rows = store.test_rows() if rows is None else rows
     if rows.size == 0:
         log.warning("%s has no test rows: no test metrics", store.path)
-    return score_store(clf, store, client, rows)
+    return score_store(clf, store, client, rows, progress=progress)
 
 
 def load_run(run_dir, *, device: str | None = None) -> FeatureGroupingClassifier:
@@ -333,7 +342,7 @@ def load_run(run_dir, *, device: str | None = None) -> FeatureGroupingClassifier
 
 
 def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
-                 predictions=None) -> dict:
+                 predictions=None, progress: bool = False) -> dict:
     """Score a trained run on a store's test rows, streamed.
 
     Parameters
@@ -348,6 +357,8 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     predictions : str or Path, optional
         Also write the per-row predictions there as CSV: ``row``, ``path``, ``volume``,
         ``label``, ``prediction``, ``proba_<class>``.
+    progress : bool, default=False
+        Show a progress bar over the rows (tqdm, on stderr).
 
     Returns
     -------
@@ -358,14 +369,14 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     clf = load_run(run_dir, device=device)
     store = open_store(store_path)
     with get_client(client, processes=False) as client:
-        report, table = _evaluate(clf, store, client)
+        report, table = _evaluate(clf, store, client, progress=progress)
     if predictions is not None:
         write_table(table, predictions)
     return report
 
 
 def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = False,
-                device: str | None = None) -> dict:
+                device: str | None = None, progress: bool = False) -> dict:
     """Predict NIfTI files, a cohort table's files or a store's rows with a trained run, into
     a CSV; reads only the run folder and the inputs (no cluster).
 
@@ -383,6 +394,8 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         Resample images on another grid to the run's mask's; by default they are refused.
     device : str, optional
         As :func:`load_run`.
+    progress : bool, default=False
+        Show a progress bar over the rows (tqdm, on stderr).
 
     Returns
     -------
@@ -390,7 +403,7 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         ``n`` predictions, ``out``, the ``counts`` of each predicted class.
     """
     clf = load_run(run_dir, device=device)
-    table = predict_inputs(clf, inputs, rows=rows, resample=resample)
+    table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress)
     path = write_table(table, out)
     labels, counts = np.unique(np.asarray(table["prediction"]).astype(str), return_counts=True)
     return {"n": len(table["prediction"]), "out": str(path),

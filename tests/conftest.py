@@ -71,3 +71,27 @@ def tiny_store(tmp_path):
     return synthetic_store(tmp_path / "tiny.zarr", 40, 4, n_subjects=5, seed=0, split=split,
                            classes=[f"class_{k}" for k in range(4)], attrs={"synthetic": True},
                            block_rows=8)
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory, client):
+    """Two finished run folders on one SYNTHETIC store whose class names need escaping in file
+    names ("house/home", "Face" beside "face", "chair b"); treat them as read-only.
+
+    Returns a dict: "logreg" (one candidate, 5 epochs: checkpointed, with metrics.jsonl) and
+    "mlp" (two candidate alphas: a search, then a refit), both Paths; "store", the Store.
+    """
+    from fgscale.runs import train_run
+
+    root = tmp_path_factory.mktemp("tiny_runs")
+    split = np.where(np.arange(40) % 5 == 0, "test", "train")
+    store = synthetic_store(root / "tiny.zarr", 40, 4, n_subjects=5, seed=0, split=split,
+                            classes=["face", "house/home", "Face", "chair b"],
+                            attrs={"synthetic": True}, block_rows=8)
+    params = dict(n_groupings=4, n_bootstrap=10, n_clusters=0.1, batch_size=8,
+                  learning_rate=0.05, random_state=3, max_epochs=5)
+    runs = {"logreg": params, "mlp": dict(params, model="mlp", hidden_layer_sizes=(8, 6),
+                                          alpha=[0.0, 0.1])}
+    for name, run_params in runs.items():
+        train_run(store.path, root / name, params=run_params, client=client)
+    return {name: root / name for name in runs} | {"store": store}

@@ -126,3 +126,17 @@ def cohort_rows(csv_path):
     """The rows of a cohort table, as dicts."""
     with open(csv_path) as f:
         return list(csv.DictReader(f))
+
+
+def assert_png_not_blank(png) -> np.ndarray:
+    """``png`` (a path or the bytes of a file) decodes as a PNG of more than one colour;
+    returns its pixels."""
+    import io
+
+    from matplotlib import image
+
+    pixels = image.imread(io.BytesIO(png) if isinstance(png, bytes) else png, format="png")
+    assert pixels.ndim == 3 and pixels.shape[0] > 10 and pixels.shape[1] > 10, pixels.shape
+    colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
+    assert len(colours) > 1, "a blank image: one colour only"
+    return pixels

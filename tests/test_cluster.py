@@ -67,6 +67,18 @@ def test_embedded_local_cluster_is_closed_on_exit():
     assert cluster.status.name == "closed"
 
 
+@dashboard_port_may_be_taken
+def test_the_dashboard_link_is_printed_once_per_client(client, capsys):
+    with get_client(n_workers=1, processes=False) as local:
+        with get_client(local), get_client(local):  # calls nest: train_run -> fit -> bank
+            pass
+    err = capsys.readouterr().err
+    assert err.count("Dask dashboard: ") == 1 and f"Dask dashboard: {dashboard_link(local)}" in err
+    with get_client(client):  # the fixture's cluster serves no dashboard: nothing to print
+        pass
+    assert "Dask dashboard" not in capsys.readouterr().err
+
+
 def test_embedded_thread_workers_run_in_this_process():
     with get_client(n_workers=2, processes=False) as local:
         assert _n_workers(local) == 2

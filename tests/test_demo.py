@@ -25,7 +25,7 @@ def _mtimes(folder, pattern="*"):
 
 @pytest.mark.slow
 @dashboard_port_may_be_taken
-def test_demo_on_a_tiny_grid_then_again_reusing_its_steps(tmp_path, monkeypatch):
+def test_demo_on_a_tiny_grid_then_again_reusing_its_steps(tmp_path, monkeypatch, capsys):
     for key, value in TINY_DEMO.items():
         monkeypatch.setitem(demo.DEMO, key, value)
     for key, value in TINY_TRAINING.items():
@@ -44,7 +44,7 @@ def test_demo_on_a_tiny_grid_then_again_reusing_its_steps(tmp_path, monkeypatch)
         assert accuracy == pytest.approx(row["test"]["accuracy"], abs=5e-4)
         if "epochs" in row:
             assert cells[3] == f"{row['epochs']} + {row['refit_epochs']} refit"
-            assert cells[5] == row["weights"]
+            assert cells[5] == row["maps"]
     verdict = [line for line in first_lines if line.startswith("Feature grouping")]
     assert len(verdict) == 1 and ("is ahead" in verdict[0]) == (
         rows[0]["test"]["accuracy"] > max(r["test"]["accuracy"] for r in rows[1:]))
@@ -54,7 +54,7 @@ def test_demo_on_a_tiny_grid_then_again_reusing_its_steps(tmp_path, monkeypatch)
     assert store.n_samples == TINY_DEMO["n_samples"] and store.mask.shape == TINY_GRID
     assert len(store.classes) == TINY_DEMO["n_classes"]
     for row in rows:  # loads with nibabel: a volume per class on the store's grid
-        assert_weight_map(row["weights"], store)
+        assert_weight_map(row["maps"], store)
 
     # Again: the cohort, the store with its bank, and both finished runs are reused.
     store_files = _mtimes(out / "cohort.zarr")
@@ -62,7 +62,10 @@ def test_demo_on_a_tiny_grid_then_again_reusing_its_steps(tmp_path, monkeypatch)
     finals = _mtimes(out / "runs", "final.json")
     assert checkpoints and len(finals) == len(demo.BASELINES)
     second_lines = []
-    again = demo.run_demo(out, n_workers=1, echo=second_lines.append)
+    capsys.readouterr()
+    # without progress bars: runs that differ only in that are finished runs all the same
+    again = demo.run_demo(out, n_workers=1, echo=second_lines.append, progress=False)
+    assert "%|" not in capsys.readouterr().err
     assert any(line.startswith("1/4 generating") for line in first_lines)
     assert not any(line.startswith("1/4 generating") for line in second_lines)
     assert _mtimes(out / "cohort.zarr") == store_files  # nothing converted nor built again

@@ -25,20 +25,25 @@ PARAMS = dict(n_groupings=4, n_bootstrap=10, n_clusters=0.1, batch_size=8, learn
               random_state=3)
 
 
-def weights(run):
-    return np.asarray(nib.load(run / "weights.nii.gz").dataobj)
+def assert_same_model(run, other, **tolerance):
+    """The two runs' saved models (every weight, the standardization) are equal."""
+    with np.load(run / "model.npz") as a, np.load(other / "model.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        for name in a.files:
+            np.testing.assert_allclose(a[name], b[name], err_msg=name, **tolerance)
 
 
 def test_train_writes_a_complete_run_folder(tiny_store, client, tmp_path):
     run = tmp_path / "run"
     summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=5), client=client)
     assert sorted(p.name for p in run.iterdir()) == [
-        "checkpoint.pt", "config.json", "final.json", "mask.nii.gz", "metrics.jsonl",
-        "model.json", "model.npz", "weights.nii.gz"]
+        "checkpoint.pt", "config.json", "final.json", "maps", "maps.json", "maps.nii.gz",
+        "mask.nii.gz", "metrics.jsonl", "model.json", "model.npz"]
     np.testing.assert_array_equal(nib.load(run / "mask.nii.gz").get_fdata() != 0, tiny_store.mask)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(5))
-    assert_weight_map(run / "weights.nii.gz", tiny_store)
+    assert_weight_map(run / "maps.nii.gz", tiny_store)
+    assert summary["maps"] == str(run / "maps.nii.gz")
     assert summary["test"]["n"] == tiny_store.test_rows().size
     assert summary["test"] == evaluate_run(run, tiny_store.path, client=client)
     with pytest.raises(ValueError, match="already exists"):
@@ -92,7 +97,7 @@ def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, cl
     params = dict(PARAMS, max_epochs=epochs, device=device)
     train_run(tiny_store.path, killed_run, params=params, resume=True, client=client)
     train_run(tiny_store.path, whole_run, params=params, client=client)
-    np.testing.assert_allclose(weights(killed_run), weights(whole_run), **TOLERANCE[device])
+    assert_same_model(killed_run, whole_run, **TOLERANCE[device])
     lines = metrics.read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(epochs))
 
@@ -117,7 +122,7 @@ def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path)
                         client=client)
     assert summary["epochs"] == 4
     train_run(tiny_store.path, tmp_path / "whole", params=dict(PARAMS, max_epochs=4), client=client)
-    np.testing.assert_allclose(weights(run), weights(tmp_path / "whole"), rtol=1e-6, atol=1e-7)
+    assert_same_model(run, tmp_path / "whole", rtol=1e-6, atol=1e-7)
 
 
 def test_an_early_stopped_run_is_not_restarted_by_a_larger_max_epochs(tiny_store, client, tmp_path):
@@ -142,7 +147,7 @@ def test_resumed_dropout_run_draws_the_same_masks(tiny_store, client, tmp_path, 
     train_run(tiny_store.path, run, params=dict(params, max_epochs=3), client=client)
     train_run(tiny_store.path, run, params=dict(params, max_epochs=6), resume=True, client=client)
     summary = train_run(tiny_store.path, whole, params=dict(params, max_epochs=6), client=client)
-    np.testing.assert_allclose(weights(run), weights(whole), **TOLERANCE[device])
+    assert_same_model(run, whole, **TOLERANCE[device])
     # the saved model loads on the CPU: a GPU run is scored on a CPU-only node
     loaded = load_run(whole, device="cpu")
     assert {p.device.type for p in loaded.model_.parameters()} == {"cpu"}

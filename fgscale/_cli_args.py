@@ -1,0 +1,142 @@
+"""The options of the ``fgscale`` command line, shared by its subcommands: the estimator's
+parameters from their table, the cluster, the device, progress bars, the synthetic cohort; and
+the help formatter that shows every option's default."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
+           "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
+           "add_worker_kind_arg", "parse_grid"]
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows every option's default: in the help's own words when it says it (a
+    None default always does: "(default: computed from the images)"), else appended; a
+    flag's is "off"."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text or action.required or not action.option_strings
+                or action.default in (None, argparse.SUPPRESS)):
+            return text
+        if action.nargs == 0 and action.const is True:  # store_true
+            return f"{text} (default: off)"
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """The formatter of the top parser and of every subcommand (argparse makes subparsers of
+    the top parser's class)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def add_progress_arg(p) -> None:
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (tqdm, on stderr): for log files and batch jobs")
+
+
+def parse_grid(text: str):
+    """``--grid``: "4mm", "2mm", or a box of XxYxZ voxels."""
+    if text in ("4mm", "2mm"):
+        return text
+    parts = text.lower().split("x")
+    if len(parts) == 3 and all(p.isdigit() and int(p) > 0 for p in parts):
+        return tuple(int(p) for p in parts)
+    raise argparse.ArgumentTypeError(f"expected 4mm, 2mm or XxYxZ (a box of voxels), got {text!r}")
+
+
+def add_cohort_args(p) -> None:
+    """The options of ``make-cohort``, with make_cohort's own defaults."""
+    import inspect
+
+    from fgscale.images import make_cohort
+
+    default = {k: v.default for k, v in inspect.signature(make_cohort).parameters.items()}
+    for name, kind, text in (
+            ("n_samples", int, "volumes to generate"),
+            ("n_classes", int, "balanced classes, named class_0, class_1..."),
+            ("snr_db", float, "10 log10(signal power / noise power) inside the mask"),
+            ("smooth_noise", float, "share of the noise power that is spatially smooth (the "
+                                    "rest is white, which feature grouping averages away)"),
+            ("n_subjects", int, "group the volumes into subjects, the test split by subject "
+                                "(default: no subjects, the test split by class)"),
+            ("test_fraction", float, "share of the subjects (or of each class) held out for "
+                                     "testing"),
+            ("seed", int, "seed of the generator")):
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=default[name], help=text)
+    p.add_argument("--grid", type=parse_grid, default=default["grid"], metavar="4mm|2mm|XxYxZ",
+                   help="the HCP-small grid (4mm: 33,854 voxels), the HCP grid (2mm: 270,806), "
+                        "or a small box of XxYxZ voxels")
+    p.add_argument("--four-d", action="store_true",
+                   help="one 4D file per subject, class and split, not a 3D file per volume")
+
+
+def add_param(p, name: str, note: str = "") -> None:
+    """The option of an estimator parameter, from the table: its type, default and help."""
+    from fgscale._params import _BY_NAME, Options, _Sizes
+
+    param = _BY_NAME[name]
+
+    def parse(text: str):
+        try:
+            value = param.constraint.parse(text)
+        except ValueError:
+            value = None
+        if value is None or not param.constraint.accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {param.constraint.describe()}, got "
+                                             f"{text!r}")
+        return value
+
+    default = param.default
+    if isinstance(param.constraint, _Sizes):  # --hidden-layer-sizes 256 128
+        kwargs = {"type": int, "nargs": "+", "default": list(default)}
+        default = " ".join(map(str, default))
+    else:
+        kwargs = {"type": parse, "default": default}
+    metavar = ("{" + ",".join(param.constraint.choices) + "}"
+               if isinstance(param.constraint, Options) else name.upper())
+    p.add_argument("--" + name.replace("_", "-"), dest=name, metavar=metavar,
+                   help=f"{param.help} (default: {default}{note})", **kwargs)
+
+
+def add_bank_args(p, note: str) -> None:
+    """The store and the bank's parameters, shared by ``bank`` and ``train``."""
+    p.add_argument("store", help="the Zarr store (from fgscale convert)")
+    for name in ("n_groupings", "n_bootstrap", "n_clusters"):
+        add_param(p, name, note)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the bank and of training (default: 0)")
+
+
+def add_estimator_args(p) -> None:
+    """The store, then every estimator parameter of the table."""
+    from fgscale._params import PARAMS
+
+    add_bank_args(p, "")
+    for param in PARAMS:
+        if param.cli and param.name not in ("n_groupings", "n_bootstrap", "n_clusters"):
+            add_param(p, param.name)
+
+
+def add_cluster_args(p) -> None:
+    p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT) "
+                   "(default: none, start a LocalCluster)")
+    p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file "
+                   "(default: none)")
+    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+
+
+def add_device_arg(p) -> None:
+    p.add_argument("--device", default=None,
+                   help="torch device (default: the run's own, else the CPU where it has no GPU)")
+
+
+def add_worker_kind_arg(p) -> None:
+    p.add_argument("--worker-processes", action="store_true",
+                   help="LocalCluster of worker processes (each with a memory limit) instead of "
+                        "threads in this process, which hand blocks to the model without a copy")

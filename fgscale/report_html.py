@@ -1,0 +1,336 @@
+"""A run folder as one static HTML page: training curves, the hyper-parameters chosen among the
+candidates, the test scores with the confusion matrix, and slices of each class's map.
+
+The page is a single file with its figures embedded as PNG data URIs: it can be mailed,
+archived beside the run, or opened from a cluster's file system without a server. It reads the
+run folder only (:mod:`fgscale.runs`): config.json, metrics.jsonl (the curves, written after
+every epoch, so an unfinished run gets a page too), model.json (a refit's epochs), final.json
+(the scores and the choice) and maps.json with the maps (:mod:`fgscale.maps`).
+
+Figures need matplotlib (``pip install 'fgscale[plot]'``). The maps are drawn with
+``nilearn.plotting.plot_stat_map`` when nilearn is installed, as a nilearn user knows them;
+otherwise with matplotlib alone: three orthogonal slices through the voxel of largest
+absolute value, in the image's closest RAS orientation.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+
+from fgscale._files import atomic_path
+from fgscale.maps import read_maps
+
+__all__ = ["write_report"]
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+color:#222}h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .6em;
+text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+.banner{background:#fff3cd;border:1px solid #e0c46c;padding:.5em 1em}img{max-width:100%}
+figure{margin:1em 0}figcaption{color:#555;font-size:.9em}code{background:#f3f3f3}"""
+
+
+def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
+    """Write the HTML report of a run folder.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+        A run folder of :func:`fgscale.runs.train_run` (finished or not).
+    out : str or Path, optional
+        The HTML file; default ``run_dir/report.html``. Written under a temporary name,
+        then renamed.
+    nilearn : bool, optional
+        Draw the maps with ``nilearn.plotting.plot_stat_map`` (True) or with matplotlib
+        alone (False); default nilearn when it is installed.
+
+    Returns
+    -------
+    path : Path
+        The report written.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``run_dir`` is not a run folder (no config.json).
+    ModuleNotFoundError
+        If matplotlib (or nilearn, with ``nilearn=True``) is not installed.
+    """
+    run = Path(run_dir)
+    if not (run / "config.json").is_file():
+        raise FileNotFoundError(f"{run / 'config.json'}: no such file; {run} is not a run "
+                                "folder (fgscale train --out RUN writes one)")
+    _require("matplotlib", "pip install 'fgscale[plot]'")
+    if nilearn is None:
+        nilearn = importlib.util.find_spec("nilearn") is not None
+    elif nilearn:
+        _require("nilearn", "pip install nilearn, or draw the maps with matplotlib alone")
+    config = json.loads((run / "config.json").read_text())
+    final = _read_json(run / "final.json")
+    parts = [_header(run, config, final)]
+    if final is not None:
+        parts.append(_scores(final["test"]))
+    parts.append(_training(_history(run), final))
+    if final is not None:
+        parts.append(_choice(final))
+        parts.append(_maps(run, nilearn))
+    parts.append(_table_section("All parameters", config["params"], open_=False))
+    title = f"fgscale run {run.resolve().name}"
+    page = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{_esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+            + "\n".join(parts) + "\n</body>\n</html>\n")
+    path = run / "report.html" if out is None else Path(out)
+    with atomic_path(path) as tmp:
+        tmp.write_text(page, encoding="utf-8")
+    return path
+
+
+def _require(module: str, fix: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(f"fgscale report needs {module}: {fix}", name=module)
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _history(run: Path) -> list[dict]:
+    """Per-epoch metrics: metrics.jsonl (each epoch of the checkpointed fit, kept up to date
+    while it trains), else model.json's (a search among candidates is not checkpointed), then
+    the refit's epochs, which only model.json holds."""
+    metrics = run / "metrics.jsonl"
+    rows = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+            if metrics.is_file() else [])
+    saved = (_read_json(run / "model.json") or {}).get("history_", [])
+    if not rows:
+        rows = [h for h in saved if h.get("phase") != "refit"]
+    return rows + [h for h in saved if h.get("phase") == "refit"]
+
+
+# ------------------------------------------------------------------------------ sections
+
+def _header(run: Path, config: dict, final: dict | None) -> str:
+    params = config["params"]
+    lines = [f"<h1>fgscale run <code>{_esc(run.resolve().name)}</code></h1>"]
+    if config.get("synthetic"):
+        lines.append('<p class="banner"><strong>SYNTHETIC data</strong>: the store was '
+                     "converted from a generated cohort, not from real images.</p>")
+    if final is None:
+        lines.append('<p class="banner">This run has not finished (no final.json): the page '
+                     "shows its epochs so far; scores and maps come when it ends.</p>")
+    facts = {"run folder": str(run.resolve()), "store": config.get("store"),
+             "model": params.get("model"), "regularizer": params.get("regularizer"),
+             "random_state": params.get("random_state"),
+             **{f"{k} version": v for k, v in config.get("versions", {}).items()}}
+    if final is not None:
+        facts.update({"epochs": final.get("epochs"), "refit epochs": final.get("refit_epochs"),
+                      "seconds": final.get("seconds")})
+    return "\n".join(lines) + "\n" + _kv_table(facts)
+
+
+def _scores(test: dict) -> str:
+    out = ["<h2>Test scores</h2>"]
+    if not test.get("n"):
+        return out[0] + "\n<p>The store has no test rows: no scores.</p>"
+    scalars = {k: v for k, v in test.items() if not isinstance(v, (dict, list))}
+    out.append(_kv_table(scalars))
+    if test.get("per_class"):
+        header = ["class", "precision", "recall", "f1", "support"]
+        rows = [[c, *(test["per_class"][c][k] for k in header[1:])] for c in test["classes"]]
+        out.append(_table(header, rows))
+    if test.get("confusion_matrix"):
+        out.append(_figure(_confusion_figure(test["classes"], test["confusion_matrix"]),
+                           "Confusion matrix of the test rows (rows: true class, columns: "
+                           "predicted)"))
+    return "\n".join(out)
+
+
+def _training(history: list[dict], final: dict | None) -> str:
+    out = ["<h2>Training</h2>"]
+    if not history:
+        return out[0] + "\n<p>No epoch recorded yet.</p>"
+    best = None if final is None else final.get("n_iter")
+    out.append(_figure(_curves_figure(history, best),
+                       "Loss per epoch on the training rows (mean over its minibatches) and "
+                       "on the validation rows, and the validation score; the dashed line is "
+                       "the epoch kept. A refit trains again on all training rows."))
+    return "\n".join(out)
+
+
+def _choice(final: dict) -> str:
+    out = ["<h2>Hyper-parameters</h2>", "<p>Selected (on the validation rows when there were "
+           "several candidates):</p>", _kv_table(final.get("selected", {}))]
+    candidates = final.get("candidates") or []
+    if candidates:
+        header = list(dict.fromkeys(k for c in candidates for k in c))
+        out += [f"<p>{len(candidates)} candidate(s):</p>",
+                _table(header, [[c.get(k) for k in header] for c in candidates])]
+    return "\n".join(out)
+
+
+def _maps(run: Path, use_nilearn: bool) -> str:
+    out = ["<h2>Maps</h2>"]
+    try:
+        sidecar, paths = read_maps(run)
+    except FileNotFoundError as exc:
+        return out[0] + f"\n<p>No maps: {_esc(str(exc))}</p>"
+    out.append(f"<p>{_esc(sidecar['values'])}. One 3D NIfTI per class in "
+               f"<code>maps/</code> (all of them as the 4D <code>{_esc(sidecar['image'])}"
+               "</code>, volumes in the order below); drawn with "
+               f"{'nilearn.plotting.plot_stat_map' if use_nilearn else 'matplotlib'}.</p>")
+    mask = nib.load(run / "mask.nii.gz") if (run / "mask.nii.gz").is_file() else None
+    draw = _nilearn_slices if use_nilearn else _matplotlib_slices
+    for name, path in paths.items():
+        img = nib.load(path)
+        out.append(_figure(draw(img, mask, name), f"{name}: {path.relative_to(run)}"))
+    return "\n".join(out)
+
+
+def _table_section(title: str, values: dict, *, open_: bool = True) -> str:
+    return (f"<details{' open' if open_ else ''}><summary>{_esc(title)}</summary>\n"
+            f"{_kv_table(values)}\n</details>")
+
+
+# -------------------------------------------------------------------------------- figures
+
+def _new_figure(width: float, height: float, layout: str | None = "constrained"):
+    from matplotlib.figure import Figure  # not pyplot: no global state, no GUI backend
+
+    return Figure(figsize=(width, height), layout=layout)
+
+
+def _curves_figure(history: list[dict], best: int | None):
+    from matplotlib.ticker import MaxNLocator
+
+    fig = _new_figure(10, 3.4)
+    loss, score = fig.subplots(1, 2)
+    main = [h for h in history if h.get("phase") != "refit"]
+    refit = [h for h in history if h.get("phase") == "refit"]
+    epochs = [h["epoch"] for h in main]
+    loss.plot(epochs, [h["train_loss"] for h in main], label="training")
+    if any("val_loss" in h for h in main):
+        loss.plot(epochs, [h.get("val_loss", np.nan) for h in main], label="validation")
+    if refit:
+        loss.plot([h["epoch"] for h in refit], [h["train_loss"] for h in refit], ":",
+                  label="refit on all training rows")
+    name = next((k for k in ("val_accuracy", "val_r2") if any(k in h for h in main)), None)
+    if name is not None:
+        score.plot(epochs, [h.get(name, np.nan) for h in main], color="C1")
+        score.set_ylabel(name.replace("_", " "))
+    else:
+        score.text(0.5, 0.5, "no validation split", ha="center", va="center",
+                   transform=score.transAxes)
+    for ax in (loss, score):
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if best is not None:
+            ax.axvline(best - 1, color="0.5", linestyle="--", linewidth=1)
+    loss.set_ylabel("loss")
+    loss.legend()
+    return fig
+
+
+def _confusion_figure(classes: list[str], matrix: list[list[int]]):
+    counts = np.asarray(matrix)
+    size = 1.5 + 0.45 * len(classes)
+    fig = _new_figure(size + 1, size)
+    ax = fig.subplots()
+    shown = ax.imshow(counts, cmap="Blues")
+    for (i, j), n in np.ndenumerate(counts):
+        ax.text(j, i, str(n), ha="center", va="center",
+                color="white" if n > counts.max() / 2 else "black")
+    ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right")
+    ax.set_yticks(range(len(classes)), classes)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    fig.colorbar(shown, ax=ax, shrink=0.8)
+    return fig
+
+
+def _peak(data: np.ndarray) -> tuple[int, int, int]:
+    """The voxel of largest absolute value (the first one on ties)."""
+    return tuple(int(i) for i in np.unravel_index(np.argmax(np.abs(data)), data.shape))
+
+
+def _matplotlib_slices(img, mask, title: str):
+    """Sagittal, coronal and axial slices through the peak voxel, in RAS orientation."""
+    img = nib.as_closest_canonical(img)
+    data = np.asarray(img.dataobj, dtype=np.float64)
+    back = (np.asarray(nib.as_closest_canonical(mask).dataobj) != 0 if mask is not None
+            else data != 0)
+    peak = _peak(data)
+    vmax = float(np.abs(data).max()) or 1.0
+    zooms = img.header.get_zooms()[:3]
+    fig = _new_figure(10, 3.2)
+    axes = fig.subplots(1, 3)
+    # each view: the slice's two remaining axes, shown with x to the right and up as up
+    for ax, axis, name in zip(axes, range(3), ("sagittal", "coronal", "axial"), strict=True):
+        index = [slice(None)] * 3
+        index[axis] = peak[axis]
+        plane = data[tuple(index)].T
+        rest = [a for a in range(3) if a != axis]
+        ax.imshow(back[tuple(index)].T, cmap="Greys", vmin=0, vmax=4, origin="lower",
+                  aspect=zooms[rest[1]] / zooms[rest[0]])
+        shown = ax.imshow(np.ma.masked_equal(plane, 0), cmap="RdBu_r", vmin=-vmax, vmax=vmax,
+                          origin="lower", aspect=zooms[rest[1]] / zooms[rest[0]])
+        ax.set_title(f"{name}, voxel {peak[axis]}", fontsize=9)
+        ax.set_axis_off()
+    fig.colorbar(shown, ax=list(axes), shrink=0.8)
+    fig.suptitle(f"{title} (peak |value| {vmax:.3g} at voxel {peak})")
+    return fig
+
+
+def _nilearn_slices(img, mask, title: str):
+    from nilearn import plotting
+
+    data = np.asarray(img.dataobj)
+    cut = nib.affines.apply_affine(img.affine, _peak(data))
+    fig = _new_figure(10, 3.2, layout=None)  # nilearn places its own axes
+    # the mask as background: the maps' own grid, whatever space it is in (the MNI template,
+    # nilearn's default, would be wrong for data in another space); every non-zero value shown
+    plotting.plot_stat_map(img, bg_img=mask, cut_coords=tuple(cut), figure=fig, title=title,
+                           colorbar=True, draw_cross=False, black_bg=False, threshold=1e-12)
+    return fig
+
+
+def _figure(fig, caption: str) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return (f'<figure><img alt="{_esc(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_esc(caption)}</figcaption></figure>")
+
+
+# ---------------------------------------------------------------------------------- tables
+
+def _esc(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple, dict)):
+        return _esc(json.dumps(value))
+    return _esc(value)
+
+
+def _table(header: list, rows: list[list]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>\n"
+                   for row in rows)
+    return f"<table>\n<tr>{head}</tr>\n{body}</table>"
+
+
+def _kv_table(values: dict) -> str:
+    return _table(["", "value"], [[k, v] for k, v in values.items()])

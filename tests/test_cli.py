@@ -1,0 +1,141 @@
+"""The command line through its entry point: defaults in --help, --no-progress on every long
+command, make-cohort, and "already complete, nothing to do" when nothing was done."""
+
+import argparse
+import csv
+import json
+
+import pytest
+from helpers import TINY_GRID, dashboard_port_may_be_taken
+
+from fgscale.cli import build_parser, main
+from fgscale.store import open_store
+
+BAR = "%|"  # what every tqdm bar prints: "groupings: 100%|██████████| 4/4 [...]"
+TRAIN = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size",
+         "8", "--learning-rate", "0.05", "--seed", "3", "--max-epochs", "2", "--n-workers", "1"]
+LONG_COMMANDS = {"convert": ["C.csv", "--out", "S"], "bank": ["S"], "train": ["S", "--out", "R"],
+                 "evaluate": ["R", "S"], "cv": ["S"], "predict": ["R", "S", "--out", "P"],
+                 "demo": []}
+TINY = "x".join(map(str, TINY_GRID))
+
+
+def _subcommands(parser) -> dict:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def _mtimes(folder):
+    return {f: f.stat().st_mtime_ns for f in folder.rglob("*") if f.is_file()}
+
+
+def test_every_option_shows_its_default_in_help():
+    for name, sub in _subcommands(build_parser()).items():
+        formatter = sub._get_formatter()
+        # the alternatives of a required choice (export's --npy/--grouping/--omega) have none
+        alternatives = {a for g in sub._mutually_exclusive_groups if g.required
+                        for a in g._group_actions}
+        for action in sub._actions:
+            if (not action.option_strings or action.required or action in alternatives
+                    or action.default is argparse.SUPPRESS):
+                continue
+            text = formatter._expand_help(action)
+            assert "default" in text, f"fgscale {name} {action.option_strings[0]}: {text!r}"
+    usage = _subcommands(build_parser())["train"].format_help()
+    assert "(default: 0.1)" in usage and "(default: off)" in usage
+
+
+@pytest.mark.parametrize("command", LONG_COMMANDS)
+def test_every_long_command_has_no_progress(command):
+    args = build_parser().parse_args([command, *LONG_COMMANDS[command], "--no-progress"])
+    assert args.no_progress is True
+    assert build_parser().parse_args([command, *LONG_COMMANDS[command]]).no_progress is False
+
+
+def test_make_cohort_writes_a_synthetic_cohort_once(tmp_path, capsys):
+    out = tmp_path / "cohort"
+    assert main(["make-cohort", str(out), "--n-samples", "8", "--n-classes", "2", "--grid", TINY,
+                 "--n-subjects", "2", "--snr-db", "3", "--four-d"]) == 0
+    printed = capsys.readouterr().out
+    assert "a SYNTHETIC cohort of 8 volumes, 2 classes, 12x14x12 grid, SNR 3 dB" in printed
+    with open(out / "cohort.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["label"] for r in rows} == {"class_0", "class_1"}
+    assert len(rows) < 8  # --four-d: a 4D file per subject, class and split
+    assert json.loads((out / "cohort.json").read_text())["synthetic"] is True
+    # a second call would overwrite the table: refused
+    assert main(["make-cohort", str(out)]) == 2
+    assert "cohort.csv: exists; remove it or choose another folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["make-cohort", str(tmp_path / "c2"), "--grid", "3mm"])
+    assert "expected 4mm, 2mm or XxYxZ" in capsys.readouterr().err
+
+
+@dashboard_port_may_be_taken
+def test_convert_progress_then_already_complete(tmp_path, capsys):
+    table = tmp_path / "cohort" / "cohort.csv"
+    assert main(["make-cohort", str(table.parent), "--n-samples", "12", "--n-classes", "3",
+                 "--grid", TINY, "--n-subjects", "3"]) == 0
+    quiet, shown = tmp_path / "quiet.zarr", tmp_path / "shown.zarr"
+    capsys.readouterr()
+    assert main(["convert", str(table), "--out", str(quiet), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "12 rows x" in out and BAR not in err
+    assert err.count("Dask dashboard: http") == 1  # the cluster it started, once
+    assert open_store(quiet).attrs["synthetic"] is True
+    assert main(["convert", str(table), "--out", str(shown), "--n-workers", "1"]) == 0
+    assert BAR in capsys.readouterr().err
+
+    files = _mtimes(quiet)
+    assert main(["convert", str(table), "--out", str(quiet), "--n-workers", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == f"{quiet}: already complete, nothing to do (12 rows x " \
+                          f"{open_store(quiet).n_features} voxels)"
+    assert "Dask dashboard" not in err  # no cluster started to do nothing
+    assert _mtimes(quiet) == files
+
+
+def test_bank_then_already_complete(tiny_store, capsys):
+    bank = ["bank", str(tiny_store.path), "--n-groupings", "3", "--n-bootstrap", "10",
+            "--n-clusters", "0.1", "--n-workers", "1"]
+    assert main([*bank, "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "3 groupings built, 0 reused" in out and BAR not in err
+    assert main(bank) == 0
+    out, err = capsys.readouterr()
+    assert "already complete (3 groupings), nothing to do" in out and BAR not in err
+    assert main([*bank, "--n-groupings", "4"]) == 0  # one more: built, with its bar
+    out, err = capsys.readouterr()
+    assert "1 groupings built, 3 reused" in out and BAR in err
+
+
+def test_train_evaluate_predict_progress_and_nothing_to_do(tiny_store, tmp_path, capsys):
+    store, quiet, shown = str(tiny_store.path), tmp_path / "quiet", tmp_path / "shown"
+    assert main(["train", store, "--out", str(quiet), *TRAIN, "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "trained logreg/feature_grouping for 2 epochs" in out and BAR not in err
+    assert "maps: " in out and "see maps.json" in out
+    assert main(["train", store, "--out", str(shown), *TRAIN]) == 0
+    assert "epochs: 100%|" in capsys.readouterr().err
+
+    # the finished run, asked again (with bars this time): its saved summary, said as such
+    files = _mtimes(quiet)
+    assert main(["train", store, "--out", str(quiet), *TRAIN, "--resume"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{quiet}: already complete with these parameters, nothing to do")
+    assert "trained logreg/feature_grouping for 2 epochs" in out and BAR not in err
+    assert _mtimes(quiet) == files
+
+    for command in (["evaluate", str(quiet), store, "--n-workers", "1"],
+                    ["predict", str(quiet), store, "--out", str(tmp_path / "p.csv")]):
+        assert main(command) == 0
+        assert "predicting: 100%|" in capsys.readouterr().err
+        assert main([*command, "--no-progress"]) == 0
+        assert BAR not in capsys.readouterr().err
+
+
+def test_cv_without_progress(tiny_store, capsys):
+    assert main(["cv", str(tiny_store.path), *TRAIN, "--folds", "2", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "2-fold cross-validation" in out and BAR not in err

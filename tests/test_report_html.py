@@ -1,0 +1,109 @@
+"""``fgscale report``: one HTML file whose figures decode, for finished and unfinished runs;
+rendered by a real headless Chromium in the slow test."""
+
+import base64
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import pytest
+from helpers import assert_png_not_blank
+
+from fgscale.cli import main
+from fgscale.report_html import write_report
+
+_VOID = {"meta", "img", "br", "hr", "link", "input", "col", "source", "area", "base", "wbr"}
+
+
+class _Checker(HTMLParser):
+    """Every element closed, in order: the page is well formed."""
+
+    def __init__(self):
+        super().__init__()
+        self.open, self.images = [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs))
+        if tag not in _VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.open and self.open[-1] == tag, f"</{tag}> closes {self.open[-1:]}"
+        self.open.pop()
+
+
+def _check_page(path) -> tuple[str, list[dict]]:
+    """The page's text and its images; asserts it is well formed and every image a PNG data
+    URI that decodes and is not blank."""
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    checker = _Checker()
+    checker.feed(text)
+    checker.close()
+    assert checker.open == []
+    for img in checker.images:
+        prefix = "data:image/png;base64,"
+        assert img["src"].startswith(prefix) and img["alt"]
+        assert_png_not_blank(base64.b64decode(img["src"][len(prefix):], validate=True))
+    return text, checker.images
+
+
+@pytest.mark.parametrize("name, nilearn", [("logreg", True), ("mlp", False)])
+def test_report_of_a_finished_run(tiny_runs, tmp_path, name, nilearn):
+    out = write_report(tiny_runs[name], tmp_path / "report.html", nilearn=nilearn)
+    text, images = _check_page(out)
+    classes = list(tiny_runs["store"].classes)
+    # the confusion matrix, the curves, then a map per class
+    assert len(images) == 2 + len(classes)
+    for section in ("Test scores", "Training", "Hyper-parameters", "Maps", "SYNTHETIC data"):
+        assert section in text
+    assert "house/home: maps/house_home.nii.gz" in text  # the class and its file, escaped safely
+    assert ("nilearn.plotting.plot_stat_map" if nilearn else "drawn with matplotlib") in text
+    if name == "mlp":  # two candidates in a table, the one chosen above it
+        assert len(re.findall(r"<tr><td>0\.1</td>", text)) == 1
+
+
+def test_report_of_an_unfinished_run_shows_its_epochs_so_far(tiny_runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_runs["logreg"], run)
+    for name in ("final.json", "model.json"):  # as a run killed after a few epochs
+        (run / name).unlink()
+    text, images = _check_page(write_report(run))
+    assert (run / "report.html").is_file()
+    assert "This run has not finished" in text and len(images) == 1  # the curves only
+
+
+def test_cli_report_and_its_errors(tiny_runs, tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", str(tiny_runs["logreg"]), "--out", str(out),
+                 "--maps-with", "matplotlib"]) == 0
+    assert f"report of {tiny_runs['logreg']}: {out}" in capsys.readouterr().out
+    _check_page(out)
+    assert main(["report", str(tmp_path), "--out", str(out)]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
+    # without matplotlib (None in sys.modules: the import fails as if it were not installed)
+    code = ("import sys; sys.modules['matplotlib'] = None; from fgscale.cli import main; "
+            f"sys.exit(main(['report', {str(tiny_runs['logreg'])!r}, '--out', "
+            f"{str(tmp_path / 'x.html')!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert "fgscale report needs matplotlib: pip install 'fgscale[plot]'" in done.stderr
+
+
+@pytest.mark.slow
+def test_chromium_renders_the_report(tiny_runs, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium on this machine (Debian: apt-get install chromium)")
+    page = write_report(tiny_runs["logreg"], tmp_path / "report.html")
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--hide-scrollbars", f"--screenshot={shot}", "--window-size=1200,2400",
+                    page.resolve().as_uri()], capture_output=True, timeout=120, check=True)
+    pixels = assert_png_not_blank(shot)
+    assert pixels.shape[:2] == (2400, 1200)
+    # the figures are drawn: more than a few colours, as text on white alone would give
+    assert len({tuple(p) for p in pixels[::4, ::4].reshape(-1, pixels.shape[-1])}) > 50
