@@ -113,6 +113,15 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         if not store.has_labels:
             raise ValueError(f"{store.path}: the store has no class labels (its cohort had a "
                              "target column only): use FeatureGroupingRegressor")
+        present = np.bincount(store.y[rows], minlength=len(store.classes)) > 0
+        if present.sum() < 2:
+            raise ValueError(f"{store.path}: the training rows hold {int(present.sum())} class "
+                             f"({store.classes[present].tolist()}); classification needs at least 2")
+        if not present.all():
+            raise ValueError(f"{store.path}: no training row of class(es) "
+                             f"{store.classes[~present].tolist()}, which the store has: the model "
+                             "could never predict them (move some of their rows to the "
+                             "training split)")
         self.classes_ = store.classes
 
     def _store_targets(self, store) -> np.ndarray:

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import csv
 import glob
+import logging
 import math
 from pathlib import Path
 
 __all__ = ["read_cohort"]
 
+log = logging.getLogger(__name__)
+
 _SPLITS = {"train", "test", ""}
+_COLUMNS = ("path", "label", "target", "group", "split")
+# other names of the optional columns in common use (BIDS participants.tsv, nilearn, pandas)
+_ALIASES = {"group": ("subject", "subject_id", "participant_id", "participant", "sub"),
+            "split": ("set", "subset")}
 _EXPECTED = "path,label[,target][,group][,split] or path,target[,group][,split]"
 
 
@@ -45,6 +52,7 @@ def _read_table(path: Path) -> tuple[list[dict], bool]:
     with open(path, newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         columns = set(reader.fieldnames or [])
+        names = _column_names(path, list(reader.fieldnames or []))
         if "path" not in columns:
             raise ValueError(f"{path}: cohort table lacks column(s) ['path']; expected "
                              f"{_EXPECTED}, got {reader.fieldnames}")
@@ -60,10 +68,26 @@ def _read_table(path: Path) -> tuple[list[dict], bool]:
                          "label": (rec.get("label") or "").strip(),
                          "target": (_parse_target(rec.get("target") or "", where, file)
                                     if "target" in columns else None),
-                         "group": (rec.get("group") or "").strip(),
-                         "split": (rec.get("split") or "").strip().lower(),
+                         "group": (rec.get(names["group"]) or "").strip(),
+                         "split": (rec.get(names["split"]) or "").strip().lower(),
                          "where": where})
     return rows, "label" in columns
+
+
+def _column_names(path: Path, fieldnames: list[str]) -> dict:
+    """Which column of the table holds ``group`` and ``split`` (their name or a common alias,
+    said once in the log); columns fgscale does not read are listed once, as a warning."""
+    names = {}
+    for name, aliases in _ALIASES.items():
+        found = [a for a in aliases if a in fieldnames]
+        names[name] = name if name in fieldnames or not found else found[0]
+        if names[name] != name:
+            log.warning("%s: reading column %r as %r", path, names[name], name)
+    unused = [c for c in fieldnames if c not in _COLUMNS and c not in names.values()]
+    if unused:
+        log.warning("%s: column(s) %s not used (fgscale reads %s)", path, unused,
+                    ", ".join(_COLUMNS))
+    return names
 
 
 def _read_globs(patterns, labels) -> list[dict]:
@@ -115,7 +139,13 @@ def read_cohort(cohort, labels=None, classes=None) -> list[dict]:
     if classes is not None and not has_labels:
         raise ValueError(f"{cohort}: classes were given but the cohort table has no 'label' "
                          "column")
+    seen = {}
     for e in entries:
+        if e["path"] in seen:
+            raise ValueError(f"{e['where']}: {e['path']} is listed again (first at "
+                             f"{seen[e['path']]}); each file must appear once (a 4D file gives "
+                             "one row per volume by itself)")
+        seen[e["path"]] = e["where"]
         if has_labels and not e["label"]:
             raise ValueError(f"{e['where']}: missing label for {e['path']}")
         if classes is not None and e["label"] not in classes:

@@ -129,3 +129,22 @@ def test_the_docstring_example_runs():
     import fgscale.estimators._classifier as module
 
     assert doctest.testmod(module).failed == 0
+
+
+@pytest.mark.parametrize("train_classes, message", [
+    ([0], r"the training rows hold 1 class \(\['class_0'\]\); classification needs at least 2"),
+    ([0, 1, 2], r"no training row of class\(es\) \['class_3'\], which the store has"),
+])
+def test_a_store_whose_training_rows_lack_classes_is_refused(tmp_path, client, train_classes,
+                                                             message):
+    from helpers import synthetic_store
+
+    from fgscale.store import open_store
+
+    y = np.arange(40) % 4
+    split = np.where(np.isin(y, train_classes), "train", "test")
+    store = synthetic_store(tmp_path / "s.zarr", 40, 4, split=split,
+                            classes=[f"class_{k}" for k in range(4)])
+    assert list(open_store(store.path).y) == list(y)
+    with pytest.raises(ValueError, match=message):
+        FeatureGroupingClassifier(n_groupings=2).fit(str(store.path), client=client)

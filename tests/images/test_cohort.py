@@ -81,3 +81,24 @@ def test_globs_have_labels_and_no_target(tmp_path):
     entries = read_cohort(str(tmp_path / "*.nii"), labels=["x", "y"])
     assert [(e["path"][-5:], e["label"], e["target"]) for e in entries] == [
         ("a.nii", "x", None), ("b.nii", "y", None)]
+
+
+def test_common_aliases_of_group_and_split_are_read_and_said(tmp_path, caplog):
+    table = tmp_path / "cohort.csv"
+    table.write_text("path,label,participant_id,set,age\na.nii,x,sub-1,train,30\n"
+                     "b.nii,y,sub-2,test,40\n")
+    with caplog.at_level("WARNING", logger="fgscale.images._cohort"):
+        entries = read_cohort(table)
+    assert [(e["group"], e["split"]) for e in entries] == [("sub-1", "train"), ("sub-2", "test")]
+    text = caplog.text
+    assert "reading column 'participant_id' as 'group'" in text
+    assert "reading column 'set' as 'split'" in text
+    assert text.count("not used") == 1 and "['age']" in text
+
+
+def test_a_file_listed_twice_is_refused_naming_both_lines(tmp_path):
+    table = tmp_path / "cohort.csv"
+    table.write_text("path,label\na.nii,x\nb.nii,y\n./a.nii,y\n")
+    with pytest.raises(ValueError, match=r"cohort.csv:4: .*a.nii is listed again \(first at "
+                                         r".*cohort.csv:2\)"):
+        read_cohort(table)
