@@ -105,14 +105,16 @@ def _cmd_train(args) -> int:
     params = _estimator_params(args)
     with _client(args, processes=args.worker_processes) as client:
         summary = train_run(args.store, args.out, params=params, resume=args.resume,
-                            client=client)
+                            client=client, task=args.task)
     if summary.get("already_complete"):
         print(f"{summary['run']}: already complete with these parameters, nothing to do; "
               "its saved summary:")
     test = summary["test"]
-    acc = "n/a" if test["accuracy"] is None else f"{test['accuracy']:.4f}"
+    name = "R²" if "r2" in test else "accuracy"
+    score = test.get("r2", test.get("accuracy"))
+    score = "n/a" if score is None else f"{score:.4f}"
     print(f"trained {args.model}/{args.regularizer} for {summary['epochs']} epochs in "
-          f"{summary['seconds']:.1f} s; test accuracy {acc} on {test['n']} rows")
+          f"{summary['seconds']:.1f} s; test {name} {score} on {test['n']} rows")
     maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
     print(f"run folder: {summary['run']} (maps: {maps}, one 3D map per class in maps/, "
           "see maps.json); fgscale report RUN draws them")
@@ -307,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_estimator_args(p)
     p.add_argument("--out", required=True, help="run folder (config, checkpoints, metrics, maps)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
+                   help="classification on the store's labels, regression on its target; "
+                        "auto: classification when the store has labels")
     add_cluster_args(p)
     add_worker_kind_arg(p)
     add_progress_arg(p)

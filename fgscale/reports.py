@@ -25,7 +25,7 @@ from fgscale.images._nifti import load_img
 from fgscale.store._reader import Store, open_store
 
 __all__ = ["ROWS", "check_store", "classification_report", "format_report", "predict_inputs",
-           "proba_matrix", "score_store", "write_table"]
+           "proba_matrix", "regression_report", "score_store", "write_table"]
 
 ROWS = ("all", "train", "test")
 _TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
@@ -36,13 +36,17 @@ def _proba_columns(clf, blocks: Iterable[tuple[dict, np.ndarray]], *, progress: 
     """The columns of ``(info, x)`` blocks: ``info``'s, then the prediction and probabilities
     of the rows ``x`` (n_rows, n_features), float32; ``progress`` shows a bar over the rows."""
     columns, probas = {}, []
+    regression = not hasattr(clf, "classes_")  # a regressor: its prediction, no probability
     with tqdm(total=total, desc="predicting", unit="row", disable=not progress) as bar:
         for info, x in blocks:
             for name, values in info.items():
                 columns.setdefault(name, []).extend(np.asarray(values).tolist())
             if len(x):
-                probas.append(clf.predict_proba(x))
+                probas.append(clf.predict(x) if regression else clf.predict_proba(x))
             bar.update(len(x))
+    if regression:
+        columns["prediction"] = np.concatenate(probas) if probas else np.empty(0)
+        return columns
     proba = np.concatenate(probas) if probas else np.empty((0, len(clf.classes_)))
     columns["prediction"] = clf.classes_[proba.argmax(axis=1)] if len(proba) else []
     for j, c in enumerate(clf.classes_):
@@ -81,11 +85,21 @@ def _store_rows(store: Store, rows) -> np.ndarray:
 
 
 def _store_info(store: Store, rows: np.ndarray) -> dict:
-    return {"row": rows, "path": store.source[rows], "volume": store.volume[rows],
-            "label": store.classes[store.y[rows]]}
+    info = {"row": rows, "path": store.source[rows], "volume": store.volume[rows]}
+    if store.has_labels:
+        info["label"] = store.classes[store.y[rows]]
+    if store.target is not None:
+        info["target"] = store.target[rows]
+    return info
 
 
 def _check_labels(clf, store: Store, rows: np.ndarray) -> None:
+    if not hasattr(clf, "classes_"):
+        if store.target is None:
+            raise ValueError(f"{store.path}: no target to score a regression on")
+        return
+    if not store.has_labels:
+        raise ValueError(f"{store.path}: no class labels to score a classifier on")
     known = set(map(str, clf.classes_))
     unknown = sorted(set(store.classes[np.unique(store.y[rows])]) - known)
     if unknown:
@@ -119,7 +133,8 @@ def score_store(clf, store: Store, client, rows, *, progress: bool = False) -> t
     check_store(clf, store)
     rows = _store_rows(store, rows)
     _check_labels(clf, store, rows)
-    source = StoreSource(client, store.path, prefetch=clf.prefetch)
+    targets = "labels" if hasattr(clf, "classes_") else "target"  # the y of each block
+    source = StoreSource(client, store.path, prefetch=clf.prefetch, targets=targets)
 
     def blocks():
         start = 0
@@ -130,6 +145,8 @@ def score_store(clf, store: Store, client, rows, *, progress: bool = False) -> t
             yield _store_info(store, rows), np.empty((0, store.n_features), np.float32)
 
     table = _proba_columns(clf, blocks(), progress=progress, total=int(rows.size))
+    if not hasattr(clf, "classes_"):
+        return regression_report(table["target"], table["prediction"]), table
     return classification_report(table["label"], proba_matrix(table, clf.classes_),
                                  clf.classes_), table
 
@@ -148,8 +165,9 @@ def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
         info = {"path": [e["path"]] * len(x)}
         if with_volume:
             info["volume"] = list(range(len(x))) if load_img(e["path"]).ndim == 4 else [""]
-        if "label" in e:
-            info["label"] = [e["label"]] * len(x)
+        for column in ("label", "target"):  # a cohort table's, when it has the column
+            if e.get(column) not in (None, ""):
+                info[column] = [e[column]] * len(x)
         yield info, x
 
 
@@ -260,6 +278,22 @@ def classification_report(labels, proba: np.ndarray, classes) -> dict:
             "confusion_matrix": metrics.confusion_matrix(y_true, pred, labels=names).tolist()}
 
 
+def regression_report(targets, predictions) -> dict:
+    """Scores of predicted against true targets: ``n``, ``r2`` (as scikit-learn's
+    ``r2_score``), ``mae``, ``rmse`` and Pearson's ``correlation`` (None without rows, or
+    where undefined)."""
+    from sklearn import metrics
+
+    y, pred = np.asarray(targets, float), np.asarray(predictions, float)
+    if y.size == 0:
+        return {"n": 0, "r2": None, "mae": None, "rmse": None, "correlation": None}
+    defined = y.size > 1 and y.std() > 0 and pred.std() > 0
+    return {"n": int(y.size), "r2": float(metrics.r2_score(y, pred)) if y.size > 1 else None,
+            "mae": float(metrics.mean_absolute_error(y, pred)),
+            "rmse": float(np.sqrt(metrics.mean_squared_error(y, pred))),
+            "correlation": float(np.corrcoef(y, pred)[0, 1]) if defined else None}
+
+
 def _columns(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
@@ -271,6 +305,10 @@ def format_report(report: dict) -> str:
     confusion matrix."""
     if not report["n"]:
         return "no rows to score"
+    if "r2" in report:
+        return "  ".join([f"{report['n']} rows:"] + [
+            f"{k} {'n/a' if report[k] is None else format(report[k], '.4f')}"
+            for k in ("r2", "mae", "rmse", "correlation")])
     lines = [f"{report['n']} rows: accuracy {report['accuracy']:.4f}, balanced accuracy "
              f"{report['balanced_accuracy']:.4f}, loss {report['loss']:.4f}", ""]
     classes = report["classes"]

@@ -39,6 +39,7 @@ from fgscale._params import RUNTIME_PARAMS, check_device, params_to_json
 from fgscale.cluster import get_client
 from fgscale.estimators._base import _cuda, _History
 from fgscale.estimators._classifier import FeatureGroupingClassifier
+from fgscale.estimators._factory import make_estimator
 from fgscale.estimators._persist import load_model, save_model
 from fgscale.maps import MAPS_IMAGE, write_maps
 from fgscale.reports import predict_inputs, score_store, write_table
@@ -189,8 +190,8 @@ class _Checkpoints(_History):
 
 
 def train_run(store_path, out, *, params: dict | None = None, resume: bool = False,
-              client=None) -> dict:
-    """Train a :class:`FeatureGroupingClassifier` on a store, streaming, into a run folder.
+              client=None, task: str = "auto") -> dict:
+    """Train an estimator on a store, streaming, into a run folder.
 
     Parameters
     ----------
@@ -205,21 +206,26 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     client : distributed.Client, optional
         Default the active ``distributed`` client, else an embedded LocalCluster of thread
         workers, the fastest hand-over of blocks on one machine.
+    task : {"auto", "classification", "regression"}, default="auto"
+        :class:`FeatureGroupingClassifier` on the store's labels or
+        :class:`~fgscale.estimators.FeatureGroupingRegressor` on its target
+        (:func:`make_estimator`).
 
     Returns
     -------
     summary : dict
         ``test``, the report on the store's test rows
-        (:func:`fgscale.reports.classification_report`), epochs run, seconds, the selected
-        hyper-parameters, paths of the outputs (``maps``: the 4D map, beside maps.json and
-        a 3D map per class). A run that had already ended with these parameters is not run
-        again: its saved summary comes back, with ``already_complete`` set.
+        (:func:`fgscale.reports.classification_report` or ``regression_report``), epochs
+        run, seconds, the selected hyper-parameters, paths of the outputs (``maps``: the 4D
+        map, beside maps.json and a 3D map per class). A run that had already ended with
+        these parameters is not run again: its saved summary comes back, with
+        ``already_complete`` set.
     """
     folder = RunFolder(out)
-    clf = FeatureGroupingClassifier(**(params or {}))
+    store = open_store(store_path)
+    clf = make_estimator(store, params, task)
     clf._check_params()  # a bad parameter (or a GPU this machine lacks) stops before any write
     params = params_to_json(clf.get_params())  # every parameter, as saved
-    store = open_store(store_path)
     done = folder.start(params, store, resume=resume)
     if done is not None:
         log.info("%s: already complete with these parameters, nothing to do", folder.path)

@@ -1,0 +1,33 @@
+"""The estimator of a task: classification on a store's labels, regression on its target."""
+
+from __future__ import annotations
+
+import logging
+
+from fgscale.estimators._classifier import FeatureGroupingClassifier
+from fgscale.estimators._regressor import FeatureGroupingRegressor
+
+__all__ = ["TASKS", "make_estimator"]
+
+log = logging.getLogger(__name__)
+
+TASKS = ("auto", "classification", "regression")
+
+
+def make_estimator(store, params: dict | None = None, task: str = "auto"):
+    """The estimator of ``task`` for ``store``: ``"auto"`` is classification when the store has
+    class labels, regression when it has only a target. A store without what the task needs is
+    refused here, before any run folder is written."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if task == "auto":
+        task = "classification" if store.has_labels else "regression"
+        log.info("%s: %s (task='auto')", store.path, task)
+    if task == "regression" and store.target is None:
+        raise ValueError(f"{store.path}: the store has no target (its cohort table had no "
+                         "'target' column): regression needs one")
+    if task == "classification" and not store.has_labels:
+        raise ValueError(f"{store.path}: the store has no class labels (its cohort had a "
+                         "target column only): classification needs them")
+    cls = FeatureGroupingClassifier if task == "classification" else FeatureGroupingRegressor
+    return cls(**(params or {}))

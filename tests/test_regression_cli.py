@@ -1,0 +1,77 @@
+"""Regression through the command line: a cohort table with a target column, converted, trained
+(task inferred from the store), evaluated (R², MAE, correlation) and applied to the images."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from helpers import cohort_rows
+from sklearn import metrics
+
+from fgscale.cli import main
+from fgscale.runs import load_run
+from fgscale.store import open_store
+
+TRAIN = ["--n-groupings", "4", "--n-bootstrap", "10", "--batch-size", "8", "--seed", "0",
+         "--max-epochs", "4", "--n-workers", "1", "--no-progress"]
+
+
+def _read(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture
+def regression_cohort(tiny_cohort, tmp_path):
+    """The tiny cohort's files with a numeric target instead of a label (SYNTHETIC)."""
+    rows = cohort_rows(tiny_cohort)
+    table = tmp_path / "ages.csv"
+    with open(table, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "target", "participant_id", "split"])
+        for i, r in enumerate(rows):
+            writer.writerow([str(tiny_cohort.parent / r["path"]), 20.0 + 1.5 * i + 0.25 * (i % 3),
+                             r["group"], r["split"]])
+    return table
+
+
+def test_regression_from_a_target_column_to_predictions(regression_cohort, tmp_path, capsys):
+    store_path, run = tmp_path / "ages.zarr", tmp_path / "run"
+    assert main(["convert", str(regression_cohort), "--out", str(store_path), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    store = open_store(store_path)
+    targets = np.array([float(r["target"]) for r in _read(regression_cohort)])
+    assert not store.has_labels and np.array_equal(store.target, targets)
+
+    assert main(["train", str(store_path), "--out", str(run), *TRAIN]) == 0
+    assert "test R² " in capsys.readouterr().out
+    assert type(load_run(run)).__name__ == "FeatureGroupingRegressor"
+
+    predictions = tmp_path / "test_predictions.csv"
+    assert main(["evaluate", str(run), str(store_path), "--n-workers", "1", "--json",
+                 "--predictions", str(predictions), "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    table = _read(predictions)
+    y = np.array([float(r["target"]) for r in table])
+    pred = np.array([float(r["prediction"]) for r in table])
+    assert report["n"] == len(table) == store.test_rows().size
+    assert report["r2"] == pytest.approx(metrics.r2_score(y, pred))
+    assert report["mae"] == pytest.approx(metrics.mean_absolute_error(y, pred))
+    assert report["correlation"] == pytest.approx(np.corrcoef(y, pred)[0, 1])
+
+    # the same predictions from the images, reading only the run folder and the files
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(run), str(regression_cohort), "--rows", "test", "--out",
+                 str(out), "--no-progress"]) == 0
+    from_images = np.array([float(r["prediction"]) for r in _read(out)])
+    np.testing.assert_allclose(from_images, pred, rtol=1e-5)
+
+
+def test_task_regression_on_a_store_with_labels_only_is_refused(tiny_store, tmp_path, capsys):
+    run = tmp_path / "r"
+    assert main(["train", str(tiny_store.path), "--out", str(run), "--task", "regression",
+                 *TRAIN]) == 2
+    assert "the store has no target" in capsys.readouterr().err
+    assert not run.exists()  # nothing written: the corrected command is not blocked
+    assert main(["train", str(tiny_store.path), "--out", str(run), *TRAIN]) == 0
