@@ -88,14 +88,14 @@ def _estimator_params(args) -> dict:
 
 
 def _cmd_cv(args) -> int:
-    from fgscale.runs import cross_validate
+    from fgscale.crossval import cross_validate
 
     with _client(args, processes=args.worker_processes) as client:
         scores = cross_validate(args.store, params=_estimator_params(args), n_folds=args.folds,
-                                client=client, echo=print)
-    kind = "grouped by subject" if scores["grouped"] else "stratified (the store has no groups)"
-    print(f"{args.folds}-fold cross-validation, {kind}: accuracy "
-          f"{scores['mean_accuracy']:.4f} ± {scores['std_accuracy']:.4f} (mean ± sd)")
+                                client=client, echo=print, task=args.task)
+    kind = "grouped by subject" if scores["grouped"] else "shuffled (the store has no groups)"
+    print(f"{args.folds}-fold cross-validation, {kind}: {scores['score']} "
+          f"{scores['mean_score']:.4f} ± {scores['std_score']:.4f} (mean ± sd)")
     return 0
 
 
@@ -233,6 +233,12 @@ def _version() -> str:
     return __version__
 
 
+def add_task_arg(p) -> None:
+    p.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
+                   help="classification on the store's labels, regression on its target; "
+                        "auto: classification when the store has labels")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="fgscale",
@@ -309,9 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_estimator_args(p)
     p.add_argument("--out", required=True, help="run folder (config, checkpoints, metrics, maps)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
-    p.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
-                   help="classification on the store's labels, regression on its target; "
-                        "auto: classification when the store has labels")
+    add_task_arg(p)
     add_cluster_args(p)
     add_worker_kind_arg(p)
     add_progress_arg(p)
@@ -320,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cv", help="cross-validate on a store's training rows, folds by subject")
     add_estimator_args(p)
     p.add_argument("--folds", type=int, default=5, help="number of folds (default: 5)")
+    add_task_arg(p)
     add_cluster_args(p)
     add_worker_kind_arg(p)
     add_progress_arg(p)

@@ -45,7 +45,7 @@ from fgscale.maps import MAPS_IMAGE, write_maps
 from fgscale.reports import predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
-__all__ = ["RunFolder", "atomic_path", "cross_validate", "evaluate_run", "load_run",
+__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run",
            "predict_run", "train_run"]
 
 log = logging.getLogger(__name__)
@@ -246,63 +246,6 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
                "candidates": clf.cv_results_}
     folder.write_final(summary)
     return summary
-
-
-def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, client=None,
-                   echo=None) -> dict:
-    """K-fold cross-validation on a store's training rows, each fold trained by streaming.
-
-    Folds are grouped by the store's ``group`` column when every row has one (rows of a
-    subject never straddle folds), else stratified by class. Each fold standardizes with, and
-    builds its banks from, its own training rows; the store's test rows are never read.
-
-    Parameters
-    ----------
-    store_path : str or Path
-    params : dict, optional
-        Estimator parameters.
-    n_folds : int, default=5
-    client : distributed.Client, optional
-        Default the active ``distributed`` client, else an embedded LocalCluster of threads.
-    echo : callable, optional
-        Called with a line of text after each fold.
-
-    Returns
-    -------
-    scores : dict
-        ``folds`` (a dict per fold: its report, as :func:`fgscale.reports.classification_report`,
-        its training rows, the chosen hyper-parameters),
-        ``mean_accuracy``, ``std_accuracy``, ``grouped``.
-    """
-    from sklearn.model_selection import GroupKFold, StratifiedKFold
-
-    clf = FeatureGroupingClassifier(**(params or {}))
-    clf._check_params()
-    store = open_store(store_path)
-    rows = store.train_rows()
-    groups = store.groups[rows]
-    grouped = bool((groups != "").all() and len(set(groups)) >= n_folds)
-    if grouped:
-        splits = GroupKFold(n_splits=n_folds).split(rows, groups=groups)
-    else:
-        splits = StratifiedKFold(n_splits=n_folds, shuffle=True,
-                                 random_state=clf._seed()).split(rows, store.y[rows])
-    folds = []
-    with get_client(client, processes=False) as client:
-        for fold, (train, test) in enumerate(splits):
-            model = FeatureGroupingClassifier(**clf.get_params())
-            model._fit_store(store.path, client, rows=rows[train])
-            metrics, _ = _evaluate(model, store, client, rows[test],
-                                   progress=bool(model.verbose))
-            folds.append({"fold": fold, "n_train": int(train.size), **metrics,
-                          "selected": {"alpha": model.alpha_, "dropout": model.dropout_,
-                                       "n_clusters": model.n_clusters_}})
-            if echo is not None:
-                echo(f"fold {fold}: accuracy {metrics['accuracy']:.4f} on {metrics['n']} rows "
-                     f"(trained on {train.size}; {folds[-1]['selected']})")
-    accuracy = np.array([f["accuracy"] for f in folds])
-    return {"folds": folds, "mean_accuracy": float(accuracy.mean()),
-            "std_accuracy": float(accuracy.std()), "grouped": grouped}
 
 
 def _evaluate(clf: FeatureGroupingClassifier, store, client, rows=None, *,

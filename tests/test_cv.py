@@ -6,8 +6,8 @@ from sklearn.model_selection import GroupKFold
 
 from fgscale import FeatureGroupingClassifier
 from fgscale.cli import main
+from fgscale.crossval import cross_validate
 from fgscale.images import make_classification_volumes
-from fgscale.runs import cross_validate
 from fgscale.store import list_banks, write_store
 
 PARAMS = dict(regularizer="none", max_epochs=20, random_state=0)

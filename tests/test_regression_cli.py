@@ -75,3 +75,16 @@ def test_task_regression_on_a_store_with_labels_only_is_refused(tiny_store, tmp_
     assert "the store has no target" in capsys.readouterr().err
     assert not run.exists()  # nothing written: the corrected command is not blocked
     assert main(["train", str(tiny_store.path), "--out", str(run), *TRAIN]) == 0
+
+
+def test_cv_of_a_regression_store_grouped_by_subject(regression_cohort, tmp_path, capsys):
+    store = tmp_path / "ages.zarr"
+    assert main(["convert", str(regression_cohort), "--out", str(store), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert main(["cv", str(store), "--folds", "2", *TRAIN]) == 0
+    out = capsys.readouterr().out
+    folds = [line for line in out.splitlines() if line.startswith("fold ")]
+    assert len(folds) == 2 and all(" r2 " in line for line in folds)
+    r2 = [float(line.split(" r2 ")[1].split()[0]) for line in folds]
+    summary = out.split("2-fold cross-validation, grouped by subject: r2 ")[1]
+    assert float(summary.split()[0]) == pytest.approx(np.mean(r2), abs=1e-4)
