@@ -129,6 +129,8 @@ def add_cluster_args(p) -> None:
     p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file "
                    "(default: none)")
     p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for --scheduler before giving up (default: 10)")
 
 
 def add_device_arg(p) -> None:

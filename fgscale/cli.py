@@ -76,7 +76,7 @@ def _client(args, *, processes: bool):
     if args.scheduler is not None or args.scheduler_file is not None:
         if args.scheduler is not None and args.scheduler_file is not None:
             raise ValueError("give --scheduler or --scheduler-file, not both")
-        return connect(args.scheduler, args.scheduler_file)
+        return connect(args.scheduler, args.scheduler_file, timeout=args.timeout)
     return get_client(n_workers=args.n_workers, processes=processes)
 
 
@@ -386,6 +386,22 @@ def main(argv=None) -> int:
         return 0
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, ConnectionError) as exc:
         print(f"fgscale {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"fgscale {args.command}: interrupted. {_KEPT.get(args.command, _KEPT_DEFAULT)}",
+              file=sys.stderr)
+        return 130
+
+
+_KEPT_DEFAULT = "Nothing it wrote is half-written (files are renamed into place when complete)."
+_KEPT = {  # what an interrupted command keeps, and how it goes on
+    "convert": "The blocks converted so far are kept in the store: run the same command again "
+               "to convert the rest.",
+    "bank": "The groupings built so far are kept in the store: run the same command again to "
+            "build the rest.",
+    "train": "The run folder keeps the checkpoint of the last finished epoch: run the same "
+             "command with --resume to go on from there.",
+    "demo": "Finished steps are kept: run the same command again to go on.",
+}

@@ -12,6 +12,7 @@ active or joined), its dashboard link is printed once, on stderr: where to watch
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import weakref
@@ -121,11 +122,23 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
         yield local
 
 
+async def _probe(address: str, timeout: float) -> None:
+    from distributed.comm import connect as comm_connect
+
+    comm = await comm_connect(address, timeout=timeout)
+    await comm.close()
+
+
 @contextmanager
-def connect(scheduler: str | None = None, scheduler_file: str | Path | None = None
-            ) -> Iterator[Client]:
+def connect(scheduler: str | None = None, scheduler_file: str | Path | None = None, *,
+            timeout: float = 10.0) -> Iterator[Client]:
     """Join a running cluster by address or scheduler file (the CLI's ``--scheduler`` and
     ``--scheduler-file``); only the client connection is closed on exit.
+
+    Parameters
+    ----------
+    timeout : float, default=10.0
+        Seconds to wait for the scheduler.
 
     Raises
     ------
@@ -133,6 +146,8 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
         If both or neither are given.
     FileNotFoundError
         If ``scheduler_file`` does not exist.
+    ConnectionError
+        If no Dask scheduler answers at the address within ``timeout``.
     """
     if (scheduler is None) == (scheduler_file is None):
         raise ValueError("give one of scheduler and scheduler_file")
@@ -142,8 +157,21 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
             raise FileNotFoundError(f"{scheduler_file}: no such scheduler file (written by "
                                     "'dask scheduler --scheduler-file FILE')")
     target = scheduler if scheduler is not None else scheduler_file
-    with Client(scheduler, scheduler_file=None if scheduler_file is None
-                else str(scheduler_file), set_as_default=False) as joined:
+    try:
+        if scheduler is not None:
+            # the comm handshake alone first: a port where something else listens fails it
+            # (with a MemoryError: its bytes read as a frame length) without leaving a
+            # half-built Client whose clean-up would time out and print
+            asyncio.run(_probe(scheduler, timeout))
+        joined = Client(scheduler, scheduler_file=None if scheduler_file is None
+                        else str(scheduler_file), set_as_default=False, timeout=timeout)
+    except (OSError, TimeoutError, ValueError, MemoryError) as exc:
+        reason = ("its answer is not Dask's protocol" if isinstance(exc, MemoryError)
+                  else (str(exc).splitlines() or [""])[0][:200])
+        raise ConnectionError(f"cannot reach a Dask scheduler at {target} within {timeout:g} "
+                              f"s ({type(exc).__name__}: {reason}); is it running, and is "
+                              "this its address?") from None
+    with joined:
         _log_dashboard(joined, f"joined the Dask cluster at {target}")
         yield joined
 

@@ -1,0 +1,83 @@
+"""Ctrl-C and unreachable schedulers through the command line, in real processes: a one-line
+message that says what was kept and how to go on, no traceback."""
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from fgscale.cli import main
+
+TRAIN = ["--regularizer", "none", "--early-stopping", "false", "--batch-size", "8",
+         "--n-workers", "1", "--no-progress", "--seed", "0"]
+
+
+def test_ctrl_c_during_training_exits_130_and_the_run_resumes(tiny_store, tmp_path):
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out", str(run),
+               "--max-epochs", "100000", *TRAIN]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (run / "metrics.jsonl").exists(), proc.stderr.read() if proc.poll() else ""
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("fgscale train:")]
+    assert lines == ["fgscale train: interrupted. The run folder keeps the checkpoint of the last "
+                     "finished epoch: run the same command with --resume to go on from there."]
+    done = len((run / "metrics.jsonl").read_text().splitlines())
+    assert done >= 1
+    # the corrected budget, resumed: it goes on from the checkpoint, not from epoch 0
+    resumed = subprocess.run([*command[:-len(TRAIN) - 2], "--max-epochs", str(done + 2), *TRAIN,
+                              "--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [h["epoch"] for h in history] == list(range(done + 2))
+
+
+@pytest.fixture
+def not_dask():
+    """A TCP port where something that is not Dask answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(b"HTTP/1.1 200 OK\r\n\r\nnot a scheduler" * 64)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_an_unreachable_or_foreign_scheduler_is_a_clear_error(not_dask, tiny_store, capsys):
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    nobody = f"tcp://127.0.0.1:{closed.getsockname()[1]}"  # bound, never listening
+    for address in (nobody, not_dask):
+        start = time.monotonic()
+        assert main(["bank", str(tiny_store.path), "--scheduler", address,
+                     "--timeout", "2"]) == 2
+        assert time.monotonic() - start < 30  # a bounded wait, not a hang
+        err = capsys.readouterr().err
+        assert err.startswith(f"fgscale bank: error: cannot reach a Dask scheduler at {address} "
+                              "within 2 s")
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    closed.close()
