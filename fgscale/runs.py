@@ -110,6 +110,18 @@ class RunFolder:
                           "versions": _versions()}, "config.json")
         return None
 
+    def forget_unstarted(self) -> None:
+        """Remove what :meth:`start` wrote when the run failed before its first epoch ended
+        (a bad parameter found late, a cluster that went away, Ctrl-C), so that the corrected
+        command starts afresh instead of being refused; a run with a checkpoint is kept."""
+        if (self / "checkpoint.pt").exists():
+            return
+        (self / "config.json").unlink(missing_ok=True)
+        try:
+            self.path.rmdir()  # only if nothing else is in it
+        except OSError:
+            pass
+
     def checkpoints(self, estimator, optimizer, stopper) -> _Checkpoints:
         """The estimator's per-epoch hook: a checkpoint and the metrics after every epoch."""
         return _Checkpoints(self, estimator, optimizer, stopper)
@@ -226,14 +238,20 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     clf = make_estimator(store, params, task)
     clf._check_params()  # a bad parameter (or a GPU this machine lacks) stops before any write
     params = params_to_json(clf.get_params())  # every parameter, as saved
+    fresh = not (folder / "config.json").exists()
     done = folder.start(params, store, resume=resume)
     if done is not None:
         log.info("%s: already complete with these parameters, nothing to do", folder.path)
         return {**done, "already_complete": True}
     start = time.perf_counter()
-    with get_client(client, processes=False) as client:
-        clf._fit_store(store.path, client, folder.checkpoints)
-        test, _ = _evaluate(clf, store, client, progress=bool(clf.verbose))
+    try:
+        with get_client(client, processes=False) as client:
+            clf._fit_store(store.path, client, folder.checkpoints)
+            test, _ = _evaluate(clf, store, client, progress=bool(clf.verbose))
+    except BaseException:
+        if fresh:
+            folder.forget_unstarted()
+        raise
     seconds = time.perf_counter() - start
     folder.write_estimator(clf, store)
     maps = folder.write_maps(clf, store)

@@ -81,3 +81,18 @@ def test_an_unreachable_or_foreign_scheduler_is_a_clear_error(not_dask, tiny_sto
                               "within 2 s")
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     closed.close()
+
+
+def test_a_run_that_fails_before_its_first_epoch_does_not_block_the_corrected_one(
+        tiny_store, tmp_path, capsys):
+    run = tmp_path / "run"
+    fg = ["--regularizer", "feature_grouping", "--n-groupings", "2", "--n-bootstrap", "8",
+          "--max-epochs", "2", "--n-workers", "1", "--no-progress"]
+    too_many = str(tiny_store.n_features + 1)  # k > p: found when the bank is made
+    assert main(["train", str(tiny_store.path), "--out", str(run), "--n-clusters", too_many,
+                 *fg]) == 2
+    assert "n_clusters" in capsys.readouterr().err
+    assert not run.exists()
+    assert main(["train", str(tiny_store.path), "--out", str(run), "--n-clusters", "0.1",
+                 *fg]) == 0
+    assert (run / "model.json").exists()
