@@ -24,5 +24,10 @@ def atomic_path(path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as exc:  # a full or read-only disk: say which file, and what is kept
+        if exc.filename is not None and str(path) in str(exc):
+            raise
+        raise OSError(exc.errno, f"{path}: not written ({exc.strerror or exc}); the previous "
+                                 "version, if any, is kept") from exc
     finally:
         tmp.unlink(missing_ok=True)

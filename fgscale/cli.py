@@ -386,7 +386,7 @@ def main(argv=None) -> int:
         return 0
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, ConnectionError) as exc:
+    except (ValueError, OSError) as exc:  # OSError: a missing file, a full disk, a scheduler
         print(f"fgscale {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -195,8 +195,10 @@ class _Checkpoints(_History):
                  "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
                  "cuda_rng": cuda_rng, "stopper": stopper, "history": self.history,
                  "params": self.params}
-        with atomic_path(self.folder / "checkpoint.pt") as tmp:
-            torch.save(state, tmp)
+        # into an open file: on a full disk that raises the OSError, which torch's own writer
+        # of a path turns into a RuntimeError naming no file
+        with atomic_path(self.folder / "checkpoint.pt") as tmp, open(tmp, "wb") as f:
+            torch.save(state, f)
         with atomic_path(self.folder / "metrics.jsonl") as tmp:
             tmp.write_text("".join(json.dumps(h) + "\n" for h in self.history))
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import logging
 import numbers
-import os
 from contextlib import contextmanager
 
 import nibabel as nib
@@ -20,9 +19,16 @@ import torch
 from sklearn.base import BaseEstimator, is_classifier
 from sklearn.model_selection import GroupShuffleSplit, train_test_split
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fgscale._params import PARAMS, estimator_signature, validate_params
+from fgscale.estimators._inputs import (
+    images_to_rows,
+    is_store,
+    mask_image_of,
+    resolve_graph,
+    rows_of,
+)
 from fgscale.estimators._selection import candidates
 from fgscale.grouping._bank import make_bank, resolve_n_clusters
 from fgscale.store._stats import array_stats
@@ -36,23 +42,6 @@ log = logging.getLogger(__name__)
 _MAX_SEED = np.iinfo(np.int32).max
 _BATCH_RANGE = (32, 200)  # batch_size="auto": a tenth of the rows, within this range
 _SMALL_BATCH_VALUES = 1 << 24  # minibatches of fewer input values train on one thread
-
-
-def resolve_graph(mask, n_features: int):
-    """The feature graph: a boolean mask array (from an array, image or path) or a 1D chain."""
-    if mask is None:
-        return np.ones(n_features, dtype=bool)
-    if hasattr(mask, "tocsr"):  # an explicit sparse adjacency
-        return mask
-    if not isinstance(mask, np.ndarray):  # an image or a path: errors name the file
-        from fgscale.images._nifti import load_mask
-
-        mask = load_mask(mask)[0]
-    if mask.dtype != bool:
-        raise ValueError(f"mask must be a boolean array, got dtype {mask.dtype}")
-    if int(mask.sum()) != n_features:
-        raise ValueError(f"mask has {int(mask.sum())} voxels set but X has {n_features} features")
-    return mask
 
 
 class _History:
@@ -105,37 +94,37 @@ class FeatureGroupingBase(BaseEstimator):
 
     # ------------------------------------------------------------------ data in
 
-    def _images_in(self, X):
-        """Images to fit on, as rows: masked with ``mask`` (an image or a path; a boolean
-        array takes the images' affine), else with the voxels finite and non-zero in every
-        image. Returns the rows and the mask image."""
-        from fgscale.images._masking import as_mask_image, compute_mask, mask_images
+    def fit(self, X, y=None, *, client=None):
+        """Check the parameters, then fit on a store (streamed), on images or on arrays; the
+        subclasses document it and encode ``y`` (:meth:`_encode_targets`)."""
+        from fgscale.images._masking import is_images
 
-        if self.mask is None:
-            mask_img = compute_mask(X)
-        elif isinstance(self.mask, np.ndarray):
-            first = X[0] if isinstance(X, (list, tuple)) else X
-            mask_img = as_mask_image(self.mask, load_img_affine(first))
-        else:
-            mask_img = as_mask_image(self.mask)
-        return mask_images(X, mask_img), mask_img
+        self._check_params()
+        if is_store(X):
+            if y is not None:
+                raise ValueError("y must be None when X is a store: the targets come from the "
+                                 "store")
+            return self._fit_store(X, client)
+        mask_img = None
+        if is_images(X):
+            X, mask_img = self._images_in(X)
+        X, y = validate_data(self, X, y, dtype=np.float32,
+                             y_numeric=not self._is_classifier())
+        return self._fit_arrays(X, self._encode_targets(y), mask_img)
+
+    def _images_in(self, X):
+        """Images to fit on, as rows, and the mask they came through
+        (:func:`~fgscale.estimators._inputs.images_to_rows`)."""
+        return images_to_rows(X, self.mask)
 
     def _rows_in(self, X):
         """``X`` for predict and score: images are masked with ``mask_img_``."""
-        from fgscale.images._masking import is_images, mask_images
-
-        if not is_images(X):
-            return X
-        check_is_fitted(self)
-        if getattr(self, "mask_img_", None) is None:
-            raise ValueError(f"{type(self).__name__} was fitted on arrays without a mask image: "
-                             "give arrays, or fit on images, a store or with mask= an image")
-        return mask_images(X, self.mask_img_)
+        return rows_of(X, getattr(self, "mask_img_", None), type(self).__name__)
 
     def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray, mask_img=None):
         """Fit on in-memory rows ``X`` (float32) with target indices ``y_idx``; ``mask_img``:
         the mask the rows came through, when they came as images."""
-        self.mask_img_ = mask_img if mask_img is not None else _mask_image_of(self.mask)
+        self.mask_img_ = mask_img if mask_img is not None else mask_image_of(self.mask)
         graph = resolve_graph(self.mask if self.mask_img_ is None else self.mask_img_,
                               X.shape[1])
         self.n_features_in_ = X.shape[1]
@@ -329,6 +318,15 @@ class FeatureGroupingBase(BaseEstimator):
 
     # ------------------------------------------------------------------ data out
 
+    def _outputs(self, X) -> np.ndarray:
+        """The model's outputs on rows or images ``X``, shape (n_samples, n_outputs)."""
+        from fgscale.training._loop import predict_logits
+
+        check_is_fitted(self)
+        X = validate_data(self, self._rows_in(X), dtype=np.float32, reset=False)
+        return predict_logits(self._placed_model(), self._standardized_blocks(X),
+                              device=self.device)
+
     def _standardized_blocks(self, X: np.ndarray, block: int = 4096):
         for i in range(0, len(X), block):
             x = X[i : i + block]
@@ -361,29 +359,6 @@ def _torch_threads(batch_values: int):
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def is_store(X) -> bool:
-    """A store's path (a folder), not a NIfTI file's."""
-    from fgscale.images._masking import is_images
-
-    return isinstance(X, (str, os.PathLike)) and not is_images(X)
-
-
-def load_img_affine(img) -> np.ndarray:
-    from fgscale.images._nifti import load_img
-
-    return load_img(img).affine
-
-
-def _mask_image_of(mask):
-    """The ``mask`` parameter as an image when it is one (or a path), else None: a boolean
-    array has no affine to place maps or new images on."""
-    if mask is None or isinstance(mask, np.ndarray) or hasattr(mask, "tocsr"):
-        return None
-    from fgscale.images._masking import as_mask_image
-
-    return as_mask_image(mask)
 
 
 def _cuda(device) -> torch.device | None:

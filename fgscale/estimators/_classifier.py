@@ -6,13 +6,11 @@ import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from fgscale._params import numpydoc
-from fgscale.estimators._base import FeatureGroupingBase, is_store
-from fgscale.images._masking import is_images
+from fgscale.estimators._base import FeatureGroupingBase
 from fgscale.images._nifti import unmask
-from fgscale.training._loop import predict_logits
 
 __all__ = ["FeatureGroupingClassifier"]
 
@@ -96,18 +94,12 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         -------
         self
         """
-        self._check_params()
-        if is_store(X):
-            if y is not None:
-                raise ValueError("y must be None when X is a store: the labels come from the store")
-            return self._fit_store(X, client)
-        mask_img = None
-        if is_images(X):
-            X, mask_img = self._images_in(X)
-        X, y = validate_data(self, X, y, dtype=np.float32)
+        return super().fit(X, y, client=client)
+
+    def _encode_targets(self, y) -> np.ndarray:
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
-        return self._fit_arrays(X, y_idx.astype(np.int64), mask_img)
+        return y_idx.astype(np.int64)
 
     def _set_store_targets(self, store, rows) -> None:
         if not store.has_labels:
@@ -149,10 +141,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
 
     def _logits(self, X) -> np.ndarray:
         """Logits, shape (n_samples, n_classes)."""
-        check_is_fitted(self)
-        X = validate_data(self, self._rows_in(X), dtype=np.float32, reset=False)
-        return predict_logits(self._placed_model(), self._standardized_blocks(X),
-                              device=self.device)
+        return self._outputs(X)
 
     def decision_function(self, X) -> np.ndarray:
         """Logits, shape (n_samples, n_classes); for two classes, the second class's logit

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from fgscale._params import numpydoc
-from fgscale.estimators._base import FeatureGroupingBase, is_store
-from fgscale.images._masking import is_images
+from fgscale.estimators._base import FeatureGroupingBase
 from fgscale.images._nifti import unmask
-from fgscale.training._loop import predict_logits
 
 __all__ = ["FeatureGroupingRegressor"]
 
@@ -81,21 +79,14 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         -------
         self
         """
-        self._check_params()
-        if is_store(X):
-            if y is not None:
-                raise ValueError("y must be None when X is a store: the targets come from it")
-            return self._fit_store(X, client)
-        mask_img = None
-        if is_images(X):
-            X, mask_img = self._images_in(X)
-        X, y = validate_data(self, X, y, dtype=np.float32, y_numeric=True)
+        return super().fit(X, y, client=client)
+
+    def _encode_targets(self, y) -> np.ndarray:
         y = np.asarray(y, np.float64)
         if y.ndim != 1:
             raise ValueError(f"y must be one target per sample, got shape {y.shape}")
         self._set_target_scale(y)
-        target = ((y - self.y_mean_) / self.y_scale_).astype(np.float32)
-        return self._fit_arrays(X, target, mask_img)
+        return ((y - self.y_mean_) / self.y_scale_).astype(np.float32)
 
     def _set_target_scale(self, y: np.ndarray) -> None:
         """The target's mean and standard deviation (1 for a constant target)."""
@@ -138,8 +129,4 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
 
     def predict(self, X) -> np.ndarray:
         """Predicted targets, shape (n_samples,)."""
-        check_is_fitted(self)
-        X = validate_data(self, self._rows_in(X), dtype=np.float32, reset=False)
-        out = predict_logits(self._placed_model(), self._standardized_blocks(X),
-                             device=self.device)
-        return out[:, 0].astype(np.float64) * self.y_scale_ + self.y_mean_
+        return self._outputs(X)[:, 0].astype(np.float64) * self.y_scale_ + self.y_mean_

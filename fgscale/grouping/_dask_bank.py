@@ -25,6 +25,7 @@ from fgscale.cluster import get_client, run_tasks
 from fgscale.grouping._bank import build_grouping, grouping_seed, resolve_n_clusters
 from fgscale.store._banks import BankError, bank_key, bank_params, create_bank, open_bank
 from fgscale.store._reader import Store, open_store
+from fgscale.store._shards import resumable_write
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ def _grouping_task(path: str, key: str, index: int, seed: int, n_clusters: int,
     bank = open_bank(store, key)
     labels = build_grouping(store.read_rows, bank.rows(), store.mask, n_clusters, n_bootstrap,
                             seed)
-    bank.write(index, labels)
+    with resumable_write(path, f"grouping {index} of bank {key}"):
+        bank.write(index, labels)
     return index
 
 

@@ -22,10 +22,11 @@ Re-running with the same ones skips the blocks whose ``done`` flag is set and co
 store; on a complete store it does nothing. Zarr's LocalStore writes every object atomically
 (temporary file, then rename) and a flag is set only after its shard, so a killed run leaves
 whole shards and true flags only; a block interrupted mid-way has no flag and is rewritten
-whole. Different inputs (a changed label or target too) on an existing store are refused
-rather than overwritten. The NaN policy is not part of the fingerprint: a block written under
-either policy had no NaN, so after fixing a file (or choosing ``nan="zero"``) the re-run
-resumes.
+whole. The empty store itself is written under a temporary name and renamed into place, so a
+run killed while creating it leaves no half-made store for the re-run to refuse. Different
+inputs (a changed label or target too) on an existing store are refused rather than
+overwritten. The NaN policy is not part of the fingerprint: a block written under either
+policy had no NaN, so after fixing a file (or choosing ``nan="zero"``) the re-run resumes.
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ import functools
 import hashlib
 import json
 import logging
+import os
+import shutil
 import time
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
+import zarr
 from nibabel.processing import resample_from_to, vox2out_vox
 
 from fgscale.cluster import get_client, run_tasks
@@ -46,7 +50,7 @@ from fgscale.images._cohort import read_cohort
 from fgscale.images._nifti import load_img, load_mask, read_header, read_image
 from fgscale.store._layout import block_range, create_store, mark_complete, write_block_rows
 from fgscale.store._reader import Store, open_group_checked, open_store
-from fgscale.store._shards import StoreError
+from fgscale.store._shards import StoreError, resumable_write
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +145,8 @@ def _convert_block(out: str, fingerprint: str, block: int, sources, grid, resamp
                 row[bad] = 0.0
             yield row
 
-    write_block_rows(out, block, rows())
+    with resumable_write(out, f"block {block} of X"):
+        write_block_rows(out, block, rows())
     return {"block": block, "rows": len(sources), "bytes": len(sources) * row.nbytes,
             "seconds": time.perf_counter() - start_time}
 
@@ -235,7 +240,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                 names = list(classes) if classes is not None else sorted({r[2] for r in rows})
                 y = np.array([names.index(r[2]) for r in rows])
             synthetic = _is_synthetic(cohort)
-            g = create_store(
+            g = _create_whole(
                 out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),
                 y=y, classes=names, target=targets, source=[r[0] for r in rows],
                 volume=[r[1] for r in rows], groups=[r[3] for r in rows],
@@ -266,6 +271,18 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     log.info("converted %d rows x %d voxels (%.1f MB) in %.1f s", n_rows, n_features,
              summary["bytes"] / 1e6, seconds)
     return open_store(out)
+
+
+def _create_whole(out: Path, **kwargs) -> zarr.Group:
+    """:func:`create_store` under a temporary name, renamed to ``out`` once whole: a run killed
+    while the empty store is written (its metadata comes last) leaves no store that the re-run
+    would refuse as foreign, only the temporary folder, which the re-run replaces."""
+    tmp = out.with_name(out.name + ".creating")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    create_store(tmp, **kwargs)
+    os.replace(tmp, out)
+    return open_group_checked(out, "r+")
 
 
 def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress) -> np.ndarray:

@@ -8,16 +8,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import zarr
 
-__all__ = ["ShardRowReader", "StoreError"]
+__all__ = ["ShardRowReader", "StoreError", "resumable_write"]
 
 
 class StoreError(ValueError):
     """A path that is not a usable fgscale store (missing, foreign, wrong version, incomplete)."""
+
+
+@contextmanager
+def resumable_write(store, what: str) -> Iterator[None]:
+    """Name the store and the part being written in an OSError of a resumable job's task (a
+    full disk, a folder made read-only): a bare "[Errno 28] No space left on device" raised on
+    a Dask worker says neither which disk (the store's, or the worker's scratch space) nor what
+    to do. The errno is kept; the parts written before stay, and a re-run resumes."""
+    try:
+        yield
+    except OSError as exc:
+        raise OSError(exc.errno, f"{store}: {what} could not be written ({exc.strerror}); the "
+                      "parts written before are kept: free space or make the store writable, "
+                      "then re-run to resume") from exc
 
 
 class ShardRowReader:

@@ -39,6 +39,7 @@ import zarr
 
 from fgscale.cluster import get_client, run_tasks
 from fgscale.store._reader import open_store
+from fgscale.store._shards import resumable_write
 
 log = logging.getLogger(__name__)
 
@@ -133,11 +134,12 @@ def _block_task(path: str, key: str, index: int, rows: np.ndarray) -> int:
     store = open_store(path)
     (part, X), = store.iter_blocks(rows, block_size=store.block_rows)
     n, mean, m2 = _partials(X)
-    group = zarr.open_group(path, mode="r+")[f"{STATS}/{key}"]
-    group["partial_count"][index] = n
-    group["partial_mean"][index] = mean
-    group["partial_m2"][index] = m2
-    group["done"][index] = 1  # after the partials: a flag never claims a half-written block
+    with resumable_write(path, f"the statistics of block {index}"):
+        group = zarr.open_group(path, mode="r+")[f"{STATS}/{key}"]
+        group["partial_count"][index] = n
+        group["partial_mean"][index] = mean
+        group["partial_m2"][index] = m2
+        group["done"][index] = 1  # after the partials: a flag never claims a half-written block
     return index
 
 

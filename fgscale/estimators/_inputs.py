@@ -1,0 +1,83 @@
+"""What the estimators take in: arrays with a mask (or a graph), NIfTI images, or a store's
+path; and the masks that come with them."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["images_to_rows", "is_store", "mask_image_of", "resolve_graph", "rows_of"]
+
+
+def resolve_graph(mask, n_features: int):
+    """The feature graph: a boolean mask array (from an array, image or path) or a 1D chain."""
+    if mask is None:
+        return np.ones(n_features, dtype=bool)
+    if hasattr(mask, "tocsr"):  # an explicit sparse adjacency
+        return mask
+    if not isinstance(mask, np.ndarray):  # an image or a path: errors name the file
+        from fgscale.images._nifti import load_mask
+
+        mask = load_mask(mask)[0]
+    if mask.dtype != bool:
+        raise ValueError(f"mask must be a boolean array, got dtype {mask.dtype}")
+    if int(mask.sum()) != n_features:
+        raise ValueError(f"mask has {int(mask.sum())} voxels set but X has {n_features} features")
+    return mask
+
+
+def is_store(X) -> bool:
+    """A store's path (a folder), not a NIfTI file's."""
+    from fgscale.images._masking import is_images
+
+    return isinstance(X, (str, os.PathLike)) and not is_images(X)
+
+
+def _affine(img) -> np.ndarray:
+    from fgscale.images._nifti import load_img
+
+    return load_img(img).affine
+
+
+def mask_image_of(mask):
+    """The ``mask`` parameter as an image when it is one (or a path), else None: a boolean
+    array has no affine to place maps or new images on."""
+    if mask is None or isinstance(mask, np.ndarray) or hasattr(mask, "tocsr"):
+        return None
+    from fgscale.images._masking import as_mask_image
+
+    return as_mask_image(mask)
+
+
+def images_to_rows(X, mask):
+    """Images as rows, masked with ``mask`` (an image or a path; a boolean array takes the
+    images' affine), else with the voxels finite and non-zero in every image.
+
+    Returns
+    -------
+    rows : ndarray of shape (n_volumes, n_voxels), float32
+    mask_img : nibabel.Nifti1Image
+    """
+    from fgscale.images._masking import as_mask_image, compute_mask, mask_images
+
+    if mask is None:
+        mask_img = compute_mask(X)
+    elif isinstance(mask, np.ndarray):
+        first = X[0] if isinstance(X, (list, tuple)) else X
+        mask_img = as_mask_image(mask, _affine(first))
+    else:
+        mask_img = as_mask_image(mask)
+    return mask_images(X, mask_img), mask_img
+
+
+def rows_of(X, mask_img, owner: str):
+    """``X`` as it is, or images masked with ``mask_img`` (the fitted estimator's)."""
+    from fgscale.images._masking import is_images, mask_images
+
+    if not is_images(X):
+        return X
+    if mask_img is None:
+        raise ValueError(f"{owner} was fitted on arrays without a mask image: give arrays, or "
+                         "fit on images, a store or with mask= an image")
+    return mask_images(X, mask_img)
