@@ -5,10 +5,11 @@ the help formatter that shows every option's default."""
 from __future__ import annotations
 
 import argparse
+import os
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
            "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
-           "add_worker_kind_arg", "parse_grid"]
+           "add_worker_kind_arg", "parse_grid", "security_from"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -131,6 +132,10 @@ def add_cluster_args(p) -> None:
     p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for --scheduler before giving up (default: 10)")
+    tls = p.add_argument_group("TLS, to join a scheduler at tls://HOST:PORT")
+    tls.add_argument("--tls-ca-file", default=None, help="the CA certificate (default: none)")
+    tls.add_argument("--tls-cert", default=None, help="this client's certificate (default: none)")
+    tls.add_argument("--tls-key", default=None, help="this client's private key (default: none)")
 
 
 def add_device_arg(p) -> None:
@@ -142,3 +147,19 @@ def add_worker_kind_arg(p) -> None:
     p.add_argument("--worker-processes", action="store_true",
                    help="LocalCluster of worker processes (each with a memory limit) instead of "
                         "threads in this process, which hand blocks to the model without a copy")
+
+
+def security_from(args):
+    """``distributed.Security`` from the --tls-* options, or None without them."""
+    files = (args.tls_ca_file, args.tls_cert, args.tls_key)
+    if not any(files):
+        return None
+    if not all(files):
+        raise ValueError("TLS needs --tls-ca-file, --tls-cert and --tls-key together")
+    for name in files:
+        if not os.path.isfile(name):
+            raise FileNotFoundError(f"{name}: no such certificate or key file")
+    from distributed import Security
+
+    return Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
+                    tls_client_key=args.tls_key, require_encryption=True)

@@ -22,6 +22,7 @@ from fgscale._cli_args import (
     add_estimator_args,
     add_progress_arg,
     add_worker_kind_arg,
+    security_from,
 )
 
 log = logging.getLogger("fgscale")
@@ -76,7 +77,8 @@ def _client(args, *, processes: bool):
     if args.scheduler is not None or args.scheduler_file is not None:
         if args.scheduler is not None and args.scheduler_file is not None:
             raise ValueError("give --scheduler or --scheduler-file, not both")
-        return connect(args.scheduler, args.scheduler_file, timeout=args.timeout)
+        return connect(args.scheduler, args.scheduler_file, timeout=args.timeout,
+                       security=security_from(args))
     return get_client(n_workers=args.n_workers, processes=processes)
 
 

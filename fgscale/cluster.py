@@ -43,11 +43,25 @@ _ANNOUNCED: weakref.WeakSet = weakref.WeakSet()
 
 
 def dashboard_link(client: Client) -> str | None:
-    """The client's dashboard URL, or None when the scheduler serves no dashboard."""
+    """The client's dashboard URL, or None when the scheduler serves no dashboard.
+
+    For a scheduler in this process, the address its dashboard is bound to: distributed's own
+    link names the machine's network address, where the embedded cluster does not listen.
+    """
     try:
-        return client.dashboard_link
+        link = client.dashboard_link
     except (KeyError, AttributeError):  # dashboard disabled: no "dashboard" service
         return None
+    scheduler = getattr(getattr(client, "cluster", None), "scheduler", None)
+    sockets = getattr(getattr(scheduler, "http_server", None), "_sockets", None) or {}
+    for sock in list(sockets.values()):
+        try:
+            host, port = sock.getsockname()[:2]
+        except OSError:  # closed: the cluster is shutting down
+            continue
+        if host in ("127.0.0.1", "::1"):
+            return f"http://{'[::1]' if host == '::1' else host}:{port}/status"
+    return link
 
 
 def active_client() -> Client | None:
@@ -113,8 +127,12 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
     if not processes and memory_limit == "auto":
         memory_limit = 0  # thread workers share this process: its memory is the bound
     with dask.config.set(_WORKER_CONFIG):  # read when the nannies are created
+        # this machine only: the scheduler (worker processes talk to it over TCP) and the
+        # dashboard listen on the loopback interface, not on every network the node is on
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                               processes=processes, memory_limit=memory_limit)
+                               processes=processes, memory_limit=memory_limit,
+                               host="127.0.0.1" if processes else None,
+                               dashboard_address="127.0.0.1:8787")
     with cluster, Client(cluster, set_as_default=False) as local:
         kind = "worker process(es)" if processes else "in-process worker(s)"
         _log_dashboard(local, f"started a local Dask cluster of {n_workers} {kind} "
@@ -122,16 +140,17 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
         yield local
 
 
-async def _probe(address: str, timeout: float) -> None:
+async def _probe(address: str, timeout: float, security=None) -> None:
     from distributed.comm import connect as comm_connect
 
-    comm = await comm_connect(address, timeout=timeout)
+    args = {} if security is None else security.get_connection_args("client")
+    comm = await comm_connect(address, timeout=timeout, **args)
     await comm.close()
 
 
 @contextmanager
 def connect(scheduler: str | None = None, scheduler_file: str | Path | None = None, *,
-            timeout: float = 10.0) -> Iterator[Client]:
+            timeout: float = 10.0, security=None) -> Iterator[Client]:
     """Join a running cluster by address or scheduler file (the CLI's ``--scheduler`` and
     ``--scheduler-file``); only the client connection is closed on exit.
 
@@ -139,6 +158,8 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
     ----------
     timeout : float, default=10.0
         Seconds to wait for the scheduler.
+    security : distributed.Security, optional
+        TLS certificates for a ``tls://`` scheduler (the CLI's ``--tls-*`` options).
 
     Raises
     ------
@@ -157,14 +178,18 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
             raise FileNotFoundError(f"{scheduler_file}: no such scheduler file (written by "
                                     "'dask scheduler --scheduler-file FILE')")
     target = scheduler if scheduler is not None else scheduler_file
+    if str(scheduler or "").startswith("tls://") and security is None:
+        raise ValueError(f"{scheduler} is a TLS scheduler: give its CA and this client's "
+                         "certificate and key (--tls-ca-file, --tls-cert, --tls-key)")
     try:
         if scheduler is not None:
             # the comm handshake alone first: a port where something else listens fails it
             # (with a MemoryError: its bytes read as a frame length) without leaving a
             # half-built Client whose clean-up would time out and print
-            asyncio.run(_probe(scheduler, timeout))
+            asyncio.run(_probe(scheduler, timeout, security))
         joined = Client(scheduler, scheduler_file=None if scheduler_file is None
-                        else str(scheduler_file), set_as_default=False, timeout=timeout)
+                        else str(scheduler_file), set_as_default=False, timeout=timeout,
+                        security=security)
     except (OSError, TimeoutError, ValueError, MemoryError) as exc:
         reason = ("its answer is not Dask's protocol" if isinstance(exc, MemoryError)
                   else (str(exc).splitlines() or [""])[0][:200])

@@ -72,8 +72,10 @@ def test_the_dashboard_link_is_printed_once_per_client(client, capsys):
     with get_client(n_workers=1, processes=False) as local:
         with get_client(local), get_client(local):  # calls nest: train_run -> fit -> bank
             pass
+        link = dashboard_link(local)  # where it listens: this machine only
+    assert link.startswith("http://127.0.0.1:")
     err = capsys.readouterr().err
-    assert err.count("Dask dashboard: ") == 1 and f"Dask dashboard: {dashboard_link(local)}" in err
+    assert err.count("Dask dashboard: ") == 1 and f"Dask dashboard: {link}" in err
     with get_client(client):  # the fixture's cluster serves no dashboard: nothing to print
         pass
     assert "Dask dashboard" not in capsys.readouterr().err
