@@ -42,13 +42,13 @@ def add_progress_arg(p) -> None:
 
 
 def parse_grid(text: str):
-    """``--grid``: "4mm", "2mm", or a box of XxYxZ voxels."""
-    if text in ("4mm", "2mm"):
+    """``--grid``: "4mm", "2mm", "1mm", or a box of XxYxZ voxels."""
+    if text in ("4mm", "2mm", "1mm"):
         return text
     parts = text.lower().split("x")
     if len(parts) == 3 and all(p.isdigit() and int(p) > 0 for p in parts):
         return tuple(int(p) for p in parts)
-    raise argparse.ArgumentTypeError(f"expected 4mm, 2mm or XxYxZ (a box of voxels), got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected 4mm, 2mm, 1mm or XxYxZ (a box of voxels), got {text!r}")
 
 
 def add_cohort_args(p) -> None:

@@ -2,7 +2,8 @@
 
 The paper's HCP contrast maps cannot be downloaded here, so the demo and the tests use generated
 cohorts that share their shape: a brain-shaped mask on the HCP grid (91x109x91 at 2 mm, exactly
-p = 270,806 in-mask voxels; 46x55x46 at 4 mm, p = 33,854 as HCP-small) or a tiny custom grid,
+p = 270,806 in-mask voxels; 46x55x46 at 4 mm, p = 33,854 as HCP-small; 182x218x182 at 1 mm,
+p = 1,827,243) or a tiny custom grid,
 class-specific smooth activation patterns (a few Gaussian blobs per class), and noise made of a
 spatially smooth part (half from the subject, half from the sample; a share ``smooth_noise`` of
 the noise power) and a white part, scaled to a chosen SNR = 10 log10(signal power / noise
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 # Grid shape, voxel size (mm) and in-mask voxel count of the HCP grids (MNI origin).
 _GRIDS = {
+    "1mm": ((182, 218, 182), 1.0, 1_827_243),  # about 1.8M voxels, as a 1 mm MNI brain
     "2mm": ((91, 109, 91), 2.0, 270_806),
     "4mm": ((46, 55, 46), 4.0, 33_854),
 }
@@ -42,7 +44,7 @@ def grid_geometry(grid="4mm") -> tuple[tuple[int, int, int], np.ndarray, int]:
 
     Parameters
     ----------
-    grid : {"2mm", "4mm"} or tuple of 3 int
+    grid : {"1mm", "2mm", "4mm"} or tuple of 3 int
         A custom shape gets 4 mm voxels and a mask filling 30% of it.
 
     Returns
@@ -53,7 +55,7 @@ def grid_geometry(grid="4mm") -> tuple[tuple[int, int, int], np.ndarray, int]:
     """
     if isinstance(grid, str):
         if grid not in _GRIDS:
-            raise ValueError(f"grid must be '2mm', '4mm' or a shape tuple, got {grid!r}")
+            raise ValueError(f"grid must be '1mm', '2mm', '4mm' or a shape tuple, got {grid!r}")
         shape, vox, n_voxels = _GRIDS[grid]
     else:
         shape = tuple(int(s) for s in grid)
@@ -205,8 +207,9 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
         Created if needed; receives the images, ``cohort.csv`` and ``cohort.json``.
     n_samples, n_classes : int
         Balanced classes named ``class_0``, ``class_1``...
-    grid : {"2mm", "4mm"} or tuple of 3 int
-        HCP grid (p = 270,806), HCP-small grid (p = 33,854), or a tiny custom shape.
+    grid : {"1mm", "2mm", "4mm"} or tuple of 3 int
+        The 1 mm MNI grid (182x218x182, p = 1,827,243), the HCP grid (p = 270,806), the
+        HCP-small grid (p = 33,854), or a tiny custom shape.
     snr_db : float
         10 log10(signal power / noise power) inside the mask.
     n_subjects : int, optional

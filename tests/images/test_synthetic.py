@@ -13,6 +13,7 @@ from fgscale.images._synthetic import brain_mask, grid_geometry, make_classifica
 
 @pytest.mark.parametrize("grid, shape, p", [("2mm", (91, 109, 91), 270_806),
                                            ("4mm", (46, 55, 46), 33_854),
+                                           ("1mm", (182, 218, 182), 1_827_243),
                                            (TINY_GRID, TINY_GRID, 605)])
 def test_brain_mask_matches_hcp_grids(grid, shape, p):
     grid_shape, affine, n_voxels = grid_geometry(grid)
