@@ -255,6 +255,10 @@ PARAMS: tuple[Param, ...] = (
           "spatial layout of the features (X's columns are vol[mask] in C order); None chains "
           "the features in a 1D graph; with a store, the store's mask is used",
           "ndarray of bool, Nifti1Image, str, Path or None", cli=False),
+    Param("resample", False, _Bool(),
+          "images given to fit, predict or score on another grid than the mask's are resampled "
+          "to it (linear interpolation); by default they are refused, naming the image",
+          "bool", cli=False),
     Param("model", "logreg", Options("logreg", "mlp"),
           "logistic regression, or a ReLU multilayer perceptron", '{"logreg", "mlp"}'),
     Param("regularizer", "feature_grouping", Options("none", "l2", "dropout", "feature_grouping"),
@@ -393,6 +397,14 @@ def check_device(device) -> None:
                              "CUDA GPU (use device='cpu')")
         if device.index is not None and device.index >= count:
             raise ValueError(f"device={str(device)!r}: this machine has {count} CUDA GPU(s)")
+    elif device.type != "cpu":  # mps, xpu...: can torch put a tensor there?
+        try:
+            usable = device.type != "meta" and torch.empty(1, device=device).numel() == 1
+        except Exception:  # noqa: BLE001 - RuntimeError, AssertionError, a missing backend module
+            usable = False
+        if not usable:
+            raise ValueError(f"device={str(device)!r}: this torch {torch.__version__} cannot hold "
+                             "a model there (use device='cpu', or 'cuda' on a machine with a GPU)")
 
 
 def check_prefetch(prefetch):

@@ -115,11 +115,12 @@ class FeatureGroupingBase(BaseEstimator):
     def _images_in(self, X):
         """Images to fit on, as rows, and the mask they came through
         (:func:`~fgscale.estimators._inputs.images_to_rows`)."""
-        return images_to_rows(X, self.mask)
+        return images_to_rows(X, self.mask, bool(self.resample))
 
     def _rows_in(self, X):
         """``X`` for predict and score: images are masked with ``mask_img_``."""
-        return rows_of(X, getattr(self, "mask_img_", None), type(self).__name__)
+        return rows_of(X, getattr(self, "mask_img_", None), type(self).__name__,
+                       bool(self.resample))
 
     def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray, mask_img=None):
         """Fit on in-memory rows ``X`` (float32) with target indices ``y_idx``; ``mask_img``:

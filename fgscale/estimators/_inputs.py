@@ -50,7 +50,7 @@ def mask_image_of(mask):
     return as_mask_image(mask)
 
 
-def images_to_rows(X, mask):
+def images_to_rows(X, mask, resample: bool = False):
     """Images as rows, masked with ``mask`` (an image or a path; a boolean array takes the
     images' affine), else with the voxels finite and non-zero in every image.
 
@@ -68,10 +68,10 @@ def images_to_rows(X, mask):
         mask_img = as_mask_image(mask, _affine(first))
     else:
         mask_img = as_mask_image(mask)
-    return mask_images(X, mask_img), mask_img
+    return mask_images(X, mask_img, resample=resample), mask_img
 
 
-def rows_of(X, mask_img, owner: str):
+def rows_of(X, mask_img, owner: str, resample: bool = False):
     """``X`` as it is, or images masked with ``mask_img`` (the fitted estimator's)."""
     from fgscale.images._masking import is_images, mask_images
 
@@ -80,4 +80,4 @@ def rows_of(X, mask_img, owner: str):
     if mask_img is None:
         raise ValueError(f"{owner} was fitted on arrays without a mask image: give arrays, or "
                          "fit on images, a store or with mask= an image")
-    return mask_images(X, mask_img)
+    return mask_images(X, mask_img, resample=resample)

@@ -83,6 +83,14 @@ def test_images_on_another_grid_are_refused_naming_the_file(cohort, tmp_path):
     nib.save(nib.Nifti1Image(np.asarray(img.dataobj), affine), moved)
     with pytest.raises(ValueError, match=r"moved\.nii\.gz: grid .* does not match the mask"):
         clf.predict([paths[1], str(moved)])
+    # resample=True: the image is resampled to the mask's grid, as nilearn's resample_to_img
+    from nilearn.image import resample_to_img
+
+    clf.set_params(resample=True)
+    on_grid = resample_to_img(str(moved), clf.mask_img_, interpolation="linear",
+                              force_resample=True, copy_header=True)
+    np.testing.assert_allclose(clf.predict_proba([str(moved)]), clf.predict_proba([on_grid]),
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_images_need_a_mask_image_after_a_fit_on_arrays(cohort):
