@@ -377,8 +377,12 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verbose < 2:  # Dask's INFO chatter (scheduler, nannies, workers) only with -vv
-        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+        # nor a task's failure, logged by its worker with a traceback: main reports it
+        if "DASK_LOGGING" not in os.environ and "DASK_LOGGING__DISTRIBUTED" not in os.environ:
+            os.environ["DASK_LOGGING"] = str({"distributed": "warning", "distributed.worker":
+                                              "critical", "distributed.worker.memory": "warning"})
         logging.getLogger("distributed").setLevel(logging.WARNING)
+        logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
     # -v: fgscale's progress log (epochs, steps); -vv: its debug log and Dask's own
     logging.basicConfig(level=logging.INFO if args.verbose >= 2 else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")

@@ -131,6 +131,9 @@ class RunFolder:
         save_model(clf, self.path, mask_img=store.mask_img())
 
     def read_estimator(self):
+        if not (self / "model.json").exists() and not (self / "config.json").exists():
+            raise FileNotFoundError(f"{self.path}: not a run folder (no config.json or "
+                                    "model.json); expected the --out folder of fgscale train")
         if not (self / "model.json").exists():
             raise FileNotFoundError(f"{self / 'model.json'}: no such file; the run in "
                                     f"{self.path} has not finished (fgscale train writes it "

@@ -68,7 +68,7 @@ def test_make_cohort_writes_a_synthetic_cohort_once(tmp_path, capsys):
     assert "cohort.csv: exists; remove it or choose another folder" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["make-cohort", str(tmp_path / "c2"), "--grid", "3mm"])
-    assert "expected 4mm, 2mm or XxYxZ" in capsys.readouterr().err
+    assert "expected 4mm, 2mm, 1mm or XxYxZ" in capsys.readouterr().err
 
 
 @dashboard_port_may_be_taken

@@ -52,6 +52,8 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
     """
     if sum(x is not None and x is not False for x in (values, grouping, omega)) != 1:
         raise ValueError("give exactly one of values, grouping or omega")
+    if not str(out).lower().endswith((".nii", ".nii.gz")):
+        raise ValueError(f"{out}: expected a NIfTI file name ending in .nii or .nii.gz")
     store = store if isinstance(store, Store) else open_store(store)
     if values is not None:
         if bank is not None:
@@ -59,7 +61,13 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
         if isinstance(values, (str, Path)):
             if not Path(values).is_file():
                 raise FileNotFoundError(f"{values}: no such .npy file")
-            values = np.load(values)
+            try:  # never unpickled: a .npy of objects is refused
+                values = np.load(values, allow_pickle=False)
+            except (ValueError, OSError, EOFError) as exc:
+                raise ValueError(f"{values}: not a .npy array of numbers ({exc})") from None
+        if not (np.issubdtype(np.asarray(values).dtype, np.number)
+                or np.asarray(values).dtype == bool):
+            raise ValueError(f"values: expected numbers, got dtype {np.asarray(values).dtype}")
     else:
         values = _bank_values(store, bank, grouping)
     img = unmask(values, store.mask, store.affine)

@@ -48,8 +48,16 @@ def _read_table(path: Path) -> tuple[list[dict], bool]:
     """The rows of a cohort table, and whether it has a ``label`` column."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such cohort table")
+    try:
+        return _parse_table(path)
+    except (UnicodeDecodeError, csv.Error) as exc:  # bytes that are not a UTF-8 text table
+        raise ValueError(f"{path}: not a readable text table ({type(exc).__name__}: {exc}); "
+                         f"expected UTF-8 text with columns {_EXPECTED}") from None
+
+
+def _parse_table(path: Path) -> tuple[list[dict], bool]:
     delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         columns = set(reader.fieldnames or [])
         names = _column_names(path, list(reader.fieldnames or []))

@@ -18,8 +18,9 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-_READ_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile, ValueError,
-                nib.filebasedimages.ImageFileError)
+_READ_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile, ValueError, OverflowError,
+                nib.filebasedimages.ImageFileError, nib.wrapstruct.WrapStructError,
+                nib.spatialimages.HeaderDataError)
 
 
 def _name(img) -> str:
@@ -105,7 +106,7 @@ def read_header(path) -> ImageHeader:
         header = nib.Nifti1Header(head[:348], check=True)
         single_file = header["magic"].item() == b"n+1"
         shape = tuple(int(n) for n in header.get_data_shape())
-    except (OSError, zlib.error, ValueError, nib.spatialimages.HeaderDataError):
+    except _READ_ERRORS:  # anything else goes through load_img, with its errors
         single_file, shape = False, ()
     if not single_file or len(shape) not in (3, 4):
         img = load_img(path)  # the general path, and its errors
@@ -184,7 +185,11 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
                              f"{size} float32 voxels after a {proxy.offset}-byte header")
         data = np.frombuffer(payload, np.float32, size, proxy.offset)
         return img, data.reshape(img.shape, order="F")
-    return img, np.asarray(proxy, dtype=np.float32)
+    try:
+        return img, np.asarray(proxy, dtype=np.float32)
+    except _READ_ERRORS as exc:  # the header asks for more bytes than the file holds...
+        raise ValueError(f"{path}: cannot read the image data, the file is truncated or corrupt "
+                         f"({type(exc).__name__}: {exc})") from exc
 
 
 def load_mask(img) -> tuple[np.ndarray, np.ndarray]:

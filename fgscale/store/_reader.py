@@ -50,6 +50,9 @@ class Store:
         self.path = path
         self.group = group
         self.X = group["X"]
+        if self.X.ndim != 2 or self.X.dtype != np.float32:  # a foreign X is never decoded
+            raise StoreError(f"{path}: array X has dtype {self.X.dtype} and shape "
+                             f"{self.X.shape}; expected float32 of shape (n_samples, n_features)")
         self.y = group["y"][:]
         self.classes = _read_str(group["classes"])
         self.has_labels = bool(self.classes.size)
@@ -195,6 +198,9 @@ def open_group_checked(path, mode: str = "r") -> zarr.Group:
     version = g.attrs.get("fgscale_format_version")
     if version is None or "X" not in g:
         raise StoreError(f"{path}: not an fgscale store (no fgscale_format_version attribute)")
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise StoreError(f"{path}: store format version {version} was written by a newer "
+                         f"fgscale; this one reads version {FORMAT_VERSION}: upgrade fgscale")
     if version != FORMAT_VERSION:
         raise StoreError(f"{path}: store format version {version}, this fgscale reads "
                          f"version {FORMAT_VERSION}; re-run fgscale convert")

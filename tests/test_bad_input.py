@@ -1,0 +1,443 @@
+"""Issue 14's "Bad input" table: every row is an input and the one clear message it must get.
+
+Each row goes through the command line's entry point (``fgscale.cli.main``), on real files:
+NIfTI written with nibabel, cohort tables, real Zarr stores and run folders. A refused input
+gives exit status 2 and ``fgscale <cmd>: error: <message>`` on stderr, never a traceback. The
+inputs are SYNTHETIC (fgscale.images make_cohort, tests/helpers.py synthetic_store).
+
+The last tests fuzz the readers of cohort tables and NIfTI files with hypothesis: whatever the
+bytes, they return or raise ValueError / FileNotFoundError, nothing else.
+"""
+
+import csv
+import gzip
+import io
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+
+import nibabel as nib
+import numpy as np
+import pytest
+import zarr
+from helpers import TINY_GRID, dashboard_port_may_be_taken, synthetic_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fgscale.cli import main
+from fgscale.images import load_img, read_cohort, read_header, read_image
+from fgscale.images._synthetic import make_cohort
+
+pytestmark = dashboard_port_may_be_taken
+
+P = 605  # in-mask voxels of a TINY_GRID store
+FAST = ["--n-workers", "1", "--no-progress", "--n-groupings", "2", "--n-bootstrap", "5",
+        "--n-clusters", "20", "--max-epochs", "1", "--batch-size", "8", "--learning-rate",
+        "0.05"]
+
+
+def refused(argv, capsys, message):
+    """Run ``fgscale argv``: exit status 2 (returned, or argparse's SystemExit), ``message``
+    (a regex) in its one error line on stderr, and no traceback; returns that line."""
+    capsys.readouterr()
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse refuses a bad option value itself
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2, f"status {status}, stderr: {err}"
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith(f"fgscale {argv[0]}: error: ")]
+    assert len(lines) == 1, err
+    assert re.search(message, lines[0]), f"{message!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def write_table(path, header, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    """A SYNTHETIC cohort: 12 3D files, 3 classes, 3 subjects; rows [path, label, group, split]
+    with absolute paths. Read-only."""
+    table = make_cohort(tmp_path_factory.mktemp("cohort"), n_samples=12, n_classes=3,
+                        grid=TINY_GRID, n_subjects=3, seed=0)
+    with open(table) as f:
+        return [[str(table.parent / r["path"]), r["label"], r["group"], r["split"]]
+                for r in csv.DictReader(f)]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A complete SYNTHETIC store (40 rows, 4 classes, p=605). Read-only: copy it to change it."""
+    split = np.where(np.arange(40) % 5 == 0, "test", "train")
+    return synthetic_store(tmp_path_factory.mktemp("store") / "s.zarr", 40, 4, n_subjects=5,
+                           seed=0, split=split, block_rows=8).path
+
+
+def copy_store(store, tmp_path, name="copy.zarr"):
+    out = tmp_path / name
+    shutil.copytree(store, out)
+    return out
+
+
+# ------------------------------------------------------------------------- cohort tables
+
+def _no_path(rows, tmp):
+    return write_table(tmp / "t.csv", ["file", "label"], [r[:2] for r in rows])
+
+
+def _no_label(rows, tmp):
+    return write_table(tmp / "t.csv", ["path", "group"], [[r[0], r[2]] for r in rows])
+
+
+def _twice(rows, tmp):
+    return write_table(tmp / "t.csv", ["path", "label"], [r[:2] for r in rows] + [rows[0][:2]])
+
+
+def _bad_split(rows, tmp):
+    return write_table(tmp / "t.csv", ["path", "label", "split"],
+                       [[*r[:2], "valid"] for r in rows])
+
+
+def _missing_file(rows, tmp):
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [r[:2] for r in rows] + [[str(tmp / "gone.nii.gz"), "class_0"]])
+
+
+def _text_file(suffix):
+    def make(rows, tmp):
+        (tmp / f"notes{suffix}").write_text("subject 3 was scanned twice\n")
+        return write_table(tmp / "t.csv", ["path", "label"],
+                           [r[:2] for r in rows] + [[str(tmp / f"notes{suffix}"), "class_0"]])
+    return make
+
+
+def _truncated(rows, tmp):
+    raw = open(rows[0][0], "rb").read()
+    (tmp / "cut.nii.gz").write_bytes(raw[:len(raw) // 2])
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [r[:2] for r in rows[1:]] + [[str(tmp / "cut.nii.gz"), rows[0][1]]])
+
+
+def _nan_in_mask(rows, tmp):
+    img = nib.load(rows[0][0])
+    data = np.asarray(img.dataobj, np.float32).copy()
+    data[6, 7, 6] = np.nan
+    nib.save(nib.Nifti1Image(data, img.affine), tmp / "nan.nii.gz")
+    mask = np.zeros(img.shape[:3], np.uint8)
+    mask[4:9, 4:9, 4:9] = 1
+    nib.save(nib.Nifti1Image(mask, img.affine), tmp / "mask.nii.gz")
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [r[:2] for r in rows[1:]] + [[str(tmp / "nan.nii.gz"), rows[0][1]]])
+
+
+COHORT_ROWS = {  # name: (the table, the message)
+    "no path column": (_no_path, r"t\.csv: cohort table lacks column\(s\) \['path'\]; expected "
+                                 r"path,label"),
+    "neither label nor target": (_no_label, r"t\.csv: cohort table has neither a 'label' nor a "
+                                            r"'target' column"),
+    "a file listed twice": (_twice, r"t\.csv:14: .*synthetic_00000\.nii\.gz is listed again "
+                                    r"\(first at .*t\.csv:2\)"),
+    "unknown split": (_bad_split, r"t\.csv:2: split 'valid' for .*; expected 'train', 'test' "
+                                  r"or empty"),
+    "missing file": (_missing_file, r"gone\.nii\.gz: no such NIfTI file"),
+    "text file as .nii.gz": (_text_file(".nii.gz"), r"notes\.nii\.gz: not a readable NIfTI "
+                                                    r"image"),
+    "text file as .nii": (_text_file(".nii"), r"notes\.nii: not a readable NIfTI image"),
+    "truncated .nii.gz": (_truncated, r"cut\.nii\.gz: cannot read the image data, the file is "
+                                      r"truncated or corrupt"),
+    "NaN inside the mask (--nan error, the default)": (
+        _nan_in_mask, r"nan\.nii\.gz \(volume 0\): 1 NaN/inf values inside the mask; fix the "
+                      r"file or convert with --nan zero"),
+}
+
+
+@pytest.mark.parametrize("row", COHORT_ROWS)
+def test_convert_refuses_a_bad_cohort(row, cohort, tmp_path, capsys):
+    make, message = COHORT_ROWS[row]
+    table = make(cohort, tmp_path)
+    extra = ["--mask", tmp_path / "mask.nii.gz"] if (tmp_path / "mask.nii.gz").exists() else []
+    refused(["convert", table, "--out", tmp_path / "s.zarr", "--n-workers", "1",
+             "--no-progress", *extra], capsys, message)
+    assert not (tmp_path / "s.zarr" / "zarr.json").exists() or not zarr.open_group(
+        str(tmp_path / "s.zarr")).attrs.get("complete")
+
+
+@pytest.mark.parametrize("make", [_truncated, _nan_in_mask], ids=["truncated", "NaN"])
+def test_a_failed_conversion_task_prints_no_worker_traceback(make, cohort, tmp_path):
+    """In a process of its own (the workers' logs reach its stderr, which capsys cannot see): a
+    task that fails on a worker is reported once by fgscale, not logged with its traceback."""
+    table = make(cohort, tmp_path)
+    extra = ["--mask", str(tmp_path / "mask.nii.gz")] if make is _nan_in_mask else []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    done = subprocess.run([sys.executable, "-m", "fgscale", "convert", str(table), "--out",
+                           str(tmp_path / "s.zarr"), "--n-workers", "1", "--no-progress", *extra],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "Compute Failed" not in done.stderr, done.stderr
+    assert re.search(r"fgscale convert: error: .*(cut|nan)\.nii\.gz", done.stderr), done.stderr
+
+
+def test_nan_zero_converts_what_nan_error_refuses(cohort, tmp_path, capsys):
+    table = _nan_in_mask(cohort, tmp_path)
+    args = ["convert", table, "--out", tmp_path / "s.zarr", "--n-workers", "1", "--no-progress",
+            "--mask", tmp_path / "mask.nii.gz"]
+    refused(args, capsys, "NaN/inf values inside the mask")
+    assert main([str(a) for a in args] + ["--nan", "zero"]) == 0
+
+
+@pytest.mark.parametrize("labels, message", [
+    (lambda r: "same", r"the training rows hold 1 class \(\['same'\]\); classification needs at "
+                       "least 2"),
+    # class_2 only on test rows: the training rows miss a class the store has
+    (lambda r: "class_2" if r[3] == "test" else r[1].replace("class_2", "class_0"),
+     r"s\.zarr: no training row of class\(es\) \['class_2'\], which the store has: the model "
+     "could never predict them"),
+], ids=["a single class", "a class on test rows only"])
+def test_train_refuses_a_store_whose_training_rows_lack_classes(labels, message, cohort, tmp_path,
+                                                                 capsys):
+    table = write_table(tmp_path / "t.csv", ["path", "label", "group", "split"],
+                        [[r[0], labels(r), r[2], r[3]] for r in cohort])
+    out = tmp_path / "s.zarr"
+    # the store converts: nothing is wrong with the images
+    assert main(["convert", str(table), "--out", str(out), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    refused(["train", out, "--out", tmp_path / "run", *FAST], capsys, message)
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+# ------------------------------------------------------------------ estimator parameters
+
+@pytest.mark.parametrize("option, message", [
+    (["--n-clusters", str(P + 1)], rf"n_clusters={P + 1} must lie in \[1, n_features={P}\]"),
+    (["--n-clusters", "0"], r"argument --n-clusters: expected an int >= 1 .* got '0'"),
+    (["--n-groupings", "0"], r"argument --n-groupings: expected an int in the range \[1, inf\), "
+                             "got '0'"),
+    (["--max-epochs", "0"], r"argument --max-epochs: expected an int in the range \[1, inf\), "
+                            "got '0'"),
+    (["--device", "mps"], r"device='mps': this torch .* cannot hold a model there \(use "
+                          r"device='cpu'"),
+    (["--device", "tpu"], r"device must name a torch device \('cpu', 'cuda', 'cuda:1'\), got "
+                          "'tpu'"),
+], ids=["k > p", "k = 0", "b = 0", "max-epochs 0", "mps", "tpu"])
+def test_train_refuses_a_bad_parameter(option, message, store, tmp_path, capsys):
+    refused(["train", store, "--out", tmp_path / "run", *FAST, *option], capsys, message)
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_more_bootstrap_rows_than_training_rows_is_accepted(store, tmp_path, capsys):
+    """r draws training rows WITH replacement: r above the 32 training rows is legitimate."""
+    assert main([str(a) for a in ["train", store, "--out", tmp_path / "run", *FAST,
+                                  "--n-bootstrap", "1000"]]) == 0
+    assert (tmp_path / "run" / "model.json").exists()
+    assert "test accuracy" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------- stores
+
+def test_a_store_of_a_newer_format_is_refused(store, tmp_path, capsys):
+    newer = copy_store(store, tmp_path)
+    zarr.open_group(str(newer), mode="r+").attrs["fgscale_format_version"] = 99
+    message = (r"copy\.zarr: store format version 99 was written by a newer fgscale; this one "
+               "reads version 1: upgrade fgscale")
+    refused(["train", newer, "--out", tmp_path / "run", *FAST], capsys, message)
+    refused(["export", newer, "--out", tmp_path / "o.nii.gz", "--omega"], capsys, message)
+
+
+@pytest.mark.parametrize("what", ["folder", "file", "missing"])
+def test_a_path_that_is_not_a_store_is_refused(what, tmp_path, capsys):
+    path = tmp_path / "notes"
+    if what == "folder":
+        path.mkdir()
+        (path / "a.txt").write_text("x")
+    elif what == "file":
+        path.write_text("x")
+    message = {"folder": r"notes: not a Zarr group", "file": r"notes: not a Zarr group",
+               "missing": r"notes: no such store \(create one with fgscale convert\)"}[what]
+    refused(["train", path, "--out", tmp_path / "run", *FAST], capsys, message)
+
+
+def test_a_string_X_is_refused_never_decoded(store, tmp_path, capsys):
+    """zarr 3 has no object dtype; its variable-length strings are the nearest: X of strings."""
+    odd = copy_store(store, tmp_path)
+    g = zarr.open_group(str(odd), mode="r+")
+    n, p = g["X"].shape
+    del g["X"]
+    g.create_array("X", shape=(n, p), dtype=str)[:] = np.full((n, p), "x")
+    message = r"copy\.zarr: array X has dtype .* expected float32 of shape \(n_samples, n_feat"
+    refused(["train", odd, "--out", tmp_path / "run", *FAST], capsys, message)
+    np.save(tmp_path / "v.npy", np.ones(p, np.float32))
+    refused(["export", odd, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "v.npy"],
+            capsys, message)
+
+
+def test_a_bank_of_another_p_is_refused(store, tmp_path, capsys):
+    """A bank folder copied from a store of another grid (same rows, same parameters, so the
+    same key) into this one."""
+    other = synthetic_store(tmp_path / "other.zarr", 40, 4, grid=(10, 12, 10), n_subjects=5,
+                            seed=0, split=np.where(np.arange(40) % 5 == 0, "test", "train"),
+                            block_rows=8).path
+    bank = ["--n-groupings", "2", "--n-bootstrap", "5", "--n-clusters", "20", "--n-workers",
+            "1", "--no-progress"]
+    assert main(["bank", str(other), *bank]) == 0
+    target = copy_store(store, tmp_path)
+    for bank_folder in (other / "banks").iterdir():
+        if bank_folder.is_dir():
+            shutil.rmtree(target / "banks" / bank_folder.name, ignore_errors=True)
+            shutil.copytree(bank_folder, target / "banks" / bank_folder.name)
+    refused(["bank", target, *bank], capsys,
+            rf"bank '.*' holds .* on \d+ features, asked .* on {P}; rebuild it with overwrite")
+
+
+def test_a_npy_of_objects_is_refused_never_unpickled(store, tmp_path, capsys):
+    np.save(tmp_path / "v.npy", np.array([{"a": 1}] * P, dtype=object), allow_pickle=True)
+    refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "v.npy"],
+            capsys, r"v\.npy: not a \.npy array of numbers")
+    (tmp_path / "t.npy").write_text("path,label\n")
+    refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "t.npy"],
+            capsys, r"t\.npy: not a \.npy array of numbers")
+
+
+@pytest.mark.parametrize("name", ["x.png", "x", "x.nii.zip"])
+def test_export_refuses_a_non_nifti_output_name(name, store, tmp_path, capsys):
+    np.save(tmp_path / "v.npy", np.ones(P, np.float32))
+    refused(["export", store, "--out", tmp_path / name, "--npy", tmp_path / "v.npy"], capsys,
+            rf"{re.escape(name)}: expected a NIfTI file name ending in \.nii or \.nii\.gz")
+    assert not (tmp_path / name).exists()
+    assert main(["export", str(store), "--out", str(tmp_path / "x.nii.gz"), "--npy",
+                 str(tmp_path / "v.npy")]) == 0
+    assert nib.load(tmp_path / "x.nii.gz").shape == TINY_GRID
+
+
+# ---------------------------------------------------------------------------- run folders
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_a_folder_that_is_not_a_run_is_refused(command, store, tmp_path, capsys):
+    (tmp_path / "notes").mkdir()
+    extra = ["--out", tmp_path / "p.csv"] if command == "predict" else ["--n-workers", "1"]
+    refused([command, tmp_path / "notes", store, *extra, "--no-progress"], capsys,
+            r"notes: not a run folder \(no config\.json or model\.json\); expected the --out "
+            "folder of fgscale train")
+
+
+def test_resume_with_other_parameters_or_a_foreign_checkpoint_is_refused(store, tmp_path,
+                                                                         capsys):
+    run = tmp_path / "run"
+    assert main(["train", str(store), "--out", str(run), *FAST]) == 0
+    changed = [*FAST[:-8], "--n-clusters", "30", *FAST[-6:]]
+    refused(["train", store, "--out", run, *changed, "--resume"], capsys,
+            r"run: --resume with other parameters than the saved run \(n_clusters; see "
+            r".*config\.json\)")
+    refused(["train", store, "--out", run, *FAST], capsys,
+            r"run: a run already exists there; pass --resume")
+    # a checkpoint of another run (other k) in a run folder whose run never finished
+    other = tmp_path / "other"
+    assert main(["train", str(store), "--out", str(other), *changed]) == 0
+    for name in ("final.json", "model.json", "model.npz"):
+        (other / name).unlink()
+    shutil.copy(run / "checkpoint.pt", other / "checkpoint.pt")
+    refused(["train", store, "--out", other, *changed, "--resume"], capsys,
+            r"other/checkpoint\.pt: saved with other parameters \(n_clusters\); use a new run "
+            "folder")
+    # a checkpoint holding something else than tensors and numbers: refused, never unpickled
+    import pathlib
+
+    import torch
+
+    torch.save({"epoch": 1, "model": pathlib.PurePosixPath("/etc")}, other / "checkpoint.pt")
+    refused(["train", store, "--out", other, *changed, "--resume"], capsys,
+            r"other/checkpoint\.pt: not a checkpoint of plain tensors and numbers, refused unread")
+
+
+# ---------------------------------------------------------------------------------- fuzz
+
+CELLS = st.one_of(st.text(max_size=12), st.sampled_from(
+    ["path", "label", "target", "group", "split", "train", "test", "TEST", "", " ", "nan", "inf",
+     "-1e308", "1e999", "3.5", '"', '""', "a,b", "é", "\u2028", "\x00", "\ufeffpath", "\t"]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(header=st.lists(CELLS, max_size=6), rows=st.lists(st.lists(CELLS, max_size=7), max_size=6),
+       quoting=st.sampled_from([csv.QUOTE_MINIMAL, csv.QUOTE_ALL, csv.QUOTE_NONNUMERIC]),
+       blank_lines=st.booleans(), suffix=st.sampled_from([".csv", ".tsv"]),
+       raw=st.one_of(st.none(), st.binary(max_size=200)))
+def test_fuzz_cohort_tables_give_entries_or_a_value_error(tmp_path, header, rows, quoting,
+                                                          blank_lines, suffix, raw):
+    table = tmp_path / f"fuzz{suffix}"
+    if raw is not None:
+        table.write_bytes(raw)
+    else:
+        text = io.StringIO()
+        writer = csv.writer(text, delimiter="\t" if suffix == ".tsv" else ",", quoting=quoting)
+        for row in [header, *rows]:
+            writer.writerow(row)
+            if blank_lines:
+                text.write("\r\n")
+        table.write_text(text.getvalue(), encoding="utf-8")
+    try:
+        entries = read_cohort(table)
+    except (ValueError, FileNotFoundError) as exc:
+        assert str(table) in str(exc)  # the message names the table
+        return
+    assert entries and all(set(e) >= {"path", "label", "target", "group", "split", "where"}
+                           for e in entries)
+
+
+# NIfTI-1 header fields (byte offset, struct format): sizeof_hdr, dims, datatype, bitpix,
+# vox_offset, scl_slope, scl_inter, qform and sform codes, srow_x
+FIELDS = {"sizeof_hdr": (0, "<i"), "dim0": (40, "<h"), "dim1": (42, "<h"), "dim3": (46, "<h"),
+          "dim5": (50, "<h"), "datatype": (70, "<h"), "bitpix": (72, "<h"),
+          "pixdim1": (80, "<f"), "vox_offset": (108, "<f"), "scl_slope": (112, "<f"),
+          "scl_inter": (116, "<f"), "qform_code": (252, "<h"), "sform_code": (254, "<h"),
+          "srow_x0": (280, "<f")}
+
+
+def _valid_nifti(shape, dtype, affine):
+    data = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape).astype(dtype)
+    img = nib.Nifti1Image(data, affine)
+    return img.to_bytes()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=5),
+       dtype=st.sampled_from([np.uint8, np.int16, np.int32, np.float32, np.float64, np.complex64]),
+       affine_nan=st.booleans(), cut=st.one_of(st.none(), st.floats(0, 1)),
+       flip=st.one_of(st.none(), st.tuples(st.integers(0, 400), st.integers(0, 255))),
+       gz=st.booleans(), junk=st.one_of(st.none(), st.binary(max_size=400)),
+       poke=st.one_of(st.none(), st.tuples(st.sampled_from(sorted(FIELDS)), st.integers(-2**31, 2**31 - 1),
+                                           st.sampled_from([0.0, -1.0, 1e30, np.nan, np.inf]))))
+def test_fuzz_nifti_files_load_or_give_a_value_error(tmp_path, shape, dtype, affine_nan, cut, flip,
+                                                     gz, junk, poke):
+    affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    if affine_nan:
+        affine[0, 3] = np.nan
+    raw = junk if junk is not None else _valid_nifti(tuple(shape), dtype, affine)
+    if poke is not None and junk is None:  # one header field set to an odd value
+        offset, fmt = FIELDS[poke[0]]
+        value = poke[2] if fmt == "<f" else int(np.clip(poke[1], *({"<h": (-2**15, 2**15 - 1)}.get(
+            fmt, (-2**31, 2**31 - 1)))))
+        raw = raw[:offset] + struct.pack(fmt, value) + raw[offset + struct.calcsize(fmt):]
+    if flip is not None and flip[0] < len(raw):  # one byte of the header or data changed
+        raw = raw[:flip[0]] + bytes([flip[1]]) + raw[flip[0] + 1:]
+    if gz:
+        raw = gzip.compress(raw)
+    if cut is not None:
+        raw = raw[:int(len(raw) * cut)]
+    path = tmp_path / ("fuzz.nii.gz" if gz else "fuzz.nii")
+    path.write_bytes(raw)
+    for read in (read_header, read_image, load_img):
+        try:
+            read(path)
+        except (ValueError, FileNotFoundError) as exc:
+            assert str(exc)
