@@ -9,7 +9,8 @@ import os
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
            "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
-           "add_worker_kind_arg", "parse_grid", "security_from"]
+           "add_worker_kind_arg", "given_options", "parse_grid", "saved_unless_given",
+           "security_from"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -163,3 +164,29 @@ def security_from(args):
 
     return Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
                     tls_client_key=args.tls_key, require_encryption=True)
+
+
+def given_options(parser, argv) -> set:
+    """The options given on the command line ``argv``, not left to their defaults (the parser
+    is spent: its subcommands' defaults are cleared to find them)."""
+    for sub in (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)):
+        for command in sub.choices.values():
+            for action in command._actions:
+                action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_known_args(argv)[0]))
+
+
+def saved_unless_given(params: dict, run_dir, given: set) -> dict:
+    """``--resume``: the saved run's value of every parameter not given on the command line
+    (a resumed 6-epoch run stays a 6-epoch run without ``--max-epochs``), but for the progress
+    bars, which this command's ``--no-progress`` sets."""
+    import json
+
+    config = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(config):
+        return params
+    with open(config) as f:
+        saved = json.load(f).get("params", {})
+    option = {"random_state": "seed"}
+    return {k: v if k == "verbose" or k not in saved or option.get(k, k) in given
+            else saved[k] for k, v in params.items()}

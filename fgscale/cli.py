@@ -22,6 +22,8 @@ from fgscale._cli_args import (
     add_estimator_args,
     add_progress_arg,
     add_worker_kind_arg,
+    given_options,
+    saved_unless_given,
     security_from,
 )
 
@@ -105,6 +107,8 @@ def _cmd_train(args) -> int:
     from fgscale.runs import train_run
 
     params = _estimator_params(args)
+    if args.resume:
+        params = saved_unless_given(params, args.out, args.given)
     with _client(args, processes=args.worker_processes) as client:
         summary = train_run(args.store, args.out, params=params, resume=args.resume,
                             client=client, task=args.task)
@@ -376,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.given = given_options(parser, argv)
     if args.verbose < 2:  # Dask's INFO chatter (scheduler, nannies, workers) only with -vv
         # nor a task's failure, logged by its worker with a traceback: main reports it
         if "DASK_LOGGING" not in os.environ and "DASK_LOGGING__DISTRIBUTED" not in os.environ:

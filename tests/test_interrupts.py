@@ -96,3 +96,15 @@ def test_a_run_that_fails_before_its_first_epoch_does_not_block_the_corrected_on
     assert main(["train", str(tiny_store.path), "--out", str(run), "--n-clusters", "0.1",
                  *fg]) == 0
     assert (run / "model.json").exists()
+
+
+def test_resume_keeps_the_saved_parameters_not_given_again(tiny_store, tmp_path):
+    """A finished 3-epoch run resumed without --max-epochs stays a 3-epoch run; a larger
+    --max-epochs given again extends it."""
+    run = tmp_path / "run"
+    args = ["train", str(tiny_store.path), "--out", str(run)]
+    assert main([*args, "--max-epochs", "3", *TRAIN]) == 0
+    assert main([*args, *TRAIN, "--resume"]) == 0  # the saved 3, not the table's default
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    assert main([*args, "--max-epochs", "5", *TRAIN, "--resume"]) == 0
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 5
