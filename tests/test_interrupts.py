@@ -108,3 +108,37 @@ def test_resume_keeps_the_saved_parameters_not_given_again(tiny_store, tmp_path)
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
     assert main([*args, "--max-epochs", "5", *TRAIN, "--resume"]) == 0
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 5
+
+
+def test_a_failed_conversion_does_not_block_the_corrected_cohort(tiny_cohort, tmp_path, capsys):
+    import csv as csv_module
+
+    rows = list(csv_module.DictReader(open(tiny_cohort)))
+    bad = tmp_path / "cut.nii.gz"
+    data = (tiny_cohort.parent / rows[0]["path"]).read_bytes()
+    bad.write_bytes(data[: len(data) * 4 // 5])  # its header reads; its data is cut short
+    table = tmp_path / "cohort.csv"
+
+    def write(entries):
+        with open(table, "w", newline="") as f:
+            writer = csv_module.DictWriter(f, fieldnames=["path", "label", "group", "split"])
+            writer.writeheader()
+            writer.writerows(entries)
+
+    absolute = [dict(r, path=str(tiny_cohort.parent / r["path"])) for r in rows]
+    write(absolute + [dict(absolute[0], path=str(bad))])
+    store, mask = tmp_path / "s.zarr", tmp_path / "mask.nii.gz"
+    from fgscale.images import compute_mask
+
+    compute_mask([r["path"] for r in absolute]).to_filename(mask)  # no mask pass: blocks first
+    convert = ["convert", str(table), "--out", str(store), "--n-workers", "1", "--no-progress",
+               "--block-rows", "4", "--mask", str(mask)]
+    assert main(convert) == 2
+    assert "cut.nii.gz: cannot read the image data" in capsys.readouterr().err
+    assert store.exists()  # the blocks of the good files are kept...
+    write(absolute)  # ...and the corrected table (the bad row removed) converts afresh
+    assert main(convert) == 0
+    from fgscale.store import open_store
+
+    converted = open_store(store)
+    assert converted.attrs["complete"] and converted.n_samples == len(rows)

@@ -223,13 +223,22 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     g = None
     if out.exists():
         g = open_group_checked(out, "r+")
-        if g.attrs.get("params", {}).get("fingerprint") != fingerprint:
+        made = g.attrs.get("params", {}).get("fingerprint")
+        if made != fingerprint and made is not None and not g.attrs.get("complete"):
+            # an unfinished conversion of other inputs (the command failed, the cohort was then
+            # corrected): its blocks can serve nothing, and keeping it would block the command
+            log.warning("%s: an unfinished conversion of other inputs is there; starting "
+                        "afresh", out)
+            shutil.rmtree(out)
+            g = None
+        elif made != fingerprint:
             raise StoreError(f"{out}: exists and was made from other inputs or arguments; remove "
                              "it or choose another --out")
-        if g.attrs.get("complete"):
+        if g is not None and g.attrs.get("complete"):
             log.info("%s is already complete; nothing to do", out)
             return open_store(out)
-        log.info("resuming the conversion into %s", out)
+        if g is not None:
+            log.info("resuming the conversion into %s", out)
     sources = [(r[0], r[1]) for r in rows]
     with get_client(client) as c:
         if g is None:
