@@ -142,3 +142,34 @@ def test_a_failed_conversion_does_not_block_the_corrected_cohort(tiny_cohort, tm
 
     converted = open_store(store)
     assert converted.attrs["complete"] and converted.n_samples == len(rows)
+
+
+def test_ctrl_c_during_conversion_exits_130_and_the_same_command_finishes(tmp_path):
+    from fgscale.images import make_cohort
+    from fgscale.store import open_store
+
+    table = make_cohort(tmp_path / "cohort", n_samples=160, n_classes=2, grid=(24, 28, 24),
+                        seed=0)
+    store = tmp_path / "s.zarr"
+    command = [sys.executable, "-m", "fgscale", "convert", str(table), "--out", str(store),
+               "--n-workers", "1", "--block-rows", "4", "--no-progress"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (store / "done").exists():  # the store is made: blocks are being converted
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    if proc.returncode == 0:
+        pytest.skip("the conversion ended before the interrupt landed")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert ("fgscale convert: interrupted. The blocks converted so far are kept in the store: "
+            "run the same command again to convert the rest.") in err
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert open_store(store).attrs["complete"]
