@@ -2,6 +2,7 @@
 message that says what was kept and how to go on, no traceback."""
 
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -173,3 +174,37 @@ def test_ctrl_c_during_conversion_exits_130_and_the_same_command_finishes(tmp_pa
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert open_store(store).attrs["complete"]
+
+
+def test_paths_in_a_cohort_table_never_make_fgscale_write_outside_its_output(tiny_cohort,
+                                                                              tmp_path):
+    """Convert, train and predict from a table whose paths climb out of its folder ("../"):
+    every file outside the output folders is as it was, byte for byte."""
+    import csv as csv_module
+    import hashlib
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_cohort.parent, data)
+    tables = tmp_path / "tables" / "deep"
+    tables.mkdir(parents=True)
+    table = tables / "cohort.csv"
+    with open(data / "cohort.csv") as f:
+        rows = list(csv_module.DictReader(f))
+    with open(table, "w", newline="") as f:
+        writer = csv_module.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(dict(r, path=f"../../data/{r['path']}") for r in rows)
+
+    def snapshot():
+        return {p: hashlib.sha1(p.read_bytes()).hexdigest()
+                for p in tmp_path.rglob("*") if p.is_file() and "out" not in p.parts}
+
+    before = snapshot()
+    out = tmp_path / "out"
+    assert main(["convert", str(table), "--out", str(out / "s.zarr"), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert main(["train", str(out / "s.zarr"), "--out", str(out / "run"), "--max-epochs", "2",
+                 *TRAIN]) == 0
+    assert main(["predict", str(out / "run"), str(table), "--out", str(out / "p.csv"),
+                 "--no-progress"]) == 0
+    assert snapshot() == before
