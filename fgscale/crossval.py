@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import clone
+from sklearn.base import clone, is_classifier
 
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
@@ -49,7 +49,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     store = open_store(store_path)
     clf = make_estimator(store, params, task)
     clf._check_params()
-    name = "accuracy" if hasattr(clf, "predict_proba") else "r2"
+    name = "accuracy" if is_classifier(clf) else "r2"
     rows = store.train_rows()
     groups = store.groups[rows]
     grouped = bool((groups != "").all() and len(set(groups)) >= n_folds)

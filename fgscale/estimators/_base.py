@@ -13,7 +13,6 @@ import logging
 import numbers
 from contextlib import contextmanager
 
-import nibabel as nib
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, is_classifier
@@ -162,7 +161,7 @@ class FeatureGroupingBase(BaseEstimator):
         self._check_params()
         store = open_store(path)
         self.n_features_in_ = store.n_features
-        self.mask_img_ = nib.Nifti1Image(store.mask.astype(np.uint8), store.affine)
+        self.mask_img_ = store.mask_img()
         seed = self._seed()
         rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
         self._set_store_targets(store, rows)
@@ -327,6 +326,19 @@ class FeatureGroupingBase(BaseEstimator):
         X = validate_data(self, self._rows_in(X), dtype=np.float32, reset=False)
         return predict_logits(self._placed_model(), self._standardized_blocks(X),
                               device=self.device)
+
+    def _coef_images(self) -> list:
+        """``coef_`` as 3D images on ``mask_img_``'s grid, one per row of ``coef_`` (a
+        regressor's one vector: one image): logistic models fitted on images, a store, or
+        with ``mask=`` an image."""
+        from fgscale.images._nifti import unmask
+
+        check_is_fitted(self)
+        if self.model != "logreg" or getattr(self, "mask_img_", None) is None:
+            raise AttributeError("coef_img_ needs model='logreg' and a fit on images, a store, "
+                                 "or with mask= an image")
+        mask = np.asarray(self.mask_img_.dataobj) != 0
+        return [unmask(w, mask, self.mask_img_.affine) for w in np.atleast_2d(self.coef_)]
 
     def _standardized_blocks(self, X: np.ndarray, block: int = 4096):
         for i in range(0, len(X), block):

@@ -10,7 +10,6 @@ from sklearn.utils.validation import check_is_fitted
 
 from fgscale._params import numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
-from fgscale.images._nifti import unmask
 
 __all__ = ["FeatureGroupingClassifier"]
 
@@ -131,13 +130,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     def coef_img_(self) -> dict:
         """``coef_`` as one 3D image per class, keyed by class (as nilearn's decoders):
         logistic regression fitted with a mask image, on images or on a store."""
-        check_is_fitted(self)
-        if self.model != "logreg" or getattr(self, "mask_img_", None) is None:
-            raise AttributeError("coef_img_ needs model='logreg' and a fit on images, a store, "
-                                 "or with mask= an image")
-        mask = np.asarray(self.mask_img_.dataobj) != 0
-        return {c: unmask(w, mask, self.mask_img_.affine)
-                for c, w in zip(self.classes_.tolist(), self.coef_, strict=True)}
+        return dict(zip(self.classes_.tolist(), self._coef_images(), strict=True))
 
     def _logits(self, X) -> np.ndarray:
         """Logits, shape (n_samples, n_classes)."""

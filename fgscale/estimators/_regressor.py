@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import RegressorMixin
-from sklearn.utils.validation import check_is_fitted
 
 from fgscale._params import numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
-from fgscale.images._nifti import unmask
 
 __all__ = ["FeatureGroupingRegressor"]
 
@@ -86,7 +84,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         if y.ndim != 1:
             raise ValueError(f"y must be one target per sample, got shape {y.shape}")
         self._set_target_scale(y)
-        return ((y - self.y_mean_) / self.y_scale_).astype(np.float32)
+        return self._scaled(y)
 
     def _set_target_scale(self, y: np.ndarray) -> None:
         """The target's mean and standard deviation (1 for a constant target)."""
@@ -100,8 +98,12 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
                              "'target' column): regression needs one")
         self._set_target_scale(store.target[rows])
 
+    def _scaled(self, y: np.ndarray) -> np.ndarray:
+        """The standardized target the model trains on, float32."""
+        return ((y - self.y_mean_) / self.y_scale_).astype(np.float32)
+
     def _store_targets(self, store) -> np.ndarray:
-        return ((store.target - self.y_mean_) / self.y_scale_).astype(np.float32)
+        return self._scaled(store.target)
 
     def _store_source_kwargs(self) -> dict:
         return {"targets": "target", "target_mean": self.y_mean_,
@@ -120,12 +122,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
     @property
     def coef_img_(self):
         """``coef_`` as a 3D image on the mask's grid."""
-        check_is_fitted(self)
-        if self.model != "logreg" or getattr(self, "mask_img_", None) is None:
-            raise AttributeError("coef_img_ needs model='logreg' and a fit on images or with "
-                                 "mask= an image")
-        mask = np.asarray(self.mask_img_.dataobj) != 0
-        return unmask(self.coef_, mask, self.mask_img_.affine)
+        return self._coef_images()[0]
 
     def predict(self, X) -> np.ndarray:
         """Predicted targets, shape (n_samples,)."""
