@@ -259,8 +259,11 @@ PARAMS: tuple[Param, ...] = (
           "images given to fit, predict or score on another grid than the mask's are resampled "
           "to it (linear interpolation); by default they are refused, naming the image",
           "bool", cli=False),
-    Param("model", "logreg", Options("logreg", "mlp"),
-          "logistic regression, or a ReLU multilayer perceptron", '{"logreg", "mlp"}'),
+    Param("model", "logreg", Options("logreg", "mlp", "cnn"),
+          "logistic regression, a ReLU multilayer perceptron, or a small convolutional network "
+          "on the mask's grid (two convolution and pooling blocks, then a dense hidden layer: "
+          "the paper's CNN baseline; weight maps are not defined for it)",
+          '{"logreg", "mlp", "cnn"}'),
     Param("regularizer", "feature_grouping", Options("none", "l2", "dropout", "feature_grouping"),
           "stochastic feature grouping (the paper's), L2 weight decay, dropout, or none",
           '{"none", "l2", "dropout", "feature_grouping"}'),

@@ -122,8 +122,9 @@ def _cmd_train(args) -> int:
     print(f"trained {args.model}/{args.regularizer} for {summary['epochs']} epochs in "
           f"{summary['seconds']:.1f} s; test {name} {score} on {test['n']} rows")
     maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
-    print(f"run folder: {summary['run']} (maps: {maps}, one 3D map per class in maps/, "
-          "see maps.json); fgscale report RUN draws them")
+    print(f"run folder: {summary['run']} " + ("(no weight maps: the CNN has none)" if maps is None
+          else f"(maps: {maps}, one 3D map per class in maps/, see maps.json); fgscale report "
+          "RUN draws them"))
     return 0
 
 

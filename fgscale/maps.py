@@ -90,6 +90,9 @@ def output_weights(estimator) -> tuple[list[str], np.ndarray, dict]:
         ``model``, ``method`` and ``values``: how the maps were computed and what a value
         means, in words (written to maps.json).
     """
+    if estimator.model == "cnn":
+        raise ValueError("weight maps are defined for model='logreg' and 'mlp', not for the CNN "
+                         "(its convolutions have no map in voxel space)")
     weights = linearized_weights(estimator.model_)
     if getattr(estimator, "mean_", None) is not None:
         features, step = "standardized features", "by one standard deviation"

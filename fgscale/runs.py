@@ -259,11 +259,12 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
         raise
     seconds = time.perf_counter() - start
     folder.write_estimator(clf, store)
-    maps = folder.write_maps(clf, store)
+    maps = None if clf.model == "cnn" else folder.write_maps(clf, store)  # no linear map
     refit = [h for h in clf.history_ if h.get("phase") == "refit"]
     summary = {"test": test, "epochs": len(clf.history_) - len(refit),
                "refit_epochs": len(refit), "seconds": round(seconds, 2),
-               "n_iter": clf.n_iter_, "run": str(folder.path), "maps": str(maps),
+               "n_iter": clf.n_iter_, "run": str(folder.path),
+               "maps": None if maps is None else str(maps),
                "selected": {"alpha": clf.alpha_, "dropout": clf.dropout_,
                             "n_clusters": clf.n_clusters_},
                "candidates": clf.cv_results_}

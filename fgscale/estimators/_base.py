@@ -289,7 +289,8 @@ class FeatureGroupingBase(BaseEstimator):
         alpha, dropout = params["alpha"], params["dropout"]
         self.model_ = build_model(self.model, self.n_features_in_, self._n_outputs(),
                                   regularizer=self.regularizer, dropout=dropout,
-                                  hidden_layer_sizes=self.hidden_layer_sizes).to(self.device)
+                                  hidden_layer_sizes=self.hidden_layer_sizes,
+                                  grid=self._grid()).to(self.device)
         fixed = 0.0 if self.learning_rate == "auto" else self.learning_rate
         optimizer = make_optimizer(self.model_, fixed, alpha)
         stopper = EarlyStopping(self.patience if stop else max_epochs + 1, self.tol)
@@ -315,6 +316,18 @@ class FeatureGroupingBase(BaseEstimator):
         elif stopper.best_state is not None:
             self.model_.load_state_dict(stopper.best_state)
         return run
+
+    def _grid(self):
+        """The mask as a boolean array, for the CNN (None for the dense models)."""
+        if self.model != "cnn":
+            return None
+        if getattr(self, "mask_img_", None) is not None:
+            return np.asarray(self.mask_img_.dataobj) != 0
+        grid = resolve_graph(self.mask, self.n_features_in_)
+        if hasattr(grid, "tocsr"):
+            raise ValueError("model='cnn' needs a mask on a grid (an image, a path or a boolean "
+                             "array), not a sparse adjacency")
+        return grid
 
     # ------------------------------------------------------------------ data out
 

@@ -260,14 +260,17 @@ def _classes(doc: dict, path: Path) -> np.ndarray:
 
 
 def _check_arrays(arrays: dict, expected: dict, path: Path) -> None:
-    """``arrays`` have exactly the names and shapes of ``expected`` (name -> shape)."""
+    """``arrays`` have exactly the names and shapes of ``expected`` (name -> shape), float but
+    for the CNN's boolean grid."""
     missing, extra = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
     if missing or extra:
         raise ValueError(f"{path}: expected arrays {sorted(expected)}; missing {missing}, "
                          f"unexpected {extra}")
     for name, shape in expected.items():
-        if tuple(arrays[name].shape) != tuple(shape) or arrays[name].dtype.kind != "f":
-            raise ValueError(f"{path}: array {name!r} must be float of shape {tuple(shape)}, "
+        kind = "b" if name == _PREFIX + "grid" else "f"
+        if tuple(arrays[name].shape) != tuple(shape) or arrays[name].dtype.kind != kind:
+            what = {"b": "bool", "f": "float"}[kind]
+            raise ValueError(f"{path}: array {name!r} must be {what} of shape {tuple(shape)}, "
                              f"got {arrays[name].dtype} {arrays[name].shape}")
 
 
@@ -319,8 +322,13 @@ def load_model(folder):
 
     sha = _get(doc, "sha256", dict, path, "the checksums of the other files").get(MODEL_NPZ)
     arrays = _read_npz(folder / MODEL_NPZ, sha)
+    grid = arrays.get(_PREFIX + "grid") if est.model == "cnn" else None
+    if est.model == "cnn" and (grid is None or grid.dtype != bool or grid.sum() != n_features):
+        raise ValueError(f"{folder / MODEL_NPZ}: array {_PREFIX}grid must be the CNN's boolean "
+                         f"grid with {n_features} cells set")
     model = build_model(est.model, n_features, est._n_outputs(), regularizer=est.regularizer,
-                        dropout=est.dropout_, hidden_layer_sizes=est.hidden_layer_sizes)
+                        dropout=est.dropout_, hidden_layer_sizes=est.hidden_layer_sizes,
+                        grid=grid)
     expected = {_PREFIX + k: v.shape for k, v in model.state_dict().items()}
     if est.standardize:
         expected.update(mean_=(n_features,), scale_=(n_features,))

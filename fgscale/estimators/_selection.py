@@ -40,7 +40,7 @@ def resolved(estimator) -> dict:
         alpha = 0.0  # weight decay applies to L2, and combined with feature grouping
     dropout = estimator.dropout
     uses_dropout = (estimator.regularizer == "dropout"
-                    or (estimator.regularizer == "feature_grouping" and estimator.model == "mlp"))
+                    or (estimator.regularizer == "feature_grouping" and estimator.model != "logreg"))
     if not uses_dropout:
         dropout = 0.0
     n_clusters = estimator.n_clusters if estimator.regularizer == "feature_grouping" else None

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fgscale.grouping._projection import project
+from fgscale.grouping._projection import back_project, project
 
-__all__ = ["GroupedLinear", "LogisticRegression", "MLP", "build_model"]
+__all__ = ["CNN", "GroupedLinear", "LogisticRegression", "MLP", "build_model"]
 
 
 class GroupedLinear(nn.Module):
@@ -88,12 +89,68 @@ class MLP(nn.Module):
         return self.rest(self.first(self.input_dropout(x), grouping))
 
 
+_CONV = {1: (nn.Conv1d, nn.MaxPool1d), 2: (nn.Conv2d, nn.MaxPool2d), 3: (nn.Conv3d, nn.MaxPool3d)}
+
+
+class CNN(nn.Module):
+    """A small convolutional network on the features' grid: the paper's CNN baseline.
+
+    Two blocks of convolution (5 wide, 16 then 32 channels), ReLU and max pooling by 2, then a
+    dense hidden layer with ReLU and dropout, and the output layer (LeNet's shape). The rows
+    are put back on the grid (zeros outside the mask) before the first convolution.
+
+    With a grouping, the reduced input ``Phi x`` is expanded back to ``Phi^T Phi x``, the
+    piecewise constant image of the cluster means: one SGD step is then plain SGD on the loss
+    of ``f(Phi^T Phi x)``, as for the dense models.
+
+    Parameters
+    ----------
+    grid : ndarray of bool, 1 to 3 dimensions
+        The mask: which cells of the grid the p features fill, in C order.
+    n_classes : int
+    hidden : int, default=256
+        Units of the dense hidden layer.
+    hidden_dropout : float, default=0.0
+    """
+
+    def __init__(self, grid: np.ndarray, n_classes: int, hidden: int = 256, *,
+                 hidden_dropout: float = 0.0):
+        super().__init__()
+        grid = np.asarray(grid, dtype=bool)
+        if grid.ndim not in _CONV:
+            raise ValueError(f"model='cnn' needs a mask of 1 to 3 dimensions, got {grid.ndim}")
+        if min(grid.shape) < 4:
+            raise ValueError(f"model='cnn' pools twice by 2: every side of the mask must be at "
+                             f"least 4 long, got shape {grid.shape}")
+        # a buffer: saved with the weights, so a saved model rebuilds on its own grid
+        self.register_buffer("grid", torch.from_numpy(grid.copy()))
+        self.register_buffer("index", torch.from_numpy(np.flatnonzero(grid)), persistent=False)
+        conv, pool = _CONV[grid.ndim]
+        self.features = nn.Sequential(
+            conv(1, 16, 5, padding=2), nn.ReLU(), pool(2),
+            conv(16, 32, 5, padding=2), nn.ReLU(), pool(2))
+        cells = 32 * math.prod(side // 4 for side in grid.shape)
+        self.classifier = nn.Sequential(
+            nn.Linear(cells, hidden), nn.ReLU(), nn.Dropout(hidden_dropout),
+            nn.Linear(hidden, n_classes))
+
+    def forward(self, x, grouping=None):
+        if grouping is not None:
+            x = back_project(x, grouping)
+        volume = x.new_zeros((x.shape[0], int(self.grid.numel())))
+        volume[:, self.index] = x
+        volume = volume.reshape(x.shape[0], 1, *self.grid.shape)
+        return self.classifier(self.features(volume).flatten(1))
+
+
 def build_model(model: str, n_features: int, n_classes: int, *, regularizer: str,
-                dropout: float, hidden_layer_sizes=(256,)) -> nn.Module:
+                dropout: float, hidden_layer_sizes=(256,), grid=None) -> nn.Module:
     """Build the model named by the estimator's parameters.
 
     ``regularizer="dropout"`` puts dropout on the input and hidden layers; feature grouping
-    keeps it on hidden layers only (the paper's MLP); "none" and "l2" use no dropout.
+    keeps it on hidden layers only (the paper's MLP); "none" and "l2" use no dropout. The CNN
+    has dropout on its dense hidden layer only (the paper's CNN), with "dropout" and
+    "feature_grouping"; it needs ``grid``, the mask as a boolean array.
     """
     input_dropout = dropout if regularizer == "dropout" else 0.0
     hidden_dropout = dropout if regularizer in ("dropout", "feature_grouping") else 0.0
@@ -102,4 +159,9 @@ def build_model(model: str, n_features: int, n_classes: int, *, regularizer: str
     if model == "mlp":
         return MLP(n_features, n_classes, hidden_layer_sizes,
                    input_dropout=input_dropout, hidden_dropout=hidden_dropout)
-    raise ValueError(f"model must be 'logreg' or 'mlp', got {model!r}")
+    if model == "cnn":
+        if grid is None or int(np.count_nonzero(grid)) != n_features:
+            raise ValueError(f"model='cnn' needs the features' grid: a mask with {n_features} "
+                             "voxels set")
+        return CNN(grid, n_classes, hidden_layer_sizes[0], hidden_dropout=hidden_dropout)
+    raise ValueError(f"model must be 'logreg', 'mlp' or 'cnn', got {model!r}")
