@@ -8,6 +8,7 @@ The subpackages follow the data flow::
     training    minibatch plans, torch models, the training loop, the streamed source
     estimators  the scikit-learn estimators
     runs        run folders: checkpoints, metrics, weight maps; training and scoring on a store
+    analysis    what a bank does as a regularizer: Omega = E[Phi^T Phi], membership variance
 
 Public names are imported lazily, so that a Dask worker that only converts NIfTI files or
 builds groupings does not pay for importing torch.
@@ -46,6 +47,9 @@ _EXPORTS = {
     "train_run": "fgscale.runs",
     "evaluate_run": "fgscale.runs",
     "load_run": "fgscale.runs",
+    "omega_diagonal": "fgscale.analysis",
+    "omega_matrix": "fgscale.analysis",
+    "membership_variance": "fgscale.analysis",
 }
 __all__ = sorted(_EXPORTS)
 
