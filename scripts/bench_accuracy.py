@@ -167,15 +167,17 @@ def noise_label(noise_db: float | None) -> str:
     return "none" if noise_db is None else f"{noise_db:g} dB"
 
 
-def fashion_split(data: dict, n_train: int, noise_db: float | None, seed: int) -> Split:
+def fashion_split(data: dict, n_train: int, noise_db: float | None, seed: int,
+                  n_val: int | None = None) -> Split:
     """Draw one seed's rows (train/validation nested in n_train: the first n_train of each
-    class's permutation train, the next n_train validate; the test rows depend on the seed
-    only) and add noise of the given SNR (None: no noise)."""
+    class's permutation train, the next n_val (default n_train) validate; the test rows depend
+    on the seed only) and add noise of the given SNR (None: no noise)."""
     mask = np.ones((28, 28), bool)
+    n_val = n_train if n_val is None else n_val
     rng_train = np.random.default_rng([seed, 0])
-    perms = _per_class(rng_train, data["train_labels"], 2 * n_train)
+    perms = _per_class(rng_train, data["train_labels"], n_train + n_val)
     tr = np.concatenate([p[:n_train] for p in perms])
-    val = np.concatenate([p[n_train : 2 * n_train] for p in perms])
+    val = np.concatenate([p[n_train : n_train + n_val] for p in perms])
     rng_test = np.random.default_rng([seed, 1])
     te = np.concatenate([p[:FASHION_TEST_PER_CLASS]
                          for p in _per_class(rng_test, data["test_labels"], FASHION_TEST_PER_CLASS)])

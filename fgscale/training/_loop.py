@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -237,7 +238,8 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         on_epoch_end: Callable[[dict], None] | None = None, progress: bool = False,
         step_size: Callable[[torch.Tensor], float] | None = None,
         monitor: str = "loss", regression: bool = False) -> list[dict]:
-    """Train for up to ``max_epochs`` epochs; return one metrics dict per epoch.
+    """Train for up to ``max_epochs`` epochs; return one metrics dict per epoch (epoch,
+    train_loss, val_loss and val_accuracy or val_r2 with validation, seconds).
 
     Parameters
     ----------
@@ -267,6 +269,7 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
     bar = tqdm(total=max_epochs, initial=start_epoch, desc="epochs", unit="epoch",
                disable=not progress)
     for epoch in range(start_epoch, max_epochs):
+        started = time.perf_counter()
         metrics = {"epoch": epoch,
                    "train_loss": train_epoch(model, optimizer, epoch_batches(epoch),
                                              bank=bank, device=device, step_size=step_size,
@@ -277,6 +280,7 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
             score = "val_r2" if regression else "val_accuracy"
             metrics.update({"val_loss": val["loss"], score: val["score"]})
             monitored = val["loss"] if monitor == "loss" else 1.0 - val["score"]
+        metrics["seconds"] = time.perf_counter() - started  # the epoch's, validation included
         stop = stopper is not None and stopper.update(epoch, monitored, model)
         log.info("epoch %d: %s", epoch, {k: round(v, 5) for k, v in metrics.items()})
         bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items() if k != "epoch"})
