@@ -10,7 +10,9 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
+from helpers import synthetic_store
 
 from fgscale.cli import main
 
@@ -208,3 +210,86 @@ def test_paths_in_a_cohort_table_never_make_fgscale_write_outside_its_output(tin
     assert main(["predict", str(out / "run"), str(table), "--out", str(out / "p.csv"),
                  "--no-progress"]) == 0
     assert snapshot() == before
+
+
+def _built(store_path) -> int:
+    """Groupings built so far in the store's only bank (0 while it has none), read while
+    another process writes it."""
+    from fgscale.store._banks import list_banks
+
+    banks = list_banks(store_path)
+    return banks[0]["built"] if banks else 0
+
+
+def test_ctrl_c_during_the_bank_exits_130_and_the_same_command_finishes(tmp_path, client):
+    from fgscale.grouping._dask_bank import build_bank, load_bank
+
+    split = np.where(np.arange(40) % 5 == 0, "test", "train")
+    stores = [synthetic_store(tmp_path / name, 40, 4, n_subjects=5, seed=0, split=split,
+                              block_rows=8) for name in ("s.zarr", "reference.zarr")]
+    bank = {"n_groupings": 150, "n_bootstrap": 20, "n_clusters": 0.1, "seed": 7}
+    command = [sys.executable, "-m", "fgscale", "bank", str(stores[0].path),
+               *[f"--{name.replace('_', '-')}={value}" for name, value in bank.items()],
+               "--n-workers", "1", "--no-progress"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while (time.monotonic() < deadline and proc.poll() is None
+               and _built(stores[0].path) < 5):  # some groupings written: the tasks run
+            time.sleep(0.05)
+        assert proc.poll() is None or proc.returncode == 0, proc.communicate()[1]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    if proc.returncode == 0:
+        pytest.skip("the bank was built before the interrupt landed")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("fgscale bank:")]
+    assert lines == ["fgscale bank: interrupted. The groupings built so far are kept in the "
+                     "store: run the same command again to build the rest."]
+    kept = _built(stores[0].path)
+    assert 5 <= kept < bank["n_groupings"]
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"{bank['n_groupings'] - kept} groupings built, {kept} reused" in again.stdout
+    # the groupings of the interrupted run and of the one that finished it, row for row those
+    # of a bank built in one go: each grouping is seeded by (seed, index) alone
+    labels, _ = load_bank(stores[0].path, **{k: v for k, v in bank.items() if k != "n_groupings"})
+    reference = build_bank(stores[1].path, client=client, progress=False, **bank)
+    np.testing.assert_array_equal(labels, reference)
+
+
+@pytest.mark.slow  # the demo's own cohort (480 volumes), 2 epochs: 45 to 70 s here, 2 cores
+def test_ctrl_c_during_the_demo_exits_130_and_the_same_command_finishes(tmp_path):
+    """Interrupted while it converts its cohort; run again, it reuses the cohort and finishes
+    (--max-epochs 2: the demo's 100 epochs take minutes)."""
+    out = tmp_path / "demo"
+    command = [sys.executable, "-m", "fgscale", "demo", "--out", str(out), "--max-epochs", "2",
+               "--no-progress"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "cohort.zarr").exists():  # the cohort is written: it is being converted
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None or proc.returncode == 0, proc.communicate()[1]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    if proc.returncode == 0:
+        pytest.skip("the demo ended before the interrupt landed")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("fgscale demo:")]
+    assert lines == ["fgscale demo: interrupted. Finished steps are kept: run the same command "
+                     "again to go on."]
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "1/4 generating" not in again.stdout  # the cohort written before Ctrl-C is reused
+    assert f"SYNTHETIC data; 2 runs in {out / 'runs'}" in again.stdout
+    for regularizer in ("feature_grouping", "l2"):
+        assert (out / "runs" / regularizer / "maps.nii.gz").exists()

@@ -27,6 +27,8 @@ import nibabel as nib
 import numpy as np
 from scipy import ndimage
 
+from fgscale._files import atomic_path
+
 log = logging.getLogger(__name__)
 
 # Grid shape, voxel size (mm) and in-mask voxel count of the HCP grids (MNI origin).
@@ -258,16 +260,18 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
             name = f"synthetic_series_{j:04d}{ext}"
             save(np.stack([vols[i] for i in members], axis=-1), name)
             rows.append((name, names[k], g, s))
-    csv_path = out_dir / "cohort.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["path", "label", "group", "split"])
-        writer.writerows(rows)
     meta = dict(synthetic=True, generator="fgscale.images.make_cohort", n_samples=n_samples,
                 n_classes=n_classes, grid=grid if isinstance(grid, str) else list(grid),
                 snr_db=snr_db, smooth_noise=smooth_noise, n_subjects=n_subjects,
                 test_fraction=test_fraction, seed=seed, four_d=four_d, n_voxels=int(design["mask"].sum()))
     (out_dir / "cohort.json").write_text(json.dumps(meta, indent=2))
+    # the table last, under a temporary name: its presence means a whole cohort (the demo
+    # reuses a cohort whose table exists)
+    csv_path = out_dir / "cohort.csv"
+    with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "label", "group", "split"])
+        writer.writerows(rows)
     log.info("wrote synthetic cohort of %d samples (%d files) to %s", n_samples, len(rows),
              out_dir)
     return csv_path
