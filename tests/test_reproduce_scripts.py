@@ -1,0 +1,75 @@
+"""scripts/reproduce_rb.py and scripts/reproduce_learning_curve.py, end to end on tiny settings:
+real cohorts, a real store on disk, real LocalClusters."""
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def scripts():
+    names = ("reproduce_rb", "reproduce_learning_curve", "bench_accuracy")
+    try:
+        yield {name: _load(name) for name in names[:2]}
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+
+
+def _percentages(text: str) -> list[float]:
+    """The 'mean ± se' entries of the Markdown tables."""
+    return [float(m) for m in re.findall(r"\| (\d+\.\d+) ± (?:n/a|\d+\.\d+)", text)]
+
+
+def test_reproduce_rb_tiny(scripts, tmp_path):
+    out, table = tmp_path / "rb.md", tmp_path / "rb.csv"
+    cells = scripts["reproduce_rb"].main(["--quick", "--r", "10,20", "--b", "2",
+                                          "--max-epochs", "2", "--out", out, "--csv", table])
+    assert [(c.r, c.b) for c in cells] == [(10, 2), (20, 2)]
+    text = out.read_text()
+    assert "SYNTHETIC" in text and "HCP-small" in text and "77.97-79.88%" in text
+    values = _percentages(text)
+    assert len(values) == 2 and all(0 <= v <= 100 for v in values)
+    assert np.allclose(values, [100 * c.accuracy for c in cells], atol=0.005)
+    assert len(table.read_text().splitlines()) == 3
+
+
+def test_reproduce_learning_curve_tiny(scripts, tmp_path):
+    lc = scripts["reproduce_learning_curve"]
+    out, png = tmp_path / "lc.md", tmp_path / "lc.png"
+    # sizes of 40 rows at least: 'auto' needs a validation split of every class (8 classes)
+    cells = lc.main(["--quick", "--grid", "10x10x10", "--n-samples", "120", "--sizes", "40,48",
+                     "--max-epochs", "2", "--n-groupings", "2", "--n-workers", "1",
+                     "--work", tmp_path / "work", "--out", out, "--png", png])
+    assert len(cells) == 2 * 4  # sizes x regularizers, one model, one seed
+    text = out.read_text()
+    assert "SYNTHETIC" in text and "Command:" in text
+    values = _percentages(text)
+    assert len(values) == 8 and all(0 <= v <= 100 for v in values)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "work" / "cohort.zarr").is_dir()
+
+
+def test_nested_rows_are_stratified_and_nested(scripts):
+    lc = scripts["reproduce_learning_curve"]
+    y = np.repeat(np.arange(4), 10)
+    train = np.arange(40)[::-1].copy()
+    order = lc.nested_rows(y, train, seed=3)
+    assert sorted(order) == list(range(40))
+    for n in (8, 12, 20):
+        assert np.bincount(y[order[:n]], minlength=4).tolist() == [n // 4] * 4
+    assert np.array_equal(order, lc.nested_rows(y, train, seed=3))
