@@ -67,13 +67,13 @@ import platform
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib, when imported as a module
+from bench_accuracy import PeakRSS  # noqa: E402
 from benchlib import parse_args  # noqa: E402
 
 STAGES = ("convert", "ReNA", "standardization", "FG epoch", "whole fit")
@@ -87,40 +87,6 @@ WARM_UP_GRID = (12, 14, 12)
 
 
 # ------------------------------------------------------------------------------ measuring
-
-
-def rss_bytes() -> int:
-    """The process's resident set size now (VmRSS of /proc/self/status)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-class PeakRSS:
-    """Context manager: ``peak`` = max VmRSS sampled every ``interval`` s, minus the RSS at
-    entry, in bytes (as scripts/bench_accuracy.py's)."""
-
-    def __init__(self, interval: float = 0.01):
-        self.interval, self.peak = interval, 0
-        self._stop = threading.Event()
-
-    def _sample(self):
-        while not self._stop.wait(self.interval):
-            self._max = max(self._max, rss_bytes())
-
-    def __enter__(self):
-        self._base = self._max = rss_bytes()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self._max = max(self._max, rss_bytes())
-        self.peak = self._max - self._base
 
 
 def measure(fn):

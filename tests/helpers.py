@@ -4,7 +4,12 @@
 Fixtures live in tests/conftest.py; the ``cuda`` marker (skipped where torch sees no GPU) too.
 """
 
+import contextlib
 import csv
+import gzip
+import importlib.util
+import sys
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -140,3 +145,36 @@ def assert_png_not_blank(png) -> np.ndarray:
     colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
     assert len(colours) > 1, "a blank image: one colour only"
     return pixels
+
+
+# ------------------------------------------------------------------------------- scripts
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@contextlib.contextmanager
+def load_script(name: str):
+    """``scripts/<name>.py`` as a module, as ``python scripts/<name>.py`` runs it: the scripts
+    folder on sys.path (for ``import benchlib``, ``import bench_accuracy``) and the module in
+    sys.modules (dataclasses look their module up there); both undone on exit."""
+    before = set(sys.modules)
+    sys.path.insert(0, str(SCRIPTS))
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(SCRIPTS))
+        for added in set(sys.modules) - before:  # the script and the scripts it imported
+            path = getattr(sys.modules[added], "__file__", None)
+            if path and Path(path).parent == SCRIPTS:
+                sys.modules.pop(added)
+
+
+def write_idx(path: Path, data: np.ndarray) -> None:
+    """A gzipped IDX file (Fashion-MNIST's format) of unsigned bytes."""
+    header = bytes([0, 0, 8, data.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in data.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + data.astype(np.uint8).tobytes())

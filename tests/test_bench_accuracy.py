@@ -1,48 +1,30 @@
 """Data loading of scripts/bench_accuracy.py, on small fake IDX files (no dataset needed)."""
 
-import gzip
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_accuracy.py"
+from helpers import load_script, write_idx
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_accuracy", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with load_script("bench_accuracy") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
-
-
-def _write_idx(path: Path, data: np.ndarray) -> None:
-    header = bytes([0, 0, 8, data.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in data.shape)
-    with gzip.open(path, "wb") as f:
-        f.write(header + data.astype(np.uint8).tobytes())
 
 
 @pytest.fixture
 def fake_fashion(bench, tmp_path):
     rng = np.random.default_rng(0)
     for part, n in (("train", 600), ("test", 2500)):
-        _write_idx(tmp_path / bench.FASHION_FILES[f"{part}_images"],
+        write_idx(tmp_path / bench.FASHION_FILES[f"{part}_images"],
                    rng.integers(0, 256, (n, 28, 28)))
-        _write_idx(tmp_path / bench.FASHION_FILES[f"{part}_labels"], np.arange(n) % 10)
+        write_idx(tmp_path / bench.FASHION_FILES[f"{part}_labels"], np.arange(n) % 10)
     return tmp_path
 
 
 def test_read_idx_round_trip(bench, tmp_path):
     images = np.arange(3 * 28 * 28).reshape(3, 28, 28) % 256
-    _write_idx(tmp_path / "i.gz", images)
-    _write_idx(tmp_path / "l.gz", np.array([7, 0, 3]))
+    write_idx(tmp_path / "i.gz", images)
+    write_idx(tmp_path / "l.gz", np.array([7, 0, 3]))
     np.testing.assert_array_equal(bench.read_idx(tmp_path / "i.gz", 16), images)
     np.testing.assert_array_equal(bench.read_idx(tmp_path / "l.gz", 8), [7, 0, 3])
 

@@ -1,27 +1,17 @@
 """scripts/bench_scale.py: its log-log slope, and its whole pipeline once on two tiny grids."""
 
-import importlib.util
 import math
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_scale.py"
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_scale", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with load_script("bench_scale") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 @pytest.mark.parametrize("exponent", [0.5, 1.0, 1.1, 2.0])

@@ -2,27 +2,16 @@
 tiny store and nothing accumulates in the central process, measured by scripts/bench_soak.py
 (which runs 50 epochs on a larger store and reports the figures; see its docstring)."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 from distributed import Client, LocalCluster
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_soak.py"
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def bench_soak():
-    scripts = str(SCRIPT.parent)
-    sys.path.insert(0, scripts)  # its `import benchlib`, as `python scripts/bench_soak.py` has
-    spec = importlib.util.spec_from_file_location("bench_soak", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
+    with load_script("bench_soak") as module:
         yield module
-    finally:
-        sys.path.remove(scripts)
 
 
 @pytest.mark.parametrize("processes", [False, True], ids=["thread-workers", "worker-processes"])

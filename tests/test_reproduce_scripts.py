@@ -1,33 +1,17 @@
 """scripts/reproduce_rb.py and scripts/reproduce_learning_curve.py, end to end on tiny settings:
 real cohorts, a real store on disk, real LocalClusters."""
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from helpers import load_script
 
 
 @pytest.fixture
 def scripts():
-    names = ("reproduce_rb", "reproduce_learning_curve", "bench_accuracy")
-    try:
-        yield {name: _load(name) for name in names[:2]}
-    finally:
-        for name in names:
-            sys.modules.pop(name, None)
+    with load_script("reproduce_rb") as rb, load_script("reproduce_learning_curve") as lc:
+        yield {"reproduce_rb": rb, "reproduce_learning_curve": lc}
 
 
 def _percentages(text: str) -> list[float]:

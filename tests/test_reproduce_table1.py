@@ -1,30 +1,17 @@
 """scripts/reproduce_table1.py: the picks, the margins, and a tiny end-to-end run on fake IDX
 files (the real Fashion-MNIST is not needed)."""
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tests.test_bench_accuracy import _write_idx
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from helpers import load_script, write_idx
 
 
 @pytest.fixture(scope="module")
 def table1():
-    sys.path.insert(0, str(SCRIPTS))
-    spec = importlib.util.spec_from_file_location("reproduce_table1", SCRIPTS / "reproduce_table1.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with load_script("reproduce_table1") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
-        sys.path.remove(str(SCRIPTS))
 
 
 def _row(seed, method, val_loss, test, value=""):
@@ -58,8 +45,8 @@ def test_quick_run_end_to_end_on_fake_images(table1, tmp_path):
         # class-dependent brightness: something to learn, so accuracies are not all chance
         images = np.clip(rng.normal(20 * labels[:, None, None], 30, (n, 28, 28)), 0, 255)
         files = sys.modules["bench_accuracy"].FASHION_FILES
-        _write_idx(tmp_path / files[f"{part}_images"], images)
-        _write_idx(tmp_path / files[f"{part}_labels"], labels)
+        write_idx(tmp_path / files[f"{part}_images"], images)
+        write_idx(tmp_path / files[f"{part}_labels"], labels)
     out = tmp_path / "out" / "table1.md"
     assert table1.main(["--quick", "--noise", "high", "--models", "logreg", "--fashion-dir",
                         str(tmp_path), "--out", str(out), "--csv", str(tmp_path / "t.csv"),

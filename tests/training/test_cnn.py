@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers import dense_phi, random_labels
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
@@ -10,7 +11,6 @@ from fgscale import FeatureGroupingClassifier
 from fgscale.estimators._persist import load_model, save_model
 from fgscale.grouping._projection import project
 from fgscale.training._models import CNN, build_model
-from tests.helpers import dense_phi, random_labels
 
 
 def _grid(rng, shape):
