@@ -288,23 +288,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    rows, kept = (_read_csv(args.report_from), {}) if args.report_from else _run(args)
-    text = report(rows, args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    rows = _read_csv(args.report_from) if args.report_from else _run(args)
+    text = report(rows, args)
     args.out.write_text(text)
     print(text)
     print(f"written: {args.out}")
-    if args.csv:
-        with args.csv.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-            writer.writeheader()
-            writer.writerows({k: r[k] for k in CSV_FIELDS} for r in rows)
-        print(f"written: {args.csv}")
-    if args.figures and kept:
-        from table1_figures import draw_figures
-
-        for path in draw_figures(kept, args.out.parent):
-            print(f"written: {path}")
     return 0
 
 
@@ -321,11 +310,15 @@ def _read_csv(paths) -> list[dict]:
     return rows
 
 
-def _run(args) -> tuple[list[dict], dict]:
-    """Every fit of the seeds asked; the rows, and seed 0's fits at high noise (figures)."""
+def _run(args) -> list[dict]:
+    """Every fit of the seeds asked, one row each, also appended to ``--csv`` as it comes (a
+    stopped run keeps its finished fits); the figures once seed 0 at high noise is done."""
     check_fashion(args.fashion_dir)
     data = load_fashion(args.fashion_dir)
     rows, kept = [], {}
+    if args.csv:
+        with args.csv.open("w", newline="") as f:
+            csv.DictWriter(f, fieldnames=CSV_FIELDS).writeheader()
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for noise in args.noise:
             split = fashion_split(data, N_PER_CLASS, NOISES[noise], seed, n_val=0)
@@ -349,7 +342,18 @@ def _run(args) -> tuple[list[dict], dict]:
                              "seconds": seconds})
                 print(f"seed {seed} {noise:6s} {name}: test {100 * test:.2f}% {seconds:.1f} s",
                       flush=True)
-    return rows, kept
+            if args.csv:
+                with args.csv.open("a", newline="") as f:
+                    csv.DictWriter(f, fieldnames=CSV_FIELDS).writerows(
+                        {k: r[k] for k in CSV_FIELDS} for r in rows if r["seed"] == seed
+                        and r["noise"] == noise)
+            if args.figures and seed == 0 and noise == "high":
+                from table1_figures import draw_figures
+
+                for path in draw_figures(kept, args.out.parent):
+                    print(f"written: {path}", flush=True)
+                kept.clear()
+    return rows
 
 
 if __name__ == "__main__":
