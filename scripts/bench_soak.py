@@ -13,8 +13,9 @@ descriptors, futures or scheduler tasks. It measures, it does not time.
 
 With worker processes, every block reaches the central process through a socket as a fresh
 buffer; a validation block of full rows can be tens of MB, and glibc's adaptive mmap threshold
-then keeps one or two freed blocks in the heap: a step of that size in the RSS, on and off, not
-a climb (``MALLOC_MMAP_THRESHOLD_=1048576`` in the environment removes it). Thread workers, the
+keeps freed blocks in the heap. The streamed source calls ``malloc_trim`` after each pass of
+full rows, which halves that step (figures in the README's
+soak section); ``MALLOC_MMAP_THRESHOLD_=1048576`` in the environment removes it. Thread workers, the
 default of training, hand blocks over without a copy.
 
     .venv/bin/python scripts/bench_soak.py [--epochs 50] [--rows 2000] [--p 20000]

@@ -12,6 +12,9 @@ finished blocks wait their turn, within :data:`PREFETCH_BYTES` of blocks.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import logging
 import os
 import threading
@@ -281,3 +284,23 @@ class StoreSource:
                 for i in range(0, rows.size, self.block_size))
         yield from self.prefetcher.map(load_rows, args,
                                        self._window(self.block_size, self.n_features))
+        _trim_heap()
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None (another C library: nothing to do)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def _trim_heap() -> None:
+    """Give the heap's free pages back to the OS after a pass of full rows. From worker
+    processes each block arrives as a fresh buffer of up to tens of MB; once freed, glibc's
+    adaptive mmap threshold keeps one or two of them in the heap, a step in the resident memory
+    of every epoch's validation pass (``scripts/bench_soak.py``)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
