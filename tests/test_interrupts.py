@@ -20,23 +20,32 @@ TRAIN = ["--regularizer", "none", "--early-stopping", "false", "--batch-size", "
          "--n-workers", "1", "--no-progress", "--seed", "0"]
 
 
-def test_ctrl_c_during_training_exits_130_and_the_run_resumes(tiny_store, tmp_path):
-    run = tmp_path / "run"
-    command = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out", str(run),
-               "--max-epochs", "100000", *TRAIN]
+def _interrupt(command: list, started, name: str) -> list[str]:
+    """Run ``command``, send it SIGINT once ``started()`` holds, and check the interruption:
+    exit status 130, no traceback. Returns its ``fgscale <name>:`` lines on stderr (Dask may
+    warn there too, about a busy dashboard port). Skips when the job ended first."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not (run / "metrics.jsonl").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert (run / "metrics.jsonl").exists(), proc.stderr.read() if proc.poll() else ""
+        while time.monotonic() < deadline and proc.poll() is None and not started():
+            time.sleep(0.05)
+        assert proc.poll() is None or proc.returncode == 0, proc.communicate()[1]
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130
+    if proc.returncode == 0:
+        pytest.skip(f"fgscale {name} ended before the interrupt landed")
+    assert proc.returncode == 130, err
     assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("fgscale train:")]
+    return [line for line in err.splitlines() if line.startswith(f"fgscale {name}:")]
+
+
+def test_ctrl_c_during_training_exits_130_and_the_run_resumes(tiny_store, tmp_path):
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out", str(run),
+               "--max-epochs", "100000", *TRAIN]
+    lines = _interrupt(command, (run / "metrics.jsonl").exists, "train")
     assert lines == ["fgscale train: interrupted. The run folder keeps the checkpoint of the last "
                      "finished epoch: run the same command with --resume to go on from there."]
     done = len((run / "metrics.jsonl").read_text().splitlines())
@@ -156,23 +165,10 @@ def test_ctrl_c_during_conversion_exits_130_and_the_same_command_finishes(tmp_pa
     store = tmp_path / "s.zarr"
     command = [sys.executable, "-m", "fgscale", "convert", str(table), "--out", str(store),
                "--n-workers", "1", "--block-rows", "4", "--no-progress"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (store / "done").exists():  # the store is made: blocks are being converted
-                break
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    if proc.returncode == 0:
-        pytest.skip("the conversion ended before the interrupt landed")
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err
-    assert ("fgscale convert: interrupted. The blocks converted so far are kept in the store: "
-            "run the same command again to convert the rest.") in err
+    # once the store is made, blocks are being converted
+    lines = _interrupt(command, (store / "done").exists, "convert")
+    assert lines == ["fgscale convert: interrupted. The blocks converted so far are kept in the "
+                     "store: run the same command again to convert the rest."]
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert open_store(store).attrs["complete"]
@@ -231,22 +227,8 @@ def test_ctrl_c_during_the_bank_exits_130_and_the_same_command_finishes(tmp_path
     command = [sys.executable, "-m", "fgscale", "bank", str(stores[0].path),
                *[f"--{name.replace('_', '-')}={value}" for name, value in bank.items()],
                "--n-workers", "1", "--no-progress"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while (time.monotonic() < deadline and proc.poll() is None
-               and _built(stores[0].path) < 5):  # some groupings written: the tasks run
-            time.sleep(0.05)
-        assert proc.poll() is None or proc.returncode == 0, proc.communicate()[1]
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    if proc.returncode == 0:
-        pytest.skip("the bank was built before the interrupt landed")
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("fgscale bank:")]
+    # once some groupings are written, the tasks run
+    lines = _interrupt(command, lambda: _built(stores[0].path) >= 5, "bank")
     assert lines == ["fgscale bank: interrupted. The groupings built so far are kept in the "
                      "store: run the same command again to build the rest."]
     kept = _built(stores[0].path)
@@ -268,23 +250,8 @@ def test_ctrl_c_during_the_demo_exits_130_and_the_same_command_finishes(tmp_path
     out = tmp_path / "demo"
     command = [sys.executable, "-m", "fgscale", "demo", "--out", str(out), "--max-epochs", "2",
                "--no-progress"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (out / "cohort.zarr").exists():  # the cohort is written: it is being converted
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None or proc.returncode == 0, proc.communicate()[1]
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    if proc.returncode == 0:
-        pytest.skip("the demo ended before the interrupt landed")
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("fgscale demo:")]
+    # once the cohort is written, it is being converted
+    lines = _interrupt(command, (out / "cohort.zarr").exists, "demo")
     assert lines == ["fgscale demo: interrupted. Finished steps are kept: run the same command "
                      "again to go on."]
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)

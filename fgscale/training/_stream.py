@@ -157,7 +157,10 @@ class Prefetcher:
                 yield result
         finally:
             for future in window:
-                future.cancel()
+                try:
+                    future.cancel()
+                except (RuntimeError, OSError):  # the client closed first (Ctrl-C, shutdown)
+                    break
 
 
 def auto_window(client, block_bytes: int) -> int:
