@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from fgscale.grouping._bank import omega_diagonal
+from fgscale.grouping._bank import bank_row, omega_diagonal
 
 __all__ = ["membership_variance", "omega_diagonal", "omega_matrix"]
 
@@ -34,15 +34,6 @@ def _check_bank(bank):
     if not np.issubdtype(np.dtype(bank.dtype), np.integer):
         raise ValueError(f"bank must hold integer cluster labels, got dtype {bank.dtype}")
     return bank
-
-
-def _read_row(bank, g: int) -> tuple[np.ndarray, np.ndarray]:
-    """Labels (int64) of grouping ``g`` and the size of each feature's cluster (float64)."""
-    labels = np.asarray(bank[g]).astype(np.int64)
-    if labels.min() < 0:
-        raise ValueError(f"bank row {g} holds negative labels (unbuilt rows are -1); build the "
-                         "bank fully or pass only its built rows")
-    return labels, np.bincount(labels)[labels].astype(np.float64)
 
 
 def _shared_counts(labels_g: np.ndarray, labels_h: np.ndarray) -> np.ndarray:
@@ -137,11 +128,11 @@ def membership_variance(bank, *, max_pairs: int | None = None, random_state=None
     current = None
     for g, h in zip(rows_g.tolist(), rows_h.tolist(), strict=True):
         if current is None or current[0] != g:
-            current = (g, *_read_row(bank, g))
-        total += _pair_term(current[1], current[2], *_read_row(bank, h))
+            current = (g, *bank_row(bank, g))
+        total += _pair_term(current[1], current[2], *bank_row(bank, h))
     # rows left out of every sampled pair (or the single row of b = 1) are still validated
     for g in sorted(set(range(b)) - set(rows_g.tolist()) - set(rows_h.tolist())):
-        _read_row(bank, g)
+        bank_row(bank, g)
     # each unordered pair stands for (g, h) and (h, g): 2 / (2 b^2)
     return total * (scale / b**2)
 
@@ -181,7 +172,7 @@ def omega_matrix(bank, max_features: int = 5000) -> tuple[np.ndarray, np.ndarray
     total = sp.csr_array((p, p))
     total_sq = sp.csr_array((p, p))
     for g in range(b):
-        labels, sizes = _read_row(bank, g)
+        labels, sizes = bank_row(bank, g)
         # sparse Phi (k x p) so that P_g costs sum_q |C_q|^2 entries, not p^2
         phi = sp.csr_array((1.0 / np.sqrt(sizes), (labels, np.arange(p))), shape=(labels.max() + 1, p))
         proj = (phi.T @ phi).tocsr()

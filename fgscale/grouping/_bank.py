@@ -14,7 +14,7 @@ import numpy as np
 
 from fgscale.grouping._rena import rena
 
-__all__ = ["bootstrap_rows", "build_grouping", "grouping_seed", "make_bank", "omega_diagonal",
+__all__ = ["bank_row", "bootstrap_rows", "build_grouping", "grouping_seed", "make_bank", "omega_diagonal",
            "resolve_n_clusters"]
 
 
@@ -102,11 +102,18 @@ def omega_diagonal(bank) -> np.ndarray:
         raise ValueError(f"bank must have shape (n_groupings >= 1, n_features), got {bank.shape}")
     omega = np.zeros(bank.shape[1])
     for i in range(bank.shape[0]):
-        labels = np.asarray(bank[i]).astype(np.int64)
-        if labels.min() < 0:
-            raise ValueError(f"bank row {i} holds negative labels (unbuilt rows are -1)")
-        omega += 1.0 / np.bincount(labels)[labels]
+        omega += 1.0 / bank_row(bank, i)[1]
     return omega / bank.shape[0]
+
+
+def bank_row(bank, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """Labels (int64) of grouping ``g`` of a bank (a zarr array is read that one row) and the
+    size of each feature's cluster (float64); a row of negative labels (unbuilt) is refused."""
+    labels = np.asarray(bank[g]).astype(np.int64)
+    if labels.min() < 0:
+        raise ValueError(f"bank row {g} holds negative labels (unbuilt rows are -1); build the "
+                         "bank fully or pass only its built rows")
+    return labels, np.bincount(labels)[labels].astype(np.float64)
 
 
 def resolve_n_clusters(n_clusters, n_features: int) -> int:
