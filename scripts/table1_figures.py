@@ -20,6 +20,17 @@ COLORS = {"none": "0.4", "L2": "tab:blue", "dropout": "tab:orange",
           "feature grouping": "tab:green"}
 
 
+def _save(fig, path: Path, title: str) -> Path:
+    """Title ``fig``, write it to ``path`` (a small PNG) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def _picked(kept: dict, model: str) -> dict:
     """Regularizer -> the fit shown: L2 and dropout at their validation pick."""
     out = {}
@@ -55,13 +66,9 @@ def fig3(kept: dict, out: Path) -> Path:
         ax.set(xlabel="training time (s)", ylabel="validation accuracy (%)", title=title)
         if ax.lines:
             ax.legend(fontsize=8)
-    fig.suptitle("Fig. 3: convergence at high noise (0.6 dB), Fashion-MNIST standing in for "
-                 "Olivetti, seed 0", fontsize=10)
-    fig.tight_layout()
-    path = out / "fig3_convergence.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "fig3_convergence.png",
+                 "Fig. 3: convergence at high noise (0.6 dB), Fashion-MNIST standing in for "
+                 "Olivetti, seed 0")
 
 
 def fig4(kept: dict, out: Path) -> Path:
@@ -81,13 +88,8 @@ def fig4(kept: dict, out: Path) -> Path:
                 ax.set_title(_label(method, fit), fontsize=9)
             if col == 0:
                 ax.set_ylabel(CLASSES[cls], fontsize=9)
-    fig.suptitle("Fig. 4: logistic regression weights at high noise (Fashion-MNIST, seed 0)",
-                 fontsize=10)
-    fig.tight_layout()
-    path = out / "fig4_weights.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "fig4_weights.png",
+                 "Fig. 4: logistic regression weights at high noise (Fashion-MNIST, seed 0)")
 
 
 def _boundaries(labels: np.ndarray) -> np.ndarray:
@@ -118,13 +120,9 @@ def fig5(kept: dict, out: Path) -> Path | None:
     fig.colorbar(im, ax=axes[3], fraction=0.046)
     for ax in axes:
         ax.set_xticks([]), ax.set_yticks([])
-    fig.suptitle("Fig. 5: ReNA groupings of the bank (r = 50 bootstrap images each, "
-                 "Fashion-MNIST at high noise)", fontsize=10)
-    fig.tight_layout()
-    path = out / "fig5_groupings.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "fig5_groupings.png",
+                 "Fig. 5: ReNA groupings of the bank (r = 50 bootstrap images each, "
+                 "Fashion-MNIST at high noise)")
 
 
 def draw_figures(kept: dict, out: Path) -> list[Path]:
