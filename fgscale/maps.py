@@ -36,7 +36,7 @@ from torch import nn
 from fgscale._files import atomic_path
 from fgscale.images._nifti import unmask
 
-__all__ = ["MAPS_IMAGE", "MAPS_JSON", "file_stems", "linearized_weights", "output_weights",
+__all__ = ["MAPS_IMAGE", "MAPS_JSON", "file_stems", "has_maps", "linearized_weights", "output_weights",
            "read_maps", "write_maps"]
 
 MAPS_IMAGE, MAPS_JSON, MAPS_DIR = "maps.nii.gz", "maps.json", "maps"
@@ -72,6 +72,12 @@ def linearized_weights(model: nn.Module) -> np.ndarray:
     return product.numpy()
 
 
+def has_maps(estimator) -> bool:
+    """Whether the estimator's model has a map in voxel space: the linear models and the MLP
+    (linearised) do; the CNN's convolutions do not."""
+    return estimator.model != "cnn"
+
+
 def output_weights(estimator) -> tuple[list[str], np.ndarray, dict]:
     """The map of each output of a fitted estimator, in feature space.
 
@@ -90,7 +96,7 @@ def output_weights(estimator) -> tuple[list[str], np.ndarray, dict]:
         ``model``, ``method`` and ``values``: how the maps were computed and what a value
         means, in words (written to maps.json).
     """
-    if estimator.model == "cnn":
+    if not has_maps(estimator):
         raise ValueError("weight maps are defined for model='logreg' and 'mlp', not for the CNN "
                          "(its convolutions have no map in voxel space)")
     weights = linearized_weights(estimator.model_)

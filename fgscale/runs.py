@@ -41,7 +41,7 @@ from fgscale.estimators._base import _cuda, _History
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._factory import make_estimator
 from fgscale.estimators._persist import load_model, save_model
-from fgscale.maps import MAPS_IMAGE, write_maps
+from fgscale.maps import MAPS_IMAGE, has_maps, write_maps
 from fgscale.reports import predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
@@ -259,7 +259,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
         raise
     seconds = time.perf_counter() - start
     folder.write_estimator(clf, store)
-    maps = None if clf.model == "cnn" else folder.write_maps(clf, store)  # no linear map
+    maps = folder.write_maps(clf, store) if has_maps(clf) else None
     refit = [h for h in clf.history_ if h.get("phase") == "refit"]
     summary = {"test": test, "epochs": len(clf.history_) - len(refit),
                "refit_epochs": len(refit), "seconds": round(seconds, 2),
