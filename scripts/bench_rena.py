@@ -1,12 +1,15 @@
-"""Benchmark fgscale.grouping._rena against nilearn.regions.ReNA on a brain-sized synthetic problem.
+"""Benchmark fgscale.grouping._rena against nilearn.regions.ReNA: time and approximation error.
 
-The mask is nilearn's MNI152 2 mm brain mask (shipped with nilearn, no download). The data are
-synthetic: white-noise volumes smoothed with a Gaussian filter, plus white noise. Both clusterings
-run in this process with the same thread settings on the same r samples; the approximation error is
-measured on held-out samples from the same generator.
+Three problems, each clustered by both libraries on the same r samples in this process, with the
+approximation error measured on held-out samples of the same kind (mean over seeds):
 
-Run: ``.venv/bin/python scripts/bench_rena.py`` (``--quick`` for one timing run per method;
-``--quick --samples 10`` is the smallest run).
+- ``smooth``: nilearn's MNI152 2 mm brain mask (shipped with nilearn) with SYNTHETIC data,
+  white-noise volumes smoothed with a Gaussian filter, plus white noise;
+- ``motor``: nilearn's real motor-task statistical map (``load_sample_motor_activation_image``,
+  shipped with nilearn) on the same mask, plus SYNTHETIC white noise of the map's own scale;
+- ``fashion``: real Fashion-MNIST images (28 x 28, ``apt-get install dataset-fashion-mnist``).
+
+Run: ``.venv/bin/python scripts/bench_rena.py`` (``--quick`` for one seed and one timing run).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import warnings
 
 import nibabel as nib
 import numpy as np
+from bench_accuracy import FASHION_DIR, FASHION_FILES, load_fashion
 from benchlib import markdown_row, markdown_table, parse_args, timings
-from nilearn.datasets import load_mni152_brain_mask
+from nilearn.datasets import load_mni152_brain_mask, load_sample_motor_activation_image
+from nilearn.image import resample_to_img
 from nilearn.regions import ReNA
 from scipy.ndimage import gaussian_filter
 
@@ -65,39 +70,72 @@ def run_nilearn(X, mask, k):
         return ReNA(mask_img=mask_img, n_clusters=k, scaling=False, n_iter=10).fit(X).labels_
 
 
-def size_stats(labels: np.ndarray) -> tuple[int, str, float]:
+def motor_samples(mask: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n, p') samples: nilearn's real motor map on the MNI mask (where the map is defined),
+    scaled to unit variance, plus SYNTHETIC unit white noise; and the mask restricted to the map."""
+    template = load_mni152_brain_mask(resolution=2)
+    motor = resample_to_img(load_sample_motor_activation_image(), template,
+                            interpolation="continuous", force_resample=True, copy_header=True)
+    values = np.asarray(motor.dataobj, dtype=np.float64)
+    mask = mask & np.isfinite(values) & (values != 0)
+    signal = values[mask] / values[mask].std()
+    noise = np.random.default_rng(seed).standard_normal((n, int(mask.sum())))
+    return (signal + noise).astype(np.float32), mask
+
+
+def problems(seed: int, samples: int) -> dict:
+    """name -> (r training samples, held-out samples, mask, k) for one seed."""
+    out = {}
+    mask = brain_mask()
+    out["smooth"] = (smooth_samples(mask, samples, seed), smooth_samples(mask, 20, 1000 + seed),
+                     mask)
+    X, motor_mask = motor_samples(mask, samples, seed)
+    out["motor"] = (X, motor_samples(mask, 20, 1000 + seed)[0], motor_mask)
+    if all((FASHION_DIR / name).is_file() for name in FASHION_FILES.values()):
+        images = load_fashion()["train_images"].reshape(-1, 784).astype(np.float32)
+        order = np.random.default_rng(seed).permutation(len(images))
+        out["fashion"] = (images[order[:samples]], images[order[samples:samples + 1000]],
+                          np.ones((28, 28, 1), bool))
+    return {name: (X, held, mask, int(mask.sum()) // 10) for name, (X, held, mask) in out.items()}
+
+
+def size_stats(labels: np.ndarray) -> tuple[int, str]:
     sizes = np.bincount(np.unique(labels, return_inverse=True)[1])
-    spread = f"{sizes.min()} / {int(np.median(sizes))} / {sizes.max()}"
-    return len(sizes), spread, float(sizes.std())
+    return len(sizes), f"{sizes.min()} / {int(np.median(sizes))} / {sizes.max()}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timing runs per method (median)")
+    parser.add_argument("--repeats", type=int, default=3, help="timing runs per method and seed")
+    parser.add_argument("--seeds", type=int, default=5, help="draws of the samples")
     parser.add_argument("--samples", type=int, default=50, help="r, samples used for clustering")
-    args = parse_args(parser, quick=dict(repeats=1), help="one timing run per method")
+    args = parse_args(parser, quick=dict(repeats=1, seeds=1), help="one seed, one timing run")
 
-    mask = brain_mask()
-    p = int(mask.sum())
-    k = p // 10
-    X = smooth_samples(mask, args.samples, seed=0)
-    held_out = smooth_samples(mask, 20, seed=1)
-    print(f"mask: nilearn MNI152 brain mask, 2 mm, shape {mask.shape}, p = {p}; "
-          f"data: synthetic (smoothed white noise, sigma 2 voxels, + 0.5 white noise); "
-          f"r = {args.samples}, k = {k}, held-out samples = 20, timing = median of {args.repeats}\n")
+    results = {}  # (problem, method) -> lists of time, error; and the last size stats
+    for seed in range(args.seeds):
+        for name, (X, held_out, mask, k) in problems(seed, args.samples).items():
+            for method, fn in [("fgscale", run_ours), ("nilearn", run_nilearn)]:
+                times, labels = timings(lambda fn=fn: fn(X, mask, k), args.repeats)
+                entry = results.setdefault((name, method), dict(time=[], error=[]))
+                entry["time"].append(statistics.median(times))
+                entry["error"].append(relative_error(held_out, labels))
+                entry["p"], entry["k"], entry["sizes"] = int(mask.sum()), k, size_stats(labels)
 
-    rows = {}
-    for name, fn in [("fgscale.grouping._rena", run_ours), ("nilearn ReNA (n_iter=10)", run_nilearn)]:
-        times, labels = timings(lambda fn=fn: fn(X, mask, k), args.repeats)
-        rows[name] = (statistics.median(times), relative_error(held_out, labels), *size_stats(labels))
-
-    markdown_table("method", "time (s)", "held-out rel. error", "clusters", "size min / median / max",
-                   "size std")
-    for name, (seconds, error, n, spread, std) in rows.items():
-        markdown_row(name, f"{seconds:.3f}", f"{error:.4f}", n, spread, f"{std:.2f}")
-    (t_ours, e_ours, *_), (t_nil, e_nil, *_) = rows.values()
-    print(f"\nspeed-up (nilearn time / ours): {t_nil / t_ours:.2f}x; "
-          f"error ratio (ours / nilearn): {e_ours / e_nil:.4f}")
+    print(f"r = {args.samples} samples, k = p // 10, 20 held-out samples (1,000 for fashion), "
+          f"{args.seeds} seed(s), time = median of {args.repeats} run(s) per seed, "
+          f"then the mean over seeds\n")
+    markdown_table("problem", "p", "method", "time (s)", "held-out rel. error (mean +- se)",
+                   "clusters", "size min / median / max", "speed-up", "error ours / nilearn")
+    for (name, method), entry in results.items():
+        ours, theirs = results[(name, "fgscale")], results[(name, "nilearn")]
+        error = np.array(entry["error"])
+        se = error.std(ddof=1) / np.sqrt(len(error)) if len(error) > 1 else float("nan")
+        ratios = ("", "") if method == "nilearn" else (
+            f"{np.mean(theirs['time']) / np.mean(ours['time']):.1f}x",
+            f"{np.mean(ours['error']) / np.mean(theirs['error']):.4f}")
+        markdown_row(name, entry["p"], method, f"{np.mean(entry['time']):.3f}",
+                     f"{error.mean():.4f} +- {se:.4f}", entry["sizes"][0], entry["sizes"][1],
+                     *ratios)
 
 
 if __name__ == "__main__":

@@ -15,18 +15,10 @@ from fgscale.images import mask_images, unmask
 from fgscale.store import write_store
 
 
-def _expected_failures(estimator):
-    if estimator.regularizer == "feature_grouping":
-        # 10% of the check's 10 unstructured features is 2 clusters: a poor model of that
-        # data by design (R² 0.45 where 0.5 is asked); without grouping the same check passes
-        return {"check_regressors_train": "2 clusters of 10 features without spatial structure"}
-    return {}
-
-
 @parametrize_with_checks([
     FeatureGroupingRegressor(random_state=0),
     FeatureGroupingRegressor(regularizer="none", random_state=0),
-], expected_failed_checks=_expected_failures)
+])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 
