@@ -15,6 +15,7 @@ Run: ``.venv/bin/python scripts/bench_rena.py`` (``--quick`` for one seed and on
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import warnings
 
@@ -115,7 +116,7 @@ def main() -> None:
     for seed in range(args.seeds):
         for name, (X, held_out, mask, k) in problems(seed, args.samples).items():
             for method, fn in [("fgscale", run_ours), ("nilearn", run_nilearn)]:
-                times, labels = timings(lambda fn=fn: fn(X, mask, k), args.repeats)
+                times, labels = timings(functools.partial(fn, X, mask, k), args.repeats)
                 entry = results.setdefault((name, method), dict(time=[], error=[]))
                 entry["time"].append(statistics.median(times))
                 entry["error"].append(relative_error(held_out, labels))

@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 _NO_EDGE = np.iinfo(np.int64).max
 _LOW_BITS = np.int64(0xFFFFFFFF)
 _CHUNK = 16384  # edges per block when computing weights: keeps the gathered rows in cache
+_TRANSPOSE_BLOCK = 4096  # features per block when transposing the samples
 
 
 def grid_edges(mask: np.ndarray) -> np.ndarray:
@@ -119,8 +120,9 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
             raise ValueError(f"the graph has {n_nodes} connected components, more than "
                              f"n_clusters={n_clusters}; each component needs its own cluster")
         means = sums if n_rounds == 0 else sums / sizes[:, None]
-        keys = _edge_keys(_edge_weights(means, edges), rng)
-        nn_edges = _nearest_neighbours(keys, edges, n_nodes)
+        ranking = _Ranking.draw(rng)
+        keys = _edge_keys(_edge_weights(means, edges), ranking)
+        nn_edges = _nearest_neighbours(keys, edges, n_nodes, ranking)
         merged = _select_merges(nn_edges, keys, edges, sizes, n_nodes - n_clusters)
         n_new, node_labels = _merge(edges[:, merged], n_nodes)
         sums, sizes = _reduce(sums, sizes, node_labels, n_new)
@@ -139,13 +141,18 @@ def _feature_major(X) -> np.ndarray:
         raise ValueError(f"X must be 2D (n_samples, n_features), got shape {X.shape}")
     if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
         raise ValueError(f"X must hold real numbers, got dtype {X.dtype}")
-    if not np.isfinite(X).all():
+    lo, hi = (float(X.min()), float(X.max())) if X.size else (0.0, 0.0)
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # min and max propagate NaN
         raise ValueError("X contains NaN or infinite values")
-    peak = float(np.abs(X).max()) if X.size else 0.0
+    peak = max(-lo, hi)
     if peak > 2.0**50:
         # Squared distances would overflow float32; a power-of-two scale keeps the order exactly.
         X = X * 2.0 ** -np.ceil(np.log2(peak))
-    return np.ascontiguousarray(X.T, dtype=np.float32)
+    # Transposing in blocks of columns keeps both sides of the copy in cache.
+    out = np.empty((X.shape[1], X.shape[0]), dtype=np.float32)
+    for start in range(0, X.shape[1], _TRANSPOSE_BLOCK):
+        out[start:start + _TRANSPOSE_BLOCK] = X[:, start:start + _TRANSPOSE_BLOCK].T
+    return out
 
 
 def _check_mask(mask) -> np.ndarray:
@@ -187,28 +194,55 @@ def _edge_weights(means: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return weights
 
 
-def _edge_keys(weights: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+class _Ranking:
+    """Tie-break ranks of edges: ``rank = (a * edge + c) mod 2**32`` with ``a`` odd.
+
+    That map is a bijection of ``[0, 2**32)``, so ranks are unique for fewer than 2**32 edges, and
+    its inverse (``a``'s inverse modulo 2**32) gives an edge back from its rank: a random order in
+    two vectorised passes, where a random permutation would cost random memory access.
+    """
+
+    _MOD = 2**32
+
+    def __init__(self, a: int, c: int):
+        self.a, self.c, self.a_inv = a, c, pow(a, -1, self._MOD)
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator | None) -> _Ranking:
+        """Ranks by edge position for None, else a random odd ``a`` and random ``c``."""
+        if rng is None:
+            return cls(1, 0)
+        return cls(2 * int(rng.integers(cls._MOD // 2)) + 1, int(rng.integers(cls._MOD)))
+
+    def ranks(self, n_edges: int) -> np.ndarray:
+        edges = np.arange(n_edges, dtype=np.uint64)
+        return ((edges * np.uint64(self.a) + np.uint64(self.c)) & np.uint64(_LOW_BITS)).view(
+            np.int64)
+
+    def edges(self, ranks: np.ndarray) -> np.ndarray:
+        # uint64 arithmetic wraps modulo 2**64, a multiple of 2**32: the low bits are exact.
+        shifted = ranks.astype(np.uint64) - np.uint64(self.c)
+        return ((shifted * np.uint64(self.a_inv)) & np.uint64(_LOW_BITS)).view(np.int64)
+
+
+def _edge_keys(weights: np.ndarray, ranking: _Ranking) -> np.ndarray:
     """Unique int64 sort keys: the weight's bits, then a tie-break rank that encodes the edge.
 
     Non-negative float32 values order like their bit patterns, so ``bits << 32 | rank`` is a strict
     total order on edges consistent with the weights (ranks need fewer than 2**32 edges).
     """
-    n_edges = len(weights)
-    ranks = np.arange(n_edges, dtype=np.int64) if rng is None else rng.permutation(n_edges)
     bits = (weights + np.float32(0.0)).view(np.uint32).astype(np.int64)  # + 0 turns -0 into +0
-    return (bits << 32) | ranks
+    return (bits << 32) | ranking.ranks(len(weights))
 
 
-def _nearest_neighbours(keys: np.ndarray, edges: np.ndarray, n_nodes: int) -> np.ndarray:
+def _nearest_neighbours(keys: np.ndarray, edges: np.ndarray, n_nodes: int,
+                        ranking: _Ranking) -> np.ndarray:
     """Sorted unique indices of the edges that are some node's nearest-neighbour edge."""
     best = np.full(n_nodes, _NO_EDGE, dtype=np.int64)
     np.minimum.at(best, edges[0], keys)
     np.minimum.at(best, edges[1], keys)
-    ranks = best[best != _NO_EDGE] & _LOW_BITS
-    edge_of_rank = np.empty(len(keys), dtype=np.int64)
-    edge_of_rank[keys & _LOW_BITS] = np.arange(len(keys))
     chosen = np.zeros(len(keys), dtype=bool)
-    chosen[edge_of_rank[ranks]] = True
+    chosen[ranking.edges(best[best != _NO_EDGE] & _LOW_BITS)] = True
     return np.flatnonzero(chosen)
 
 
@@ -249,10 +283,11 @@ def _contract(edges: np.ndarray, node_labels: np.ndarray, n_new: int) -> np.ndar
     heads, tails = node_labels[edges[0]], node_labels[edges[1]]
     keep = heads != tails
     heads, tails = heads[keep], tails[keep]
-    pair_keys = np.sort(np.minimum(heads, tails) * n_new + np.maximum(heads, tails))
-    if len(pair_keys):
-        first = np.empty(len(pair_keys), dtype=bool)
-        first[0] = True
-        np.not_equal(pair_keys[1:], pair_keys[:-1], out=first[1:])
-        pair_keys = pair_keys[first]
-    return np.stack([pair_keys // n_new, pair_keys % n_new])
+    # A sparse pattern deduplicates and sorts by (row, column) with a counting sort over rows and
+    # short per-row sorts: linear in the number of edges, where one global sort is not.
+    pattern = sp.coo_array((np.ones(len(heads), dtype=bool),
+                            (np.minimum(heads, tails), np.maximum(heads, tails))),
+                           shape=(n_new, n_new)).tocsr()
+    pattern.sum_duplicates()
+    rows = np.repeat(np.arange(n_new, dtype=np.int64), np.diff(pattern.indptr))
+    return np.stack([rows, pattern.indices.astype(np.int64)])
