@@ -179,7 +179,7 @@ def _cmd_convert(args) -> int:
         print(f"{store.path}: already complete, nothing to do ({store.n_samples} rows x "
               f"{store.n_features} voxels)")
         return 0
-    with _client(args, processes=True) as client:
+    with _client(args, processes=False) as client:
         store = convert(cohort, args.out, client=client, **kwargs)
     s = store.attrs.get("summary", {})
     print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, "

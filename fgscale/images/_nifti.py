@@ -18,8 +18,13 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-_READ_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile, ValueError, OverflowError,
-                nib.filebasedimages.ImageFileError, nib.wrapstruct.WrapStructError,
+try:  # inflates gzip about twice as fast as zlib, with the same API and the same bytes
+    from zlib_ng import zlib_ng as _zlib
+except ImportError:
+    _zlib = zlib
+
+_READ_ERRORS = (OSError, EOFError, zlib.error, _zlib.error, gzip.BadGzipFile, ValueError,
+                OverflowError, nib.filebasedimages.ImageFileError, nib.wrapstruct.WrapStructError,
                 nib.spatialimages.HeaderDataError)
 
 
@@ -102,7 +107,7 @@ def read_header(path) -> ImageHeader:
         with open(path, "rb") as f:
             head = f.read(4096)
         if path.suffix == ".gz":
-            head = zlib.decompressobj(wbits=31).decompress(head, 348)
+            head = _zlib.decompressobj(wbits=31).decompress(head, 348)
         header = nib.Nifti1Header(head[:348], check=True)
         single_file = header["magic"].item() == b"n+1"
         shape = tuple(int(n) for n in header.get_data_shape())
@@ -139,6 +144,31 @@ def read_data(img) -> np.ndarray:
                          f"corrupt ({type(exc).__name__}: {exc})") from exc
 
 
+def _inflate(path: Path) -> bytes | None:
+    """The decompressed bytes of a one-member ``.gz`` file in one zlib call (which releases the
+    GIL, so thread workers inflate in parallel), or None for anything else."""
+    if path.suffix != ".gz" or not path.is_file():
+        return None
+    raw = path.read_bytes()
+    inflater = _zlib.decompressobj(wbits=31)
+    try:
+        payload = inflater.decompress(raw)
+    except _zlib.error as exc:
+        raise ValueError(f"{path}: cannot read the image data, the file is truncated or corrupt "
+                         f"(zlib.error: {exc})") from exc
+    if not inflater.eof or inflater.unused_data:  # truncated, or several gzip members
+        return None
+    return payload
+
+
+def _float32_view(payload: bytes, shape, offset: int, path: Path) -> np.ndarray:
+    size = int(np.prod(shape))
+    if len(payload) < offset + 4 * size:
+        raise ValueError(f"{path}: cannot read the image data, {len(payload)} bytes for "
+                         f"{size} float32 voxels after a {offset}-byte header")
+    return np.frombuffer(payload, np.float32, size, offset).reshape(shape, order="F")
+
+
 def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
     """Load a NIfTI file and its data as float32, with errors naming the file.
 
@@ -158,17 +188,8 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
         Possibly a read-only view of the decompressed file: copy it to modify it.
     """
     path = Path(path)
-    if path.suffix != ".gz" or not path.is_file():
-        img = load_img(path)
-        return img, read_data(img)
-    raw = path.read_bytes()
-    inflater = zlib.decompressobj(wbits=31)
-    try:
-        payload = inflater.decompress(raw)
-    except zlib.error as exc:
-        raise ValueError(f"{path}: cannot read the image data, the file is truncated or corrupt "
-                         f"(zlib.error: {exc})") from exc
-    if not inflater.eof or inflater.unused_data:  # truncated, or several gzip members
+    payload = _inflate(path)
+    if payload is None:
         img = load_img(path)
         return img, read_data(img)
     try:
@@ -179,17 +200,48 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
     proxy = img.dataobj
     if proxy.dtype == np.float32 and proxy.slope == 1 and proxy.inter == 0:
         # already float32, unscaled: a view of the decompressed bytes, no copy
-        size = int(np.prod(img.shape))
-        if len(payload) < proxy.offset + 4 * size:
-            raise ValueError(f"{path}: cannot read the image data, {len(payload)} bytes for "
-                             f"{size} float32 voxels after a {proxy.offset}-byte header")
-        data = np.frombuffer(payload, np.float32, size, proxy.offset)
-        return img, data.reshape(img.shape, order="F")
+        return img, _float32_view(payload, img.shape, proxy.offset, path)
     try:
         return img, np.asarray(proxy, dtype=np.float32)
     except _READ_ERRORS as exc:  # the header asks for more bytes than the file holds...
         raise ValueError(f"{path}: cannot read the image data, the file is truncated or corrupt "
                          f"({type(exc).__name__}: {exc})") from exc
+
+
+def read_array(path) -> np.ndarray:
+    """The data of a NIfTI file as float32, as :func:`read_image` gives it, without the image.
+
+    For the common case of conversion, a ``.gz`` NIfTI-1 file of float32 unscaled 3D or 4D
+    data, only the 348-byte header is parsed and the data is a view of the decompressed bytes:
+    the per-file Python work that building a nibabel image costs (and that holds the GIL while
+    thread workers could inflate other files) is skipped. Anything else goes through
+    :func:`read_image`, with its checks and errors.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    data : ndarray, float32
+        Possibly a read-only view of the decompressed file: copy it to modify it.
+    """
+    path = Path(path)
+    payload = _inflate(path)
+    if payload is not None:
+        try:
+            # check=False: the header pass of a conversion (read_header) checked the file already
+            header = nib.Nifti1Header(payload[:348], check=False)
+            shape = tuple(int(n) for n in header.get_data_shape())
+            slope, inter = header.get_slope_inter()
+            fast = (header["magic"].item() == b"n+1" and len(shape) in (3, 4)
+                    and header.get_data_dtype() == np.float32
+                    and slope in (None, 1.0) and inter in (None, 0.0))
+        except _READ_ERRORS:
+            fast = False
+        if fast:
+            return _float32_view(payload, shape, int(header.get_data_offset()), path)
+    return read_image(path)[1]
 
 
 def load_mask(img) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
-from scipy import ndimage
 
 from fgscale._files import atomic_path
 
@@ -39,6 +38,14 @@ _GRIDS = {
 }
 _CUSTOM_FILL = 0.3  # fraction of a custom grid inside the mask (HCP grids: 0.30, 0.29)
 _DESCRIP = b"fgscale synthetic cohort"
+
+
+def _gaussian_filter(volume: np.ndarray, sigma) -> np.ndarray:
+    # scipy.ndimage is imported here, not with the module: fgscale.images is imported by every
+    # conversion worker, which never generates data.
+    from scipy import ndimage
+
+    return ndimage.gaussian_filter(volume, sigma)
 
 
 def grid_geometry(grid="4mm") -> tuple[tuple[int, int, int], np.ndarray, int]:
@@ -89,7 +96,7 @@ def brain_mask(shape, n_voxels: int) -> np.ndarray:
     field = np.minimum(ellipsoid((0.5, 0.52, 0.56), (0.40, 0.40, 0.34)),
                        ellipsoid((0.5, 0.28, 0.30), (0.26, 0.16, 0.14)) + 0.1)
     # A fixed smooth deformation, the same for every cohort (one brain, many maps).
-    bumps = ndimage.gaussian_filter(np.random.default_rng(1234).standard_normal(shape),
+    bumps = _gaussian_filter(np.random.default_rng(1234).standard_normal(shape),
                                     max(1.0, min(shape) / 10))
     field = field + 0.15 * bumps / (np.abs(bumps).max() + 1e-12)
     # Thresholding at the n-th smallest value gives exactly n voxels (the field has no ties).
@@ -110,12 +117,12 @@ def _class_patterns(rng, mask: np.ndarray, n_classes: int) -> np.ndarray:
         spikes = np.zeros(mask.shape)
         for centre in inside[rng.choice(len(inside), size=3, replace=False)]:
             spikes[tuple(centre)] = rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 1.0)
-        patterns[k] = _unit_rms(ndimage.gaussian_filter(spikes, sigma) * mask, mask)
+        patterns[k] = _unit_rms(_gaussian_filter(spikes, sigma) * mask, mask)
     return patterns
 
 
 def _smooth_noise(rng, mask: np.ndarray) -> np.ndarray:
-    return _unit_rms(ndimage.gaussian_filter(rng.standard_normal(mask.shape), 1.5) * mask, mask)
+    return _unit_rms(_gaussian_filter(rng.standard_normal(mask.shape), 1.5) * mask, mask)
 
 
 def _design(n_samples, n_classes, n_subjects, test_fraction, rng):

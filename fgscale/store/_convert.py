@@ -43,12 +43,17 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import zarr
-from nibabel.processing import resample_from_to, vox2out_vox
 
 from fgscale.cluster import get_client, run_tasks
 from fgscale.images._cohort import read_cohort
-from fgscale.images._nifti import load_img, load_mask, read_header, read_image
-from fgscale.store._layout import block_range, create_store, mark_complete, write_block_rows
+from fgscale.images._nifti import load_img, load_mask, read_array, read_header, read_image
+from fgscale.store._layout import (
+    block_range,
+    create_store,
+    default_block_rows,
+    mark_complete,
+    write_block_rows,
+)
 from fgscale.store._reader import Store, open_group_checked, open_store
 from fgscale.store._shards import StoreError, resumable_write
 
@@ -72,6 +77,10 @@ def _target_grid(entries, headers, mask_img, resample):
                         f"{'mask' if mask_img is not None else 'first image'}'s grid {grid[0]} "
                         f"with affine {np.round(grid[1], 4).tolist()} (pass --resample)")
         return grid, resample == "mask"
+    # nibabel.processing imports scipy.ndimage, a tenth of a second that a conversion without
+    # resampling (most) should not pay: it is imported where resampling happens.
+    from nibabel.processing import vox2out_vox
+
     mm = float(resample)
     if not mm > 0:
         raise ValueError(f"resample must be a positive voxel size in mm or 'mask', got {resample}")
@@ -92,10 +101,12 @@ def _iter_volumes(sources, grid, resampled: bool):
     cached_path, data = None, None
     for path, volume in sources:
         if path != cached_path:  # rows of a 4D file are consecutive: read it once per block
-            img, data = read_image(path)
+            img, data = read_image(path) if resampled else (None, read_array(path))
             cached_path = path
         vol = data if data.ndim == 3 else data[..., volume]
         if resampled:
+            from nibabel.processing import resample_from_to  # see _target_grid
+
             vol = resample_from_to(nib.Nifti1Image(vol, img.affine), grid, order=1).get_fdata(
                 dtype=np.float32)
         yield vol
@@ -153,6 +164,17 @@ def _convert_block(out: str, fingerprint: str, block: int, sources, grid, resamp
 
 # ---------------------------------------------------------------- the conversion
 
+_MIN_SHARD_BYTES = 4 * 2**20
+
+
+def _block_rows(n_rows: int, n_features: int, client) -> int:
+    """Rows per task and shard: the store's default (about 64 MiB), but small enough that every
+    worker thread gets about 4 tasks, so that a small cohort is shared out; not below 4 MiB,
+    where a task's fixed cost (opening the store, renaming the shard) would weigh."""
+    threads = max(1, sum(client.nthreads().values()))
+    floor = -(-_MIN_SHARD_BYTES // (4 * max(n_features, 1)))
+    return int(min(default_block_rows(n_features), max(floor, -(-n_rows // (4 * threads)))))
+
 def _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None) -> str:
     mask_digest = None if mask is None else (
         hashlib.sha256(Path(mask).read_bytes()).hexdigest() if isinstance(mask, (str, Path))
@@ -192,9 +214,10 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         With ``mask``: also compute the data mask and keep the intersection.
     client : distributed.Client, optional
         Default the active ``distributed`` client, else an embedded LocalCluster of worker
-        processes (:func:`fgscale.cluster.get_client`).
+        threads (:func:`fgscale.cluster.get_client`).
     block_rows : int, optional
-        Rows per task and per shard of ``X`` (default from the row size).
+        Rows per task and per shard of ``X``. Default: about 64 MiB of rows, fewer when that
+        would give the client's worker threads fewer than about 4 tasks each (not below 4 MiB).
     progress : bool
 
     Returns
@@ -240,10 +263,15 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         if g is not None:
             log.info("resuming the conversion into %s", out)
     sources = [(r[0], r[1]) for r in rows]
-    with get_client(client) as c:
+    # Thread workers: a conversion's work (inflating, gathering, writing) releases the GIL, and
+    # they start at once, where worker processes cost a start, imports in each worker and a
+    # shutdown that a cohort of a few hundred files does not repay (scripts/bench_convert.py).
+    with get_client(client, processes=False) as c:
         if g is None:
             store_mask = _final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
                                      progress)
+            if block_rows is None:
+                block_rows = _block_rows(len(rows), int(store_mask.sum()), c)
             names, y = None, None
             if has_labels:
                 names = list(classes) if classes is not None else sorted({r[2] for r in rows})
@@ -300,6 +328,8 @@ def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress)
     if mask_img is not None:
         given, affine = load_mask(mask_img)
         if given.shape != tuple(grid[0]) or not np.allclose(affine, grid[1], atol=1e-4):
+            from nibabel.processing import resample_from_to  # see _target_grid
+
             img = nib.Nifti1Image(given.astype(np.float32), affine)
             given = resample_from_to(img, grid, order=0).get_fdata() > 0.5
             if not given.any():
