@@ -66,6 +66,73 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _children() -> dict[int, list[int]]:
+    """parent pid -> child pids, for every process in /proc (Linux)."""
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name in brackets may hold spaces
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def _peak_kib(pid: int) -> int | None:
+    """VmHWM (the kernel's record of the peak resident memory) of a live process, KiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def run_monitored(cmd: list[str], *, interval: float = 0.1, **kwargs) -> tuple[float, dict]:
+    """Run ``cmd``; return its wall seconds and the peak resident memory (MB) of it and of every
+    process it started (Dask workers, their nannies), read from /proc every ``interval`` s.
+
+    The kernel records each process's peak (VmHWM), so a short spike between two reads is not
+    missed; only what a process adds after its last read before it exits is. Raises
+    ``subprocess.CalledProcessError`` (with the output) when the command fails.
+    """
+    import subprocess
+    import threading
+
+    peaks: dict[int, tuple[str, int]] = {}
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **kwargs)
+    done = threading.Event()
+
+    def poll():
+        while not done.is_set():
+            tree, todo = _children(), [proc.pid]
+            while todo:
+                pid = todo.pop()
+                todo.extend(tree.get(pid, []))
+                kib = _peak_kib(pid)
+                if kib is not None:
+                    role = "command" if pid == proc.pid else "child"
+                    peaks[pid] = (role, max(kib, peaks.get(pid, (role, 0))[1]))
+            done.wait(interval)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    output, _ = proc.communicate()
+    seconds = time.perf_counter() - start
+    done.set()
+    watcher.join()
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, output)
+    return seconds, {"output": output, "peaks_mb": {pid: (role, kib / 1024)
+                                                    for pid, (role, kib) in peaks.items()}}
+
+
 def import_on_workers(client, module: str) -> None:
     """Import ``module`` on every worker, so that a timing excludes the workers' first import."""
     client.run(__import__, module)

@@ -149,13 +149,18 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def kill_client_when(proc: subprocess.Popen, ready, timeout=120) -> None:
+def kill_client_when(proc: subprocess.Popen, ready, timeout=120, *,
+                     worker_processes: bool = True) -> None:
     """SIGKILL ``proc``, the client alone, once ``ready()``; check that the worker processes
-    it started end with it (left running, they would write on while the command re-runs)."""
+    it started end with it (left running, they would write on while the command re-runs).
+    ``worker_processes=False``: a command whose workers are threads of its own process, which
+    die with it."""
     when(lambda: proc.poll() is not None or ready(), lambda: None, timeout).join()
     started = descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    if not worker_processes:
+        return
     assert started, "the client had started no worker process"
     deadline = time.monotonic() + 30
     while alive(started) and time.monotonic() < deadline:
