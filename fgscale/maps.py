@@ -44,6 +44,9 @@ _FORMAT = "fgscale-maps"
 _MAX_STEM = 80  # NIfTI-sized names; long labels keep their start
 
 
+_COLUMNS = 65536  # columns of the first layer per block of the product
+
+
 def linearized_weights(model: nn.Module) -> np.ndarray:
     """The product of a model's weight matrices, ReLU and dropout taken as the identity.
 
@@ -61,15 +64,25 @@ def linearized_weights(model: nn.Module) -> np.ndarray:
     -------
     weights : ndarray of shape (n_outputs, n_features), float64
     """
-    product = model.first.weight.detach().cpu().double()
+    head = None  # W_out ... W_2, float64: small (n_outputs x hidden)
     for layer in getattr(model, "rest", ()):
         if isinstance(layer, nn.Linear):
-            product = layer.weight.detach().cpu().double() @ product
+            weight = layer.weight.detach().cpu().double()
+            head = weight if head is None else weight @ head
         elif not isinstance(layer, (nn.ReLU, nn.Dropout)):
             # another kind of layer would make the product a wrong map: refuse, loudly
             raise TypeError(f"cannot linearise a {type(layer).__name__} layer; the maps "
                             "handle Linear, ReLU and Dropout layers")
-    return product.numpy()
+    first = model.first.weight.detach().cpu()
+    if head is None:
+        return first.double().numpy()
+    # W_1 (hidden x p) is taken to float64 a block of columns at a time: on a 1 mm grid a
+    # float64 copy of it whole would be twice the model
+    out = np.empty((head.shape[0], first.shape[1]))
+    for start in range(0, first.shape[1], _COLUMNS):
+        block = slice(start, start + _COLUMNS)
+        out[:, block] = (head @ first[:, block].double()).numpy()
+    return out
 
 
 def has_maps(estimator) -> bool:

@@ -273,6 +273,10 @@ class FeatureGroupingBase(BaseEstimator):
             self.history_ = run.history
             self.n_iter_ = chosen["best_epoch"] + 1
             if val_rows is not None and self.refit:
+                # the first phase's model and best-epoch snapshot are not needed any more:
+                # released before the fresh model is built, they do not add to its peak
+                run.stopper.best_state = None
+                self.model_ = best = run = None
                 torch.manual_seed(seed)
                 source, bank = sources[chosen["n_clusters"]]
                 params = {name: chosen[name] for name in ("alpha", "dropout", "n_clusters")}

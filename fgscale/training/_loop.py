@@ -155,6 +155,9 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
         with torch.no_grad():
             for a, p in zip(average, model.parameters(), strict=True):
                 p.copy_(a)
+    # The last step's gradients are not kept past the epoch: a first layer on a 1 mm grid
+    # weighs as much as its weights, and validation and the best-epoch snapshot come next.
+    optimizer.zero_grad(set_to_none=True)
     return total / max(count, 1)
 
 
@@ -221,7 +224,7 @@ class EarlyStopping:
             self.bad_epochs += 1
         if loss < self.best_loss:
             self.best_loss, self.best_epoch = loss, epoch
-            self.best_state = copy.deepcopy(model.state_dict())
+            self.best_state = _snapshot(model.state_dict(), self.best_state)
         return self.bad_epochs >= self.patience
 
     def state_dict(self) -> dict:
@@ -229,6 +232,20 @@ class EarlyStopping:
 
     def load_state_dict(self, state: dict) -> None:
         vars(self).update(state)
+
+
+def _snapshot(state: dict, into: dict | None) -> dict:
+    """A copy of a state dict, written into the tensors of the previous copy when they match:
+    a fresh copy would hold two snapshots of a large model at once while the old one is
+    replaced."""
+    if into is None or into.keys() != state.keys() or any(
+            into[k].shape != v.shape or into[k].dtype != v.dtype or into[k].device != v.device
+            for k, v in state.items()):
+        return copy.deepcopy(state)
+    with torch.no_grad():
+        for k, v in state.items():
+            into[k].copy_(v)
+    return into
 
 
 def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[Batch]],
