@@ -42,6 +42,17 @@ def test_mlp_map_is_the_jacobian_of_the_logits_where_every_relu_is_active():
     assert not np.allclose(linearized_weights(model), _jacobian(model, x), atol=1e-3)
 
 
+def test_mlp_map_over_many_features_is_the_float64_product_of_its_weights():
+    """More features than one block of columns (the first layer is taken to float64 a block
+    at a time): the same numbers as the product of the weight matrices in float64."""
+    torch.manual_seed(0)
+    model = MLP(150_000, 3, (4, 5))
+    weights = [m.weight.detach().double() for m in (model.first, model.rest[2], model.rest[5])]
+    np.testing.assert_allclose(linearized_weights(model),
+                               (weights[2] @ (weights[1] @ weights[0])).numpy(), rtol=1e-12,
+                               atol=1e-15)
+
+
 def test_logistic_regression_map_is_its_weight_matrix():
     torch.manual_seed(0)
     model = LogisticRegression(6, 3)

@@ -53,3 +53,23 @@ def test_early_stopping_counts_epochs_without_improvement_by_tol():
     assert stopper.best_epoch == 1  # the best weights are still kept
     assert stopper.update(2, float("nan"), model)  # a NaN loss is no improvement
     assert stopper.best_epoch == 1 and stopper.best_loss == 0.95
+
+
+def test_early_stopping_keeps_a_copy_of_the_best_weights_in_one_set_of_tensors():
+    """The snapshot is a copy (later steps do not change it), written into the same tensors
+    at every improvement: a large model is never held twice over by snapshots."""
+    model = nn.Linear(3, 2)
+    stopper = EarlyStopping(patience=5)
+    stopper.update(0, 1.0, model)
+    tensors = {k: v.data_ptr() for k, v in stopper.best_state.items()}
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    stopper.update(1, 0.5, model)  # improves: the snapshot takes the new weights
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    stopper.update(2, 0.7, model)  # does not: the snapshot stays at epoch 1's weights
+    assert {k: v.data_ptr() for k, v in stopper.best_state.items()} == tensors
+    for k, v in expected.items():
+        torch.testing.assert_close(stopper.best_state[k], v, rtol=0, atol=0)
+        assert stopper.best_state[k].data_ptr() != model.state_dict()[k].data_ptr()
