@@ -108,15 +108,27 @@ def read_header(path) -> ImageHeader:
             head = f.read(4096)
         if path.suffix == ".gz":
             head = _zlib.decompressobj(wbits=31).decompress(head, 348)
-        header = nib.Nifti1Header(head[:348], check=True)
-        single_file = header["magic"].item() == b"n+1"
-        shape = tuple(int(n) for n in header.get_data_shape())
-    except _READ_ERRORS:  # anything else goes through load_img, with its errors
-        single_file, shape = False, ()
-    if not single_file or len(shape) not in (3, 4):
+    except _READ_ERRORS:
+        head = b""
+    parsed = _single_file_header(head, check=True)
+    if parsed is None:
         img = load_img(path)  # the general path, and its errors
         return ImageHeader(str(path), img.shape, img.affine)
+    header, shape = parsed
     return ImageHeader(str(path), shape, header.get_best_affine())
+
+
+def _single_file_header(head: bytes, *, check: bool):
+    """``(header, shape)`` of a single-file NIfTI-1 3D or 4D image from its first bytes, or
+    None for anything else (NIfTI-2, a truncated or foreign file, another number of axes)."""
+    try:
+        header = nib.Nifti1Header(head[:348], check=check)
+        shape = tuple(int(n) for n in header.get_data_shape())
+        if header["magic"].item() != b"n+1" or len(shape) not in (3, 4):
+            return None
+    except _READ_ERRORS:
+        return None
+    return header, shape
 
 
 def read_data(img) -> np.ndarray:
@@ -228,18 +240,16 @@ def read_array(path) -> np.ndarray:
     """
     path = Path(path)
     payload = _inflate(path)
-    if payload is not None:
+    # check=False: the header pass of a conversion (read_header) checked the file already
+    parsed = None if payload is None else _single_file_header(payload, check=False)
+    if parsed is not None:
+        header, shape = parsed
         try:
-            # check=False: the header pass of a conversion (read_header) checked the file already
-            header = nib.Nifti1Header(payload[:348], check=False)
-            shape = tuple(int(n) for n in header.get_data_shape())
             slope, inter = header.get_slope_inter()
-            fast = (header["magic"].item() == b"n+1" and len(shape) in (3, 4)
-                    and header.get_data_dtype() == np.float32
-                    and slope in (None, 1.0) and inter in (None, 0.0))
-        except _READ_ERRORS:
-            fast = False
-        if fast:
+        except _READ_ERRORS:  # a valid slope with an invalid intercept
+            slope = inter = np.nan
+        if (header.get_data_dtype() == np.float32 and slope in (None, 1.0)
+                and inter in (None, 0.0)):
             return _float32_view(payload, shape, int(header.get_data_offset()), path)
     return read_image(path)[1]
 

@@ -97,7 +97,7 @@ def brain_mask(shape, n_voxels: int) -> np.ndarray:
                        ellipsoid((0.5, 0.28, 0.30), (0.26, 0.16, 0.14)) + 0.1)
     # A fixed smooth deformation, the same for every cohort (one brain, many maps).
     bumps = _gaussian_filter(np.random.default_rng(1234).standard_normal(shape),
-                                    max(1.0, min(shape) / 10))
+                             max(1.0, min(shape) / 10))
     field = field + 0.15 * bumps / (np.abs(bumps).max() + 1e-12)
     # Thresholding at the n-th smallest value gives exactly n voxels (the field has no ties).
     threshold = np.partition(field.ravel(), n_voxels - 1)[n_voxels - 1]

@@ -175,6 +175,7 @@ def _block_rows(n_rows: int, n_features: int, client) -> int:
     floor = -(-_MIN_SHARD_BYTES // (4 * max(n_features, 1)))
     return int(min(default_block_rows(n_features), max(floor, -(-n_rows // (4 * threads)))))
 
+
 def _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None) -> str:
     mask_digest = None if mask is None else (
         hashlib.sha256(Path(mask).read_bytes()).hexdigest() if isinstance(mask, (str, Path))
