@@ -201,7 +201,8 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
     """
     path = Path(path)
     payload = _inflate(path)
-    if payload is None:
+    if payload is None or _single_file_header(payload, check=False) is None:
+        # not a one-member .gz NIfTI-1 file (a NIfTI-2 one, say): nibabel's general path
         img = load_img(path)
         return img, read_data(img)
     try:

@@ -11,7 +11,8 @@ from helpers import mask_img, save_mask
 from fgscale.cli import main
 from fgscale.grouping import export_map
 from fgscale.grouping._bank import omega_diagonal
-from fgscale.images import load_img, load_mask, read_data, read_header, unmask
+from fgscale.images import load_img, load_mask, read_data, read_header, read_image, unmask
+from fgscale.images._nifti import read_array
 
 
 @pytest.fixture
@@ -75,6 +76,27 @@ def test_read_header_equals_nibabel(tmp_path, rng, name, shape):
     header, img = read_header(tmp_path / name), nib.load(tmp_path / name)
     assert header.shape == img.shape and header.ndim == len(shape)
     np.testing.assert_array_equal(header.affine, img.affine)
+
+
+@pytest.mark.parametrize("name", ["a.nii", "a.nii.gz", "a2.nii.gz", "pair.img"])
+@pytest.mark.parametrize("shape", [(5, 6, 4), (5, 6, 4, 3)])
+@pytest.mark.parametrize("dtype, slope", [("<f4", None), (">f4", None), ("<i2", 0.5),
+                                          ("<f4", 2.0), ("<f8", None)])
+def test_read_array_equals_nibabel_whatever_the_file(tmp_path, rng, name, shape, dtype, slope):
+    """The header-only fast path (float32, unscaled, one .gz file) and the fallback to
+    read_image for everything else give nibabel's float32 values."""
+    kind = nib.Nifti2Image if name.startswith("a2") else (
+        nib.Nifti1Pair if name.endswith(".img") else nib.Nifti1Image)
+    img = kind((100 * rng.standard_normal(shape)).astype(dtype), np.eye(4))
+    img.set_data_dtype(dtype)
+    if slope is not None:
+        img.header.set_slope_inter(slope, 1.0)
+    nib.save(img, tmp_path / name)
+    data = read_array(tmp_path / name)
+    assert data.dtype == np.float32 and data.shape == shape
+    np.testing.assert_array_equal(data, np.asarray(nib.load(tmp_path / name).dataobj,
+                                                   dtype=np.float32))
+    np.testing.assert_array_equal(data, read_image(tmp_path / name)[1])
 
 
 def test_read_data_truncated_gzip(tmp_path, rng):
