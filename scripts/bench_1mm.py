@@ -29,6 +29,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -148,8 +149,9 @@ def run(args, work: Path) -> str:
                                               "--n-samples", args.n_samples, "--n-classes", 4,
                                               "--seed", 0), env=env)
         lines.append(f"cohort generated in {seconds:.0f} s (SYNTHETIC)")
-    for name in ("store.zarr", "run_logreg", "run_mlp", "predictions.csv"):
-        subprocess.run(["rm", "-rf", str(work / name)], check=True)
+    for name in ("store.zarr", "run_logreg", "run_mlp"):
+        shutil.rmtree(work / name, ignore_errors=True)
+    (work / "predictions.csv").unlink(missing_ok=True)
 
     rows = []
     for name, cmd, may_fail in stages(args, work):

@@ -71,13 +71,25 @@ def run_nilearn(X, mask, k):
         return ReNA(mask_img=mask_img, n_clusters=k, scaling=False, n_iter=10).fit(X).labels_
 
 
-def motor_samples(mask: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(n, p') samples: nilearn's real motor map on the MNI mask (where the map is defined),
-    scaled to unit variance, plus SYNTHETIC unit white noise; and the mask restricted to the map."""
+@functools.cache
+def motor_map() -> np.ndarray:
+    """nilearn's real motor map resampled onto the MNI 2 mm grid (once per run)."""
     template = load_mni152_brain_mask(resolution=2)
     motor = resample_to_img(load_sample_motor_activation_image(), template,
                             interpolation="continuous", force_resample=True, copy_header=True)
-    values = np.asarray(motor.dataobj, dtype=np.float64)
+    return np.asarray(motor.dataobj, dtype=np.float64)
+
+
+@functools.cache
+def fashion_images() -> np.ndarray:
+    """Fashion-MNIST's training images as (60000, 784) float32 (read once per run)."""
+    return load_fashion()["train_images"].reshape(-1, 784).astype(np.float32)
+
+
+def motor_samples(mask: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n, p') samples: nilearn's real motor map on the MNI mask (where the map is defined),
+    scaled to unit variance, plus SYNTHETIC unit white noise; and the mask restricted to the map."""
+    values = motor_map()
     mask = mask & np.isfinite(values) & (values != 0)
     signal = values[mask] / values[mask].std()
     noise = np.random.default_rng(seed).standard_normal((n, int(mask.sum())))
@@ -93,7 +105,7 @@ def problems(seed: int, samples: int) -> dict:
     X, motor_mask = motor_samples(mask, samples, seed)
     out["motor"] = (X, motor_samples(mask, 20, 1000 + seed)[0], motor_mask)
     if all((FASHION_DIR / name).is_file() for name in FASHION_FILES.values()):
-        images = load_fashion()["train_images"].reshape(-1, 784).astype(np.float32)
+        images = fashion_images()
         order = np.random.default_rng(seed).permutation(len(images))
         out["fashion"] = (images[order[:samples]], images[order[samples:samples + 1000]],
                           np.ones((28, 28, 1), bool))
