@@ -15,12 +15,6 @@ builds groupings does not pay for importing torch.
 """
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("fgscale")
-except PackageNotFoundError:  # a source tree that was not installed
-    __version__ = "0+unknown"
 
 _EXPORTS = {
     "FeatureGroupingClassifier": "fgscale.estimators",
@@ -54,7 +48,20 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+def _version() -> str:
+    # looked up when asked for: importlib.metadata costs a command such as convert 50 ms
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fgscale")
+    except PackageNotFoundError:  # a source tree that was not installed
+        return "0+unknown"
+
+
 def __getattr__(name):
+    if name == "__version__":
+        globals()["__version__"] = value = _version()
+        return value
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'fgscale' has no attribute {name!r}")

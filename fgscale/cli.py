@@ -165,27 +165,27 @@ def _cmd_convert(args) -> int:
     from fgscale.store._convert import convert
 
     cohort = args.cohort[0] if len(args.cohort) == 1 and args.labels is None else args.cohort
-    resample = args.resample
-    if resample not in (None, "mask"):
-        resample = float(resample)
+    resample = args.resample if args.resample in (None, "mask") else float(args.resample)
     classes = args.classes.split(",") if args.classes else None
     kwargs = dict(mask=args.mask, resample=resample, nan=args.nan, labels=args.labels,
-                  classes=classes, intersect_mask=args.intersect_mask,
-                  block_rows=args.block_rows, progress=not args.no_progress)
-    if _is_complete_store(args.out):
-        # convert checks that the store was made from these inputs and returns it before it
-        # needs a cluster: none is started for nothing
-        store = convert(cohort, args.out, **kwargs)
+                  classes=classes, intersect_mask=args.intersect_mask, block_rows=args.block_rows,
+                  progress=not args.no_progress)
+    complete = _is_complete_store(args.out)
+    if complete or (args.scheduler is None and args.scheduler_file is None):
+        # convert sizes its own workers to the cohort, and starts none for a complete store
+        store = convert(cohort, args.out, n_workers=args.n_workers, **kwargs)
+    else:
+        with _client(args, processes=False) as client:
+            store = convert(cohort, args.out, client=client, **kwargs)
+    if complete:
         print(f"{store.path}: already complete, nothing to do ({store.n_samples} rows x "
               f"{store.n_features} voxels)")
         return 0
-    with _client(args, processes=False) as client:
-        store = convert(cohort, args.out, client=client, **kwargs)
     s = store.attrs.get("summary", {})
-    print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, "
-          f"{len(store.classes)} classes, {s.get('bytes', 0) / 1e6:.1f} MB; "
-          f"{s.get('seconds', 0):.1f} s, {s.get('rows_per_s', 0):.1f} rows/s, "
-          f"{s.get('mb_per_s', 0):.1f} MB/s ({s.get('blocks_skipped', 0)} blocks already done)")
+    print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, {len(store.classes)}"
+          f" classes, {s.get('bytes', 0) / 1e6:.1f} MB; {s.get('seconds', 0):.1f} s, "
+          f"{s.get('rows_per_s', 0):.1f} rows/s, {s.get('mb_per_s', 0):.1f} MB/s "
+          f"({s.get('blocks_skipped', 0)} blocks already done)")
     return 0
 
 

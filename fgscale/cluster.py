@@ -13,22 +13,29 @@ active or joined), its dashboard link is printed once, on stderr: where to watch
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import os
 import sys
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import dask
-from dask.system import CPU_COUNT
-from distributed import Client, LocalCluster, as_completed, default_client
+from typing import TYPE_CHECKING
 
 from fgscale._progress import tqdm
 
+if TYPE_CHECKING:
+    from distributed import Client
+
+# distributed and dask are imported where a cluster is made or joined, not with this module:
+# they take about 0.35 s to import, more than converting a small cohort in threads
+# (ThreadTasks, scripts/bench_convert.py --end-to-end)
+
 log = logging.getLogger(__name__)
 
-__all__ = ["active_client", "connect", "dashboard_link", "get_client", "run_tasks"]
+__all__ = ["ThreadTasks", "active_client", "connect", "cpu_count", "dashboard_link", "get_client",
+           "run_tasks"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
@@ -64,8 +71,20 @@ def dashboard_link(client: Client) -> str | None:
     return link
 
 
+def cpu_count() -> int:
+    """The cores this process may run on (its CPU affinity where the OS reports one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def active_client() -> Client | None:
     """The ``distributed`` default client of this process (``with Client(...):``), if any."""
+    if "distributed" not in sys.modules:  # nothing imported it: there is no client
+        return None
+    from distributed import default_client
+
     try:
         return default_client()
     except ValueError:  # no client was made current
@@ -120,6 +139,10 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
         _log_dashboard(active, "using the active Dask client")
         yield active
         return
+    import dask
+    from dask.system import CPU_COUNT
+    from distributed import Client, LocalCluster
+
     n_workers = CPU_COUNT if n_workers is None else n_workers
     for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -181,6 +204,8 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
     if str(scheduler or "").startswith("tls://") and security is None:
         raise ValueError(f"{scheduler} is a TLS scheduler: give its CA and this client's "
                          "certificate and key (--tls-ca-file, --tls-cert, --tls-key)")
+    from distributed import Client
+
     try:
         if scheduler is not None:
             # the comm handshake alone first: a port where something else listens fails it
@@ -201,11 +226,42 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
         yield joined
 
 
-def run_tasks(client: Client, func, args_list, *, progress: bool = True, desc: str | None = None,
-              unit: str = "task", total: int | None = None, initial: int = 0,
-              weight=lambda result: 1) -> list:
-    """Run ``func(*args)`` for each ``args`` on the cluster, with a progress bar; return the
-    results in the order they finished.
+class ThreadTasks:
+    """Threads of this process standing in for a cluster, for work too small to repay one.
+
+    Importing ``distributed`` and starting a cluster cost about 0.4 s; converting a cohort of
+    a few hundred small files costs about as much. Its tasks (inflating, masking, writing)
+    release the GIL, so threads run them in parallel all the same. :func:`run_tasks` takes
+    this in place of a client; there is no dashboard.
+
+    Parameters
+    ----------
+    n_threads : int
+    """
+
+    def __init__(self, n_threads: int):
+        if not isinstance(n_threads, int) or isinstance(n_threads, bool) or n_threads < 1:
+            raise ValueError(f"n_threads must be a positive integer, got {n_threads!r}")
+        self.n_threads = n_threads
+        self._pool = concurrent.futures.ThreadPoolExecutor(n_threads,
+                                                           thread_name_prefix="fgscale-task")
+
+    def nthreads(self) -> dict:
+        """Threads per worker, as ``distributed.Client.nthreads`` gives them: one worker."""
+        return {"this-process": self.n_threads}
+
+    def __enter__(self) -> ThreadTasks:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_tasks(client: Client | ThreadTasks, func, args_list, *, progress: bool = True,
+              desc: str | None = None, unit: str = "task", total: int | None = None,
+              initial: int = 0, weight=lambda result: 1) -> list:
+    """Run ``func(*args)`` for each ``args`` on the cluster (or the :class:`ThreadTasks`), with
+    a progress bar; return the results in the order they finished.
 
     The first task error is raised only after every other task has finished, so that their
     work is kept (each task writes its own part of a store, which a re-run then reuses).
@@ -215,14 +271,23 @@ def run_tasks(client: Client, func, args_list, *, progress: bool = True, desc: s
     weight : callable, default=one per task
         How far a result moves the progress bar (rows converted, say).
     """
-    futures = [client.submit(func, *args, pure=False) for args in args_list]
+    if isinstance(client, ThreadTasks):
+        futures = [client._pool.submit(func, *args) for args in args_list]
+        finished = concurrent.futures.as_completed(futures)
+        failed = concurrent.futures.Future.exception
+    else:
+        from distributed import as_completed
+
+        futures = [client.submit(func, *args, pure=False) for args in args_list]
+        # the client's own loop: as_completed would otherwise look for a default client
+        finished = as_completed(futures, loop=client.loop)
+        failed = lambda future: future.status == "error"  # noqa: E731
     results, errors = [], []
     try:
         with tqdm(total=len(futures) if total is None else total, initial=initial, desc=desc,
                   unit=unit, disable=not progress) as bar:
-            # the client's own loop: as_completed would otherwise look for a default client
-            for future in as_completed(futures, loop=client.loop):
-                if future.status == "error":
+            for future in finished:
+                if failed(future):
                     errors.append(future)
                     continue
                 results.append(future.result())
@@ -230,7 +295,12 @@ def run_tasks(client: Client, func, args_list, *, progress: bool = True, desc: s
         if errors:
             errors[0].result()  # re-raises the worker's exception, which names its input
     finally:
-        client.cancel(futures)  # no-op when all are done; stops the rest on an interrupt
+        # no-op when all are done; stops the rest on an interrupt
+        if isinstance(client, ThreadTasks):
+            for future in futures:
+                future.cancel()
+        else:
+            client.cancel(futures)
     return results
 
 

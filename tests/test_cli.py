@@ -4,6 +4,8 @@ command, make-cohort, and "already complete, nothing to do" when nothing was don
 import argparse
 import csv
 import json
+import subprocess
+import sys
 
 import pytest
 from helpers import TINY_GRID, dashboard_port_may_be_taken
@@ -82,7 +84,7 @@ def test_convert_progress_then_already_complete(tmp_path, capsys):
                  "--no-progress"]) == 0
     out, err = capsys.readouterr()
     assert "12 rows x" in out and BAR not in err
-    assert err.count("Dask dashboard: http") == 1  # the cluster it started, once
+    assert "Dask dashboard" not in err  # a small cohort: threads of this process, no cluster
     assert open_store(quiet).attrs["synthetic"] is True
     assert main(["convert", str(table), "--out", str(shown), "--n-workers", "1"]) == 0
     assert BAR in capsys.readouterr().err
@@ -94,6 +96,36 @@ def test_convert_progress_then_already_complete(tmp_path, capsys):
                           f"{open_store(quiet).n_features} voxels)"
     assert "Dask dashboard" not in err  # no cluster started to do nothing
     assert _mtimes(quiet) == files
+
+
+@dashboard_port_may_be_taken
+def test_convert_starts_a_cluster_above_the_in_process_size(tmp_path, capsys, monkeypatch):
+    import fgscale.store._convert as convert_module
+
+    table = tmp_path / "cohort" / "cohort.csv"
+    assert main(["make-cohort", str(table.parent), "--n-samples", "6", "--n-classes", "2",
+                 "--grid", TINY, "--n-subjects", "2"]) == 0
+    monkeypatch.setattr(convert_module, "_IN_PROCESS_BYTES", 0)  # every cohort is "large"
+    capsys.readouterr()
+    assert main(["convert", str(table), "--out", str(tmp_path / "s.zarr"), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert capsys.readouterr().err.count("Dask dashboard: http") == 1  # once, for its cluster
+    assert open_store(tmp_path / "s.zarr").n_samples == 6
+
+
+def test_small_convert_imports_no_dask(tmp_path):
+    """The start-up a small cohort is spared: distributed and dask are never imported."""
+    table = tmp_path / "cohort" / "cohort.csv"
+    assert main(["make-cohort", str(table.parent), "--n-samples", "6", "--n-classes", "2",
+                 "--grid", TINY, "--n-subjects", "2"]) == 0
+    code = ("import sys; from fgscale.cli import main; "
+            f"rc = main(['convert', {str(table)!r}, '--out', {str(tmp_path / 's.zarr')!r}, "
+            "'--no-progress']); print(rc, sorted(m for m in ('dask', 'distributed') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
+    assert open_store(tmp_path / "s.zarr").n_samples == 6
 
 
 def test_bank_then_already_complete(tiny_store, capsys):

@@ -12,7 +12,7 @@ import pytest
 from distributed import Client
 from helpers import dashboard_port_may_be_taken
 
-from fgscale.cluster import connect, dashboard_link, get_client
+from fgscale.cluster import ThreadTasks, connect, dashboard_link, get_client, run_tasks
 
 ROOT = Path(__file__).resolve().parents[1] / "cluster"
 
@@ -90,6 +90,42 @@ def test_embedded_thread_workers_run_in_this_process():
         limits = [w["memory_limit"] for w in local.scheduler_info()["workers"].values()]
         assert limits == [0, 0]
     assert local.status == "closed"
+
+
+def _square_or_fail(i, folder=None, barrier=None):
+    if barrier is not None:
+        barrier.wait(timeout=30)  # both threads at once: the tasks do run in parallel
+    if i == 3:
+        raise ValueError(f"task {i} failed")
+    if folder is not None:  # the work a task keeps, as a conversion block writes its shard
+        (Path(folder) / str(i)).write_text(str(i * i))
+    return i * i
+
+
+@pytest.mark.parametrize("kind", ["threads", "cluster"])
+def test_run_tasks_keeps_every_result_then_raises_the_first_error(kind, client, tmp_path):
+    """The same contract on ThreadTasks as on a Dask client: every other task finishes (its
+    work is kept) before the first task error is raised, unchanged."""
+    import threading
+
+    runner = ThreadTasks(2) if kind == "threads" else client
+    with pytest.raises(ValueError, match="task 3 failed"):
+        run_tasks(runner, _square_or_fail, [(i, str(tmp_path)) for i in range(8)],
+                  progress=False)
+    assert sorted(int(f.name) for f in tmp_path.iterdir()) == [0, 1, 2, 4, 5, 6, 7]
+    assert sorted(run_tasks(runner, _square_or_fail, [(i,) for i in (0, 1, 2)],
+                            progress=False)) == [0, 1, 4]
+    if kind == "threads":
+        barrier = threading.Barrier(2)
+        assert runner.nthreads() == {"this-process": 2}
+        assert sorted(run_tasks(runner, _square_or_fail, [(1, None, barrier), (2, None, barrier)],
+                                progress=False)) == [1, 4]
+        with runner:
+            pass
+        with pytest.raises(RuntimeError, match="shutdown"):
+            run_tasks(runner, _square_or_fail, [(0,)], progress=False)
+    with pytest.raises(ValueError, match="n_threads must be a positive integer"):
+        ThreadTasks(0)
 
 
 def test_bad_arguments(client, tmp_path):

@@ -44,7 +44,7 @@ import nibabel as nib
 import numpy as np
 import zarr
 
-from fgscale.cluster import get_client, run_tasks
+from fgscale.cluster import ThreadTasks, active_client, cpu_count, get_client, run_tasks
 from fgscale.images._cohort import read_cohort
 from fgscale.images._nifti import load_img, load_mask, read_array, read_header, read_image
 from fgscale.store._layout import (
@@ -165,6 +165,7 @@ def _convert_block(out: str, fingerprint: str, block: int, sources, grid, resamp
 # ---------------------------------------------------------------- the conversion
 
 _MIN_SHARD_BYTES = 4 * 2**20
+_IN_PROCESS_BYTES = 2**30
 
 
 def _block_rows(n_rows: int, n_features: int, client) -> int:
@@ -189,7 +190,8 @@ def _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None)
 
 def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels=None,
             classes=None, intersect_mask: bool = False, client=None,
-            block_rows: int | None = None, progress: bool = True) -> Store:
+            n_workers: int | None = None, block_rows: int | None = None,
+            progress: bool = True) -> Store:
     """Convert a NIfTI cohort into a complete fgscale store (resumable).
 
     Parameters
@@ -215,7 +217,11 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         With ``mask``: also compute the data mask and keep the intersection.
     client : distributed.Client, optional
         Default the active ``distributed`` client, else an embedded LocalCluster of worker
-        threads (:func:`fgscale.cluster.get_client`).
+        threads (:func:`fgscale.cluster.get_client`); a cohort of less than 1 GiB of voxels
+        to read is converted by threads of this process instead, with no cluster to start
+        (:class:`fgscale.cluster.ThreadTasks`).
+    n_workers : int, optional
+        Threads of the embedded cluster or of this process; default the usable cores.
     block_rows : int, optional
         Rows per task and per shard of ``X``. Default: about 64 MiB of rows, fewer when that
         would give the client's worker threads fewer than about 4 tasks each (not below 4 MiB).
@@ -264,10 +270,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         if g is not None:
             log.info("resuming the conversion into %s", out)
     sources = [(r[0], r[1]) for r in rows]
-    # Thread workers: a conversion's work (inflating, gathering, writing) releases the GIL, and
-    # they start at once, where worker processes cost a start, imports in each worker and a
-    # shutdown that a cohort of a few hundred files does not repay (scripts/bench_convert.py).
-    with get_client(client, processes=False) as c:
+    with _workers(client, n_workers, len(rows) * int(np.prod(grid[0])) * 4) as c:
         if g is None:
             store_mask = _final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
                                      progress)
@@ -309,6 +312,23 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     log.info("converted %d rows x %d voxels (%.1f MB) in %.1f s", n_rows, n_features,
              summary["bytes"] / 1e6, seconds)
     return open_store(out)
+
+
+def _workers(client, n_workers: int | None, voxel_bytes: int):
+    """Where the blocks run: the given or active client; else, for less than 1 GiB of voxels to
+    read, threads of this process; else an embedded cluster of worker threads.
+
+    Threads either way: a conversion's work (inflating, gathering, writing) releases the GIL,
+    where worker processes cost a start, imports in each worker and a shutdown that a cohort of
+    a few hundred files does not repay. Below 1 GiB (a few seconds of work on 2 cores) even
+    importing ``distributed`` costs a sizeable share (scripts/bench_convert.py --end-to-end).
+    """
+    if client is None and active_client() is None and voxel_bytes < _IN_PROCESS_BYTES:
+        n = cpu_count() if n_workers is None else n_workers
+        log.info("converting with %d thread(s) of this process (%.0f MB of voxels: no Dask "
+                 "cluster started)", n, voxel_bytes / 1e6)
+        return ThreadTasks(n)
+    return get_client(client, n_workers=n_workers, processes=False)
 
 
 def _create_whole(out: Path, **kwargs) -> zarr.Group:
