@@ -2,9 +2,11 @@
 
 Batch 200, p = 270,806 (the HCP 2 mm mask size), k = 27,080, 20 classes; logistic regression
 and the MLP (256 hidden units). The data are random (synthetic); only timing is measured.
-Columns: the step on full rows (baseline), the step on reduced rows with W0 Phi^T computed
-inside (what the central process pays), and the reduction of the batch itself, Phi x (what a
-worker pays per minibatch in the distributed trainer).
+Columns: the step on full rows (baseline); the step on reduced rows with W0 Phi^T computed
+inside (what the central process pays), through autograd and torch's SGD (a dense (h x p)
+gradient for W0) and as training runs it, deferred (the (h x k) gradient applied to W0 in
+blocks, the same numbers); and the reduction of the batch itself, Phi x (what a worker pays
+per minibatch in the distributed trainer).
 
     .venv/bin/python scripts/bench_step.py [--repeats 7] [--p 270806] [--quick]
 """
@@ -42,23 +44,31 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {m}, p = {p}, "
           f"k = {k}, {args.classes} classes; median of {args.repeats}; synthetic random data\n")
-    markdown_table("model", "plain step (ms)", "grouped step (ms)", "ratio grouped / plain",
-                   "batch reduction Phi x (ms, on a worker)")
+    markdown_table("model", "plain step (ms)", "grouped step, autograd (ms)",
+                   "grouped step, deferred (ms)", "ratio deferred / plain",
+                   "speed-up deferred / autograd", "batch reduction Phi x (ms, on a worker)")
     reduce_ms = 1e3 * median_time(lambda: project(x, labels_np, k), args.repeats)
     for name in ("logreg", "mlp"):
         torch.manual_seed(0)
         model = build_model(name, p, args.classes, regularizer="none", dropout=0.0)
         opt = make_optimizer(model, 0.01)
+        group = opt.param_groups[0]  # the weight matrices, W0 among them
 
-        def step(inputs, grouping, model=model, opt=opt):
+        def step(inputs, grouping, model=model, opt=opt, group=group):
+            # train_epoch's step: with first.defer, W0 gets no dense gradient (h x p), and
+            # step_deferred applies its (h x k) one in place of SGD
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(inputs, grouping), y).backward()
             opt.step()
+            model.first.step_deferred(group["lr"], group["weight_decay"])
 
         plain = median_time(lambda: step(x_full, None), args.repeats)
         grouped = median_time(lambda: step(x_red, labels), args.repeats)
-        markdown_row(name, f"{1e3 * plain:.1f}", f"{1e3 * grouped:.1f}", f"{grouped / plain:.2f}",
-                     f"{reduce_ms:.1f}")
+        model.first.defer = True
+        deferred = median_time(lambda: step(x_red, labels), args.repeats)
+        model.first.defer = False
+        markdown_row(name, f"{1e3 * plain:.1f}", f"{1e3 * grouped:.1f}", f"{1e3 * deferred:.1f}",
+                     f"{deferred / plain:.2f}", f"{grouped / deferred:.2f}", f"{reduce_ms:.1f}")
 
 
 if __name__ == "__main__":

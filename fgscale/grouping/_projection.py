@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["back_project", "cluster_sizes", "project", "project_rows"]
+__all__ = ["back_project", "cluster_scale", "cluster_sizes", "project", "project_rows"]
 
 
 def cluster_sizes(labels, n_clusters: int | None = None):
@@ -30,7 +30,8 @@ def cluster_sizes(labels, n_clusters: int | None = None):
     return np.bincount(labels, minlength=k)
 
 
-def _scale(labels: torch.Tensor, n_clusters: int, dtype) -> torch.Tensor:
+def cluster_scale(labels: torch.Tensor, n_clusters: int, dtype) -> torch.Tensor:
+    """1 / sqrt(|C_q|) per cluster q: the scale :func:`project` puts on each cluster's sum."""
     return cluster_sizes(labels, n_clusters).to(dtype).rsqrt()
 
 
@@ -63,7 +64,7 @@ def project(X, labels, n_clusters: int | None = None):
     # gradient is a row-wise gather from the (h, k) gradient, where index_add_'s is an
     # index_select of that gradient's columns, torch's slower path on the CPU
     Z = X_t.new_zeros(X_t.shape[:-1] + (k,)).scatter_add_(-1, lab.expand_as(X_t), X_t)
-    Z *= _scale(lab, k, X_t.dtype)
+    Z *= cluster_scale(lab, k, X_t.dtype)
     return Z.numpy() if was_numpy else Z
 
 
@@ -123,7 +124,7 @@ def project_rows(rows, labels, n_rows: int, n_clusters: int | None = None, *,
             Z[i].scatter_add_(0, lab, torch.from_numpy(row))
     # in numpy, on this thread: many thread workers each opening torch's intra-op pool for
     # this product oversubscribe the cores (the 1D scatter above runs on one thread already)
-    np.multiply(out, _scale(lab, k, Z.dtype).numpy(), out=out)
+    np.multiply(out, cluster_scale(lab, k, Z.dtype).numpy(), out=out)
     return out
 
 
@@ -142,6 +143,6 @@ def back_project(Z, labels):
     """
     Z_t, was_numpy = _as_tensor(Z)
     lab = _as_tensor(labels)[0].to(device=Z_t.device, dtype=torch.long)
-    scaled = Z_t * _scale(lab, Z_t.shape[-1], Z_t.dtype)
+    scaled = Z_t * cluster_scale(lab, Z_t.shape[-1], Z_t.dtype)
     X = scaled.gather(-1, lab.expand(scaled.shape[:-1] + lab.shape))
     return X.numpy() if was_numpy else X

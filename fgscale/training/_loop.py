@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fgscale._progress import tqdm
+from fgscale.training._models import GroupedLinear
 
 __all__ = ["Batch", "EarlyStopping", "batch_loss", "evaluate", "fit", "lipschitz", "make_optimizer",
            "predict_logits", "train_epoch"]
@@ -132,25 +133,32 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     total, count = 0.0, 0
     average = [torch.zeros_like(p) for p in model.parameters()] if regression else None
     steps = 0
-    for batch in batches:
-        x = torch.as_tensor(batch.x, device=device)
-        y = torch.as_tensor(batch.y, device=device)
-        grouping = None if batch.grouping is None else bank[batch.grouping].long()
-        if step_size is not None:
-            lr = step_size(x)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-        optimizer.zero_grad(set_to_none=True)
-        loss = batch_loss(model(x, grouping), y, regression)
-        loss.backward()
-        optimizer.step()
-        total += loss.item() * len(y)
-        count += len(y)
-        steps += 1
-        if average is not None:
-            with torch.no_grad():
-                for a, p in zip(average, model.parameters(), strict=True):
-                    a.add_(p.detach() - a, alpha=1.0 / steps)
+    first, first_group = _deferred_layer(model, optimizer)
+    try:
+        for batch in batches:
+            x = torch.as_tensor(batch.x, device=device)
+            y = torch.as_tensor(batch.y, device=device)
+            grouping = None if batch.grouping is None else bank[batch.grouping].long()
+            if step_size is not None:
+                lr = step_size(x)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+            optimizer.zero_grad(set_to_none=True)
+            loss = batch_loss(model(x, grouping), y, regression)
+            loss.backward()
+            optimizer.step()  # W0 has no .grad after a deferred forward: SGD leaves it alone
+            if first is not None:
+                first.step_deferred(first_group["lr"], first_group["weight_decay"])
+            total += loss.item() * len(y)
+            count += len(y)
+            steps += 1
+            if average is not None:
+                with torch.no_grad():
+                    for a, p in zip(average, model.parameters(), strict=True):
+                        a.add_(p.detach() - a, alpha=1.0 / steps)
+    finally:  # an interrupted epoch leaves no layer deferring for a later forward
+        if first is not None:
+            first.defer = False
     if average is not None and steps:
         with torch.no_grad():
             for a, p in zip(average, model.parameters(), strict=True):
@@ -159,6 +167,22 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     # weighs as much as its weights, and validation and the best-epoch snapshot come next.
     optimizer.zero_grad(set_to_none=True)
     return total / max(count, 1)
+
+
+def _deferred_layer(model: nn.Module, optimizer):
+    """The model's grouped first layer, switched to deferred steps (see
+    :class:`~fgscale.training._models.GroupedLinear`), and the optimizer's group that holds its
+    weight; (None, None) when the optimizer is not plain SGD, whose step alone it reproduces."""
+    first = getattr(model, "first", None)
+    if not isinstance(first, GroupedLinear) or not isinstance(optimizer, torch.optim.SGD):
+        return None, None
+    for group in optimizer.param_groups:
+        if any(p is first.weight for p in group["params"]):
+            if group["momentum"] or group["maximize"]:
+                return None, None
+            first.defer = True
+            return first, group
+    return None, None
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fgscale.grouping._projection import back_project, project
+from fgscale.grouping._projection import back_project, cluster_scale, project
 
 __all__ = ["CNN", "GroupedLinear", "LogisticRegression", "MLP", "build_model"]
 
@@ -38,6 +38,12 @@ class GroupedLinear(nn.Module):
         bound = 1.0 / math.sqrt(n_features)  # nn.Linear's default initialisation
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
+        # With defer, a grouped forward keeps the (h x k) gradient of W0_hat for step_deferred
+        # instead of letting autograd expand it to W0's (h x p): on a 1 mm grid that dense
+        # gradient weighs as much as W0 itself (1.9 GB for h = 256) and is written in full
+        # at every step, then read again by the optimizer.
+        self.defer = False
+        self._pending = None
 
     def forward(self, x: torch.Tensor, grouping: torch.Tensor | None = None) -> torch.Tensor:
         """Apply the layer.
@@ -50,7 +56,37 @@ class GroupedLinear(nn.Module):
         """
         if grouping is None:
             return F.linear(x, self.weight, self.bias)
-        return F.linear(x, project(self.weight, grouping, x.shape[1]), self.bias)
+        if not (self.defer and torch.is_grad_enabled() and self.weight.requires_grad):
+            return F.linear(x, project(self.weight, grouping, x.shape[1]), self.bias)
+        with torch.no_grad():
+            reduced = project(self.weight, grouping, x.shape[1])
+        reduced.requires_grad_(True)
+        reduced.register_hook(lambda grad: setattr(self, "_pending", (grouping, grad)))
+        return F.linear(x, reduced, self.bias)
+
+    @torch.no_grad()
+    def step_deferred(self, lr: float, weight_decay: float = 0.0) -> bool:
+        """Apply the gradient a deferred forward kept, as ``torch.optim.SGD`` would have
+        applied autograd's: ``W0 -= lr * (g_W0hat Phi + weight_decay * W0)``, one row at a
+        time, with the same floating-point operations (the same numbers).
+
+        Returns False when no gradient was pending (the step is then for the optimizer).
+        """
+        if self._pending is None:
+            return False
+        grouping, grad = self._pending
+        self._pending = None
+        k = grad.shape[1]
+        # project scales cluster q by 1/sqrt(|C_q|): its gradient for W0 carries the same scale
+        expanded = grad * cluster_scale(grouping, k, grad.dtype)
+        # One row of W0 at a time: the temporary is one row (p values), not (h x p), and the
+        # gather reads one row of the (h x k) gradient, which stays in cache
+        for row, grad_row in zip(self.weight, expanded, strict=True):
+            d_p = grad_row[grouping]
+            if weight_decay != 0:
+                d_p = d_p.add(row, alpha=weight_decay)
+            row.add_(d_p, alpha=-lr)
+        return True
 
 
 class LogisticRegression(nn.Module):
