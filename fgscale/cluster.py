@@ -246,6 +246,9 @@ class ThreadTasks:
         self._pool = concurrent.futures.ThreadPoolExecutor(n_threads,
                                                            thread_name_prefix="fgscale-task")
 
+    def submit(self, func, *args) -> concurrent.futures.Future:
+        return self._pool.submit(func, *args)
+
     def nthreads(self) -> dict:
         """Threads per worker, as ``distributed.Client.nthreads`` gives them: one worker."""
         return {"this-process": self.n_threads}
@@ -272,7 +275,7 @@ def run_tasks(client: Client | ThreadTasks, func, args_list, *, progress: bool =
         How far a result moves the progress bar (rows converted, say).
     """
     if isinstance(client, ThreadTasks):
-        futures = [client._pool.submit(func, *args) for args in args_list]
+        futures = [client.submit(func, *args) for args in args_list]
         finished = concurrent.futures.as_completed(futures)
         failed = concurrent.futures.Future.exception
     else:
