@@ -169,12 +169,21 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     return total / max(count, 1)
 
 
+# First layers of at least this many weights take deferred steps: there the dense gradient's
+# memory matters (the MLP at 2 mm, 69M weights, and up), and the deferred step is as fast or
+# faster (1.28x at 1 mm); on a logistic regression's few rows it is slower
+# (scripts/bench_step.py, README "Projection and the training step").
+_DEFER_MIN_WEIGHTS = 1 << 26
+
+
 def _deferred_layer(model: nn.Module, optimizer):
     """The model's grouped first layer, switched to deferred steps (see
     :class:`~fgscale.training._models.GroupedLinear`), and the optimizer's group that holds its
-    weight; (None, None) when the optimizer is not plain SGD, whose step alone it reproduces."""
+    weight; (None, None) for a small layer, or when the optimizer is not plain SGD, whose step
+    alone it reproduces."""
     first = getattr(model, "first", None)
-    if not isinstance(first, GroupedLinear) or not isinstance(optimizer, torch.optim.SGD):
+    if not isinstance(first, GroupedLinear) or not isinstance(optimizer, torch.optim.SGD) \
+            or first.weight.numel() < _DEFER_MIN_WEIGHTS:
         return None, None
     for group in optimizer.param_groups:
         if any(p is first.weight for p in group["params"]):

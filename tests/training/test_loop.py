@@ -16,6 +16,7 @@ from fgscale.training import (
     make_optimizer,
     train_epoch,
 )
+from fgscale.training import _loop as loop_module
 from fgscale.training._models import GroupedLinear, build_model
 from fgscale.training._plan import epoch_plan
 
@@ -133,7 +134,7 @@ def test_train_epoch_returns_mean_loss():
 
 @pytest.mark.parametrize("model_name", ["logreg", "mlp"])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.05])
-def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay):
+def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay, monkeypatch):
     """train_epoch's deferred first-layer step (no dense (h x p) gradient) gives the weights
     that autograd and torch.optim.SGD give, bit for bit, over steps with changing groupings
     and step sizes; wider than a block of columns, so that the blocks are exercised."""
@@ -147,6 +148,7 @@ def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay)
     def step_size(x):
         return next(steps)
 
+    monkeypatch.setattr(loop_module, "_DEFER_MIN_WEIGHTS", 0)  # the test's small layers too
     torch.manual_seed(0)
     deferred = build_model(model_name, p, n_classes, regularizer="feature_grouping",
                            dropout=0.0, hidden_layer_sizes=(8,))
@@ -155,6 +157,14 @@ def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay)
     train_epoch(deferred, make_optimizer(deferred, 0.1, weight_decay), batches, bank=bank,
                 step_size=step_size)
     assert deferred.first.defer is False and deferred.first.weight.grad is None
+    # without the override, a layer this small takes autograd's steps: the same weights again
+    monkeypatch.undo()
+    small = copy.deepcopy(reference)
+    steps = iter([0.3, 0.1, 0.2, 0.05, 0.4])
+    train_epoch(small, make_optimizer(small, 0.1, weight_decay), batches, bank=bank,
+                step_size=step_size)
+    for name, value in small.state_dict().items():
+        assert torch.equal(deferred.state_dict()[name], value), name
 
     opt = make_optimizer(reference, 0.1, weight_decay)
     for batch, lr in zip(batches, [0.3, 0.1, 0.2, 0.05, 0.4], strict=True):
