@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ThreadTasks", "active_client", "connect", "cpu_count", "dashboard_link", "get_client",
-           "run_tasks"]
+__all__ = ["ThreadTasks", "active_client", "check_count", "connect", "cpu_count", "dashboard_link",
+           "get_client", "run_tasks"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
@@ -77,6 +77,12 @@ def cpu_count() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def check_count(name: str, value) -> None:
+    """Raise ValueError unless ``value`` is a positive integer (a worker or thread count)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def active_client() -> Client | None:
@@ -144,9 +150,8 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
     from distributed import Client, LocalCluster
 
     n_workers = CPU_COUNT if n_workers is None else n_workers
-    for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_count("n_workers", n_workers)
+    check_count("threads_per_worker", threads_per_worker)
     if not processes and memory_limit == "auto":
         memory_limit = 0  # thread workers share this process: its memory is the bound
     with dask.config.set(_WORKER_CONFIG):  # read when the nannies are created
@@ -240,8 +245,7 @@ class ThreadTasks:
     """
 
     def __init__(self, n_threads: int):
-        if not isinstance(n_threads, int) or isinstance(n_threads, bool) or n_threads < 1:
-            raise ValueError(f"n_threads must be a positive integer, got {n_threads!r}")
+        check_count("n_threads", n_threads)
         self.n_threads = n_threads
         self._pool = concurrent.futures.ThreadPoolExecutor(n_threads,
                                                            thread_name_prefix="fgscale-task")
@@ -252,6 +256,11 @@ class ThreadTasks:
     def nthreads(self) -> dict:
         """Threads per worker, as ``distributed.Client.nthreads`` gives them: one worker."""
         return {"this-process": self.n_threads}
+
+    def cancel(self, futures) -> None:
+        """Cancel the tasks not started yet, as ``distributed.Client.cancel`` does."""
+        for future in futures:
+            future.cancel()
 
     def __enter__(self) -> ThreadTasks:
         return self
@@ -298,12 +307,7 @@ def run_tasks(client: Client | ThreadTasks, func, args_list, *, progress: bool =
         if errors:
             errors[0].result()  # re-raises the worker's exception, which names its input
     finally:
-        # no-op when all are done; stops the rest on an interrupt
-        if isinstance(client, ThreadTasks):
-            for future in futures:
-                future.cancel()
-        else:
-            client.cancel(futures)
+        client.cancel(futures)  # no-op when all are done; stops the rest on an interrupt
     return results
 
 

@@ -44,7 +44,14 @@ import nibabel as nib
 import numpy as np
 import zarr
 
-from fgscale.cluster import ThreadTasks, active_client, cpu_count, get_client, run_tasks
+from fgscale.cluster import (
+    ThreadTasks,
+    active_client,
+    check_count,
+    cpu_count,
+    get_client,
+    run_tasks,
+)
 from fgscale.images._cohort import read_cohort
 from fgscale.images._nifti import load_img, load_mask, read_array, read_header, read_image
 from fgscale.store._layout import (
@@ -323,8 +330,8 @@ def _workers(client, n_workers: int | None, voxel_bytes: int):
     a few hundred files does not repay. Below 1 GiB (a few seconds of work on 2 cores) even
     importing ``distributed`` costs a sizeable share (scripts/bench_convert.py --end-to-end).
     """
-    if n_workers is not None and (not isinstance(n_workers, int) or n_workers < 1):
-        raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
+    if n_workers is not None:
+        check_count("n_workers", n_workers)
     if client is None and active_client() is None and voxel_bytes < _IN_PROCESS_BYTES:
         n = cpu_count() if n_workers is None else n_workers
         log.info("converting with %d thread(s) of this process (%.0f MB of voxels: no Dask "
