@@ -35,7 +35,11 @@ groupings of the bank (Fig. 5), all from seed 0 at high noise.
 
     .venv/bin/python scripts/reproduce_table1.py --quick              # 1 seed, thin grids, ~6 min
     .venv/bin/python scripts/reproduce_table1.py --figures            # full: 10 seeds
-    .venv/bin/python scripts/reproduce_table1.py --seeds 3 --models logreg,mlp --noise 0.6
+    .venv/bin/python scripts/reproduce_table1.py --seeds 3 --models logreg,mlp --noise high
+    # only the rows a change to the groupings touches, merged into an earlier run's CSV:
+    .venv/bin/python scripts/reproduce_table1.py --regularizers feature_grouping --no-reference \
+        --csv fg.csv
+    .venv/bin/python scripts/reproduce_table1.py --report-from earlier.csv fg.csv
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ DROPOUT_GRID = (0.1, 0.3, 0.5, 0.7)
 FG = dict(n_clusters=0.1, n_groupings=100, n_bootstrap=50)
 NOISES = {"none": None, "medium": 3.0, "high": 0.6}
 MODELS = ("logreg", "mlp", "cnn")
+REGULARIZERS = ("none", "l2", "dropout", "feature_grouping")
 MODEL_NAMES = {"logreg": "LR", "mlp": "MLP", "cnn": "CNN"}
 
 # The paper's Table 1 on Olivetti (test accuracy %, mean ± SE over 10 runs), ../shared/METHOD.md
@@ -263,9 +268,15 @@ def parse_args(argv=None):
     p.add_argument("--first-seed", type=int, default=0,
                    help="first seed (to split the seeds between processes, then --report-from)")
     p.add_argument("--report-from", type=Path, nargs="+",
-                   help="no fit: write the report from the --csv files of earlier runs")
+                   help="no fit: write the report from the --csv files of earlier runs (a fit "
+                   "in several keeps the last file's row)")
     p.add_argument("--noise", default="none,medium,high", help="noise levels among none,medium,high")
     p.add_argument("--models", default="logreg,mlp,cnn", help="among logreg,mlp,cnn")
+    p.add_argument("--regularizers", default=",".join(REGULARIZERS),
+                   help="fit only the candidates of these, among " + ",".join(REGULARIZERS)
+                   + " (to re-run the rows a change touched, then --report-from)")
+    p.add_argument("--no-reference", action="store_true",
+                   help="skip the reference rows (fgscale defaults, LogisticRegressionCV)")
     p.add_argument("--out", type=Path, default=RESULTS / "table1.md", help="Markdown report")
     p.add_argument("--csv", type=Path, help="one row per fit (seed, noise, model, method, value)")
     p.add_argument("--fashion-dir", type=Path, default=FASHION_DIR,
@@ -277,12 +288,16 @@ def parse_args(argv=None):
     args.seeds = args.seeds or (1 if args.quick else 10)
     args.noise = [n for n in args.noise.split(",") if n]
     args.models = [m for m in args.models.split(",") if m]
+    args.regularizers = [r for r in args.regularizers.split(",") if r]
     for n in args.noise:
         if n not in NOISES:
             p.error(f"--noise: {n!r} is not one of {sorted(NOISES)}")
     for m in args.models:
         if m not in MODELS:
             p.error(f"--models: {m!r} is not one of {list(MODELS)}")
+    for r in args.regularizers:
+        if r not in REGULARIZERS:
+            p.error(f"--regularizers: {r!r} is not one of {list(REGULARIZERS)}")
     return args
 
 
@@ -301,13 +316,16 @@ CSV_FIELDS = ("seed", "noise", "model", "method", "value", "val_loss", "test", "
 
 
 def _read_csv(paths) -> list[dict]:
-    rows = []
+    """The rows of the CSVs; a fit (seed, noise, model, method, value) found in several files
+    keeps its row from the last one, so a re-run of some rows replaces them in a merge."""
+    rows = {}
     for path in paths:
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
-                rows.append(r | {k: float(r[k]) for k in ("val_loss", "test", "seconds")}
-                            | {"seed": int(r["seed"])})
-    return rows
+                r = r | {k: float(r[k]) for k in ("val_loss", "test", "seconds")} \
+                    | {"seed": int(r["seed"])}
+                rows[tuple(r[k] for k in ("seed", "noise", "model", "method", "value"))] = r
+    return list(rows.values())
 
 
 def _run(args) -> list[dict]:
@@ -325,6 +343,8 @@ def _run(args) -> list[dict]:
             X, y = split.X_tr, split.y_tr
             for model in args.models:
                 for method, params in candidates(model, args.quick):
+                    if params["regularizer"] not in args.regularizers:
+                        continue
                     fit = fit_candidate(model, params, split, X, y, seed)
                     value = params.get("alpha") if method == "L2" else params.get("dropout") \
                         if method == "dropout" else ""
@@ -336,7 +356,8 @@ def _run(args) -> list[dict]:
                           f"{fit['seconds']:.1f} s", flush=True)
                     if seed == 0 and noise == "high":
                         kept[(model, method, value)] = fit | {"val_loss": fit["val_loss"]}
-            for name, (test, seconds) in reference_fits(split, X, y, seed).items():
+            references = {} if args.no_reference else reference_fits(split, X, y, seed)
+            for name, (test, seconds) in references.items():
                 rows.append({"seed": seed, "noise": noise, "model": "reference", "method": name,
                              "value": "", "val_loss": math.nan, "test": test,
                              "seconds": seconds})
