@@ -275,9 +275,10 @@ PARAMS: tuple[Param, ...] = (
           "dropout rate: on the input and hidden layers with regularizer='dropout', on hidden "
           "layers only with 'feature_grouping' (the paper's MLP); 'auto' or a list: chosen on "
           "the validation split", 'float, list or "auto"'),
-    Param("n_clusters", 0.1, _Searchable(_Fraction()), "k, clusters per grouping; a float in "
-          "(0, 1) is a fraction of the features; 'auto' or a list: chosen on the validation "
-          "split (one bank per k)", 'int, float, list or "auto"'),
+    Param("n_clusters", "auto", _Searchable(_Fraction()), "k, clusters per grouping; a float "
+          "in (0, 1) is a fraction of the features; 'auto': 5%, 10% or 20% of them, chosen on "
+          "the validation split (one bank each; 10% when the rows leave no validation split); "
+          "a list: chosen among its values", 'int, float, list or "auto"'),
     Param("n_groupings", 100, Interval(int, 1, None), "b, groupings in the bank", "int"),
     Param("n_bootstrap", 50, Interval(int, 1, None),
           "r, training rows drawn with replacement for each grouping", "int"),

@@ -6,6 +6,12 @@ A run folder holds::
     checkpoint.pt    model, optimiser, early-stopping and RNG state after the last epoch
                      (tensors, numbers and strings only: it loads with ``weights_only=True``)
     metrics.jsonl    one JSON line per epoch (train loss, validation loss and accuracy)
+    checkpoint-<phase>.pt, metrics-<phase>.jsonl
+                     the same for the other phases of a fit: each candidate of a search
+                     (``candidate-1`` ...), whose checkpoint.pt and metrics.jsonl are not
+                     written, and the refit on all training rows after early stopping
+                     (``refit``); a resumed run continues the phase it was in, and a
+                     finished phase is read back rather than trained again
     model.json       the fitted estimator as data: class, parameters, classes, the selected
     model.npz        hyper-parameters; the model's weights and the standardization; the mask
     mask.nii.gz      of the store (:mod:`fgscale.estimators._persist`); model.json is written
@@ -114,7 +120,7 @@ class RunFolder:
         """Remove what :meth:`start` wrote when the run failed before its first epoch ended
         (a bad parameter found late, a cluster that went away, Ctrl-C), so that the corrected
         command starts afresh instead of being refused; a run with a checkpoint is kept."""
-        if (self / "checkpoint.pt").exists():
+        if any(self.path.glob("checkpoint*.pt")):
             return
         (self / "config.json").unlink(missing_ok=True)
         try:
@@ -122,9 +128,11 @@ class RunFolder:
         except OSError:
             pass
 
-    def checkpoints(self, estimator, optimizer, stopper) -> _Checkpoints:
-        """The estimator's per-epoch hook: a checkpoint and the metrics after every epoch."""
-        return _Checkpoints(self, estimator, optimizer, stopper)
+    def checkpoints(self, estimator, optimizer, stopper, phase: str = "",
+                    params=None) -> _Checkpoints:
+        """The estimator's per-epoch hook: a checkpoint and the metrics after every epoch of
+        one phase (:class:`~fgscale.estimators._base._History`)."""
+        return _Checkpoints(self, estimator, optimizer, stopper, phase, params)
 
     def write_estimator(self, clf, store) -> None:
         """``model.json``, ``model.npz`` and the store's mask (:func:`save_model`)."""
@@ -152,16 +160,25 @@ class RunFolder:
 class _Checkpoints(_History):
     """Checkpoints and per-epoch metrics of one fit in a run folder."""
 
-    def __init__(self, folder: RunFolder, estimator, optimizer, stopper):
-        super().__init__(estimator, optimizer, stopper)
+    def __init__(self, folder: RunFolder, estimator, optimizer, stopper, phase="",
+                 params=None):
+        super().__init__(estimator, optimizer, stopper, phase, params)
         self.folder = folder
-        self.params = {k: v for k, v in params_to_json(estimator.get_params()).items()
-                       if k not in RUNTIME_PARAMS}
+        self.estimator_params = {k: v for k, v in params_to_json(estimator.get_params()).items()
+                                 if k not in RUNTIME_PARAMS}
+        self.phase_params = None if params is None else params_to_json(params)
         self.gpu = _cuda(estimator.device)  # its generator is checkpointed
+        suffix = f"-{phase}" if phase else ""
+        self.checkpoint_path = folder / f"checkpoint{suffix}.pt"
+        self.metrics_path = folder / f"metrics{suffix}.jsonl"
 
     def resume(self) -> int:
-        """Load the checkpoint if there is one; return the first epoch left to run."""
-        path = self.folder / "checkpoint.pt"
+        """Load the phase's checkpoint if there is one; return the first epoch left to run.
+
+        A refit's checkpoint made with other hyper-parameters than those chosen now (a
+        resumed search whose candidates trained longer chose another) is started afresh.
+        """
+        path = self.checkpoint_path
         if not path.exists():
             return 0
         try:  # weights_only: tensors, numbers, strings and containers, never code
@@ -170,10 +187,15 @@ class _Checkpoints(_History):
             raise ValueError(f"{path}: not a checkpoint of plain tensors and numbers, refused "
                              f"unread ({type(exc).__name__}); delete it to restart the run, "
                              "or use a new run folder") from None
-        if state["params"] != self.params:
-            changed = sorted(k for k in self.params if state["params"].get(k) != self.params[k])
+        if state["params"] != self.estimator_params:
+            changed = sorted(k for k in self.estimator_params
+                             if state["params"].get(k) != self.estimator_params[k])
             raise ValueError(f"{path}: saved with other parameters ({', '.join(changed)}); "
                              "use a new run folder")
+        if "phase_params" in state and state["phase_params"] != self.phase_params:
+            log.info("%s: made with %s, not %s: this phase starts afresh", path,
+                     state.get("phase_params"), self.phase_params)
+            return 0
         self.estimator.model_.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.stopper is not None:
@@ -197,12 +219,12 @@ class _Checkpoints(_History):
         state = {"epoch": metrics["epoch"], "model": model,
                  "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
                  "cuda_rng": cuda_rng, "stopper": stopper, "history": self.history,
-                 "params": self.params}
+                 "params": self.estimator_params, "phase_params": self.phase_params}
         # into an open file: on a full disk that raises the OSError, which torch's own writer
         # of a path turns into a RuntimeError naming no file
-        with atomic_path(self.folder / "checkpoint.pt") as tmp, open(tmp, "wb") as f:
+        with atomic_path(self.checkpoint_path) as tmp, open(tmp, "wb") as f:
             torch.save(state, f)
-        with atomic_path(self.folder / "metrics.jsonl") as tmp:
+        with atomic_path(self.metrics_path) as tmp:
             tmp.write_text("".join(json.dumps(h) + "\n" for h in self.history))
 
 

@@ -66,3 +66,16 @@ def test_quick_run_end_to_end_on_fake_images(table1, tmp_path):
     tables = [ln for ln in text.splitlines() if ln.startswith("| high")]
     assert tables and tables == [ln for ln in again.read_text().splitlines()
                                  if ln.startswith("| high")]
+
+
+def test_report_from_keeps_the_last_files_row_of_a_fit(table1, tmp_path):
+    fields = table1.CSV_FIELDS
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    first.write_text(",".join(fields) + "\n0,high,logreg,none,,1.0,0.40,1.0\n"
+                     "0,high,logreg,feature grouping,,0.9,0.60,1.0\n"
+                     "1,high,logreg,feature grouping,,0.9,0.62,1.0\n")
+    second.write_text(",".join(fields) + "\n0,high,logreg,feature grouping,,0.95,0.70,1.0\n")
+    acc = table1.picks(table1._read_csv([first, second]))
+    assert acc[("high", "logreg", "feature grouping")] == [0.70, 0.62]
+    assert acc[("high", "logreg", "none")] == [0.40]
+    assert ("high", "logreg", "feature grouping (test pick)") not in acc

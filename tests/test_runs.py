@@ -36,9 +36,10 @@ def assert_same_model(run, other, **tolerance):
 def test_train_writes_a_complete_run_folder(tiny_store, client, tmp_path):
     run = tmp_path / "run"
     summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=5), client=client)
-    assert sorted(p.name for p in run.iterdir()) == [
-        "checkpoint.pt", "config.json", "final.json", "maps", "maps.json", "maps.nii.gz",
-        "mask.nii.gz", "metrics.jsonl", "model.json", "model.npz"]
+    assert sorted(p.name for p in run.iterdir()) == [  # early stopping, then the refit
+        "checkpoint-refit.pt", "checkpoint.pt", "config.json", "final.json", "maps",
+        "maps.json", "maps.nii.gz", "mask.nii.gz", "metrics-refit.jsonl", "metrics.jsonl",
+        "model.json", "model.npz"]
     np.testing.assert_array_equal(nib.load(run / "mask.nii.gz").get_fdata() != 0, tiny_store.mask)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(5))
@@ -100,6 +101,37 @@ def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, cl
     assert_same_model(killed_run, whole_run, **TOLERANCE[device])
     lines = metrics.read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(epochs))
+
+
+def test_a_search_killed_in_its_second_candidate_resumes_to_the_uninterrupted_result(
+        tiny_store, client, tmp_path):
+    epochs = 30
+    killed_run, whole_run = tmp_path / "killed", tmp_path / "whole"
+    args = [a if a != "0.1" else "0.1,0.2" for a in ARGS]  # --n-clusters: two candidates
+    cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out",
+           str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", "--patience",
+           str(epochs), *args]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics = killed_run / "metrics-candidate-2.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert 3 <= len(metrics.read_text().splitlines()) < epochs, "not killed mid-candidate"
+    first = (killed_run / "metrics-candidate-1.jsonl").read_text()
+    assert len(first.splitlines()) == epochs and not (killed_run / "metrics.jsonl").exists()
+
+    params = dict(PARAMS, n_clusters=[0.1, 0.2], max_epochs=epochs, patience=epochs)
+    summary = train_run(tiny_store.path, killed_run, params=params, resume=True, client=client)
+    whole = train_run(tiny_store.path, whole_run, params=params, client=client)
+    assert_same_model(killed_run, whole_run, rtol=1e-6, atol=1e-7)
+    assert summary["candidates"] == whole["candidates"] and len(summary["candidates"]) == 2
+    assert (killed_run / "metrics-candidate-1.jsonl").read_text() == first  # read, not rerun
+    assert len((killed_run / "metrics-candidate-2.jsonl").read_text().splitlines()) == epochs
 
 
 @pytest.mark.parametrize("params, match", [

@@ -29,7 +29,7 @@ from fgscale.estimators._inputs import (
     rows_of,
 )
 from fgscale.estimators._selection import candidates
-from fgscale.grouping._bank import make_bank, resolve_n_clusters
+from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
 from fgscale.training._loop import EarlyStopping, fit, lipschitz, make_optimizer
 from fgscale.training._memory import MemorySource
@@ -49,8 +49,11 @@ class _History:
     The run folders of :mod:`fgscale.runs` subclass it to checkpoint every epoch.
     """
 
-    def __init__(self, estimator, optimizer, stopper):
+    def __init__(self, estimator, optimizer, stopper, phase: str = "", params=None):
+        # phase: "" for a fit of one candidate, "candidate-<i>" in a search, "refit" after
+        # early stopping; params: the hyper-parameters this phase trains with
         self.estimator, self.optimizer, self.stopper = estimator, optimizer, stopper
+        self.phase, self.params = phase, params
         self.history: list[dict] = []
 
     @property
@@ -135,7 +138,7 @@ class FeatureGroupingBase(BaseEstimator):
             scale = (1.0 / std).astype(np.float32)
         self.mean_, self.scale_ = mean, scale
         sources = {}
-        for k in self._cluster_counts():
+        for k in self._cluster_counts(y_idx[rows]):
             bank = None
             if k is not None:  # on the raw rows, as the bank tasks of a store read them
                 bank = make_bank(X, graph, k, n_groupings=self.n_groupings,
@@ -143,12 +146,11 @@ class FeatureGroupingBase(BaseEstimator):
             sources[k] = (MemorySource(X, y_idx, bank, mean=mean, scale=scale), bank)
         return self._train(sources, y_idx, rows, seed, groups=None)
 
-    def _cluster_counts(self) -> list:
-        """The distinct k (ints) of the candidates; [None] without feature grouping."""
-        ks = {c["n_clusters"] for c in candidates(self)}
-        if ks == {None}:
-            return [None]
-        return sorted({resolve_n_clusters(k, self.n_features_in_) for k in ks})
+    def _cluster_counts(self, y_idx: np.ndarray) -> list:
+        """The distinct k (ints) of the candidates for training targets ``y_idx``; [None]
+        without feature grouping."""
+        grid = candidates(self, self.n_features_in_, self._use_validation(y_idx))
+        return sorted({c["n_clusters"] for c in grid}, key=lambda k: -1 if k is None else k)
 
     def _fit_store(self, path, client, history=_History, rows=None):
         """Fit on a store's training rows (or on ``rows``, a subset: a fold), streamed."""
@@ -173,7 +175,8 @@ class FeatureGroupingBase(BaseEstimator):
                 self.mean_, self.scale_ = mean, (1.0 / std).astype(np.float32)
             groups = store.groups if (store.groups != "").all() else None
             sources = {}
-            for k in self._cluster_counts():
+            targets = self._store_targets(store)
+            for k in self._cluster_counts(targets[rows]):
                 bank, key = None, ""
                 if k is not None:
                     # the bank of exactly these parameters and training rows, built if missing
@@ -187,7 +190,7 @@ class FeatureGroupingBase(BaseEstimator):
                                           standardize=bool(self.standardize), stats_rows=rows,
                                           **self._store_source_kwargs()),
                               bank)
-            return self._train(sources, self._store_targets(store), rows, seed, history,
+            return self._train(sources, targets, rows, seed, history,
                                groups=groups)
 
     def _store_source_kwargs(self) -> dict:
@@ -230,9 +233,10 @@ class FeatureGroupingBase(BaseEstimator):
         wins and, with ``refit``, a fresh model trains on all ``rows`` for as many epochs.
         Without a split (a single candidate), one phase on all rows stops on the training loss.
         """
-        grid = candidates(self)
+        validation = self._use_validation(y_idx[rows])
+        grid = candidates(self, self.n_features_in_, validation)
         val_rows = None
-        if self._use_validation(y_idx[rows]):
+        if validation:
             train, val = _validation_split(y_idx[rows], self.validation_fraction, seed,
                                            None if groups is None else groups[rows],
                                            stratify=self._is_classifier())
@@ -251,13 +255,12 @@ class FeatureGroupingBase(BaseEstimator):
                 _torch_threads(self.batch_size_ * max(widths)):
             results, best = [], None
             for params in grid:
-                k = None if params["n_clusters"] is None else resolve_n_clusters(
-                    params["n_clusters"], self.n_features_in_)
+                k = params["n_clusters"]
                 source, bank = sources[k]
                 torch.manual_seed(seed)
-                hook = history if len(grid) == 1 else _History  # a search is not checkpointed
-                run = self._phase(source, bank, fit_rows, val_rows, seed, hook, self.max_epochs,
-                                  params)
+                phase = "" if len(grid) == 1 else f"candidate-{len(results) + 1}"
+                run = self._phase(source, bank, fit_rows, val_rows, seed, history,
+                                  self.max_epochs, params, phase=phase)
                 stopper = run.stopper
                 epochs = stopper.best_epoch + 1 if stopper.best_epoch >= 0 else len(run.history)
                 score = stopper.best_loss if val_rows is not None else None
@@ -280,16 +283,17 @@ class FeatureGroupingBase(BaseEstimator):
                 torch.manual_seed(seed)
                 source, bank = sources[chosen["n_clusters"]]
                 params = {name: chosen[name] for name in ("alpha", "dropout", "n_clusters")}
-                refit = self._phase(source, bank, rows, None, seed, _History, self.n_iter_,
-                                    params, stop=False)
+                refit = self._phase(source, bank, rows, None, seed, history, self.n_iter_,
+                                    params, stop=False, phase="refit")
                 self.history_ = self.history_ + [dict(h, phase="refit") for h in refit.history]
         self._set_outputs()
         return self
 
     def _phase(self, source, bank, rows, val_rows, seed, history, max_epochs, params,
-               stop=True):
+               stop=True, phase=""):
         """Train a fresh model with ``params`` on ``rows`` for up to ``max_epochs``; return its
-        history hook (its stopper holds the best epoch and loss)."""
+        history hook (its stopper holds the best epoch and loss). ``phase`` names it for the
+        hook: each phase of a run folder has its own checkpoint."""
         alpha, dropout = params["alpha"], params["dropout"]
         self.model_ = build_model(self.model, self.n_features_in_, self._n_outputs(),
                                   regularizer=self.regularizer, dropout=dropout,
@@ -298,7 +302,7 @@ class FeatureGroupingBase(BaseEstimator):
         fixed = 0.0 if self.learning_rate == "auto" else self.learning_rate
         optimizer = make_optimizer(self.model_, fixed, alpha)
         stopper = EarlyStopping(self.patience if stop else max_epochs + 1, self.tol)
-        run = history(self, optimizer, stopper)
+        run = history(self, optimizer, stopper, phase=phase, params=params)
         start_epoch = run.resume()
         n_groupings = 0 if bank is None else len(bank)
         bank_t = None if bank is None else torch.as_tensor(bank, device=self.device)

@@ -6,7 +6,7 @@ from helpers import smooth_problem
 from sklearn.model_selection import GridSearchCV
 
 from fgscale import FeatureGroupingClassifier
-from fgscale.estimators._selection import AUTO_GRIDS, candidates
+from fgscale.estimators._selection import AUTO_FALLBACK, AUTO_GRIDS, candidates
 
 SMALL = dict(n_groupings=5, n_bootstrap=20, random_state=0)
 
@@ -70,16 +70,30 @@ def test_lists_and_auto_of_several_parameters_are_combined(rng):
     assert tried == {(k, a) for k in ks for a in (0.0, 0.1)}
     assert clf.n_clusters_ in ks and clf.bank_.max() + 1 == clf.n_clusters_
     # dropout does not apply to logistic regression with feature grouping: not searched
-    assert candidates(FeatureGroupingClassifier(dropout="auto")) == [
-        {"alpha": 0.0, "dropout": 0.0, "n_clusters": 0.1}]
-    assert len(candidates(FeatureGroupingClassifier(regularizer="dropout", dropout="auto"))) == 4
+    assert candidates(FeatureGroupingClassifier(dropout="auto", n_clusters=0.1), 1000) == [
+        {"alpha": 0.0, "dropout": 0.0, "n_clusters": 100}]
+    assert len(candidates(FeatureGroupingClassifier(regularizer="dropout", dropout="auto"),
+                          1000)) == 4
 
 
-def test_selection_without_a_validation_split_is_refused(rng):
+def test_default_k_is_chosen_among_three_fractions_tried_once_each():
+    clf = FeatureGroupingClassifier()
+    assert [c["n_clusters"] for c in candidates(clf, 1000)] == [50, 100, 200]
+    # no validation split: 10%, the fallback
+    assert [c["n_clusters"] for c in candidates(clf, 1000, validation=False)] == [100]
+    # 5%, 10% and 20% of 12 features are 1 (then 2: the least), 1 and 2 clusters: one fit
+    assert [c["n_clusters"] for c in candidates(clf, 12)] == [2]
+    assert [c["n_clusters"] for c in candidates(clf, 40)] == [2, 4, 8]
+
+
+def test_a_list_without_a_validation_split_is_refused_and_auto_takes_its_fallback(rng):
     X, y, mask = _problem(rng, n=40)
     with pytest.raises(ValueError, match="candidate hyper-parameters"):
-        FeatureGroupingClassifier(mask=mask, regularizer="l2", early_stopping=False,
-                                  **SMALL).fit(X, y)
+        FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=[0.0, 0.1],
+                                  early_stopping=False, **SMALL).fit(X, y)
+    clf = FeatureGroupingClassifier(mask=mask, regularizer="l2", early_stopping=False,
+                                    **SMALL).fit(X, y)
+    assert len(clf.cv_results_) == 1 and clf.alpha_ == AUTO_FALLBACK["alpha"]
 
 
 def test_works_inside_grid_search(rng):
