@@ -103,7 +103,8 @@ def add_param(p, name: str, note: str = "") -> None:
     metavar = ("{" + ",".join(param.constraint.choices) + "}"
                if isinstance(param.constraint, Options) else name.upper())
     p.add_argument("--" + name.replace("_", "-"), dest=name, metavar=metavar,
-                   help=f"{param.help} (default: {default}{note})", **kwargs)
+                   help=f"{param.help} (default: {default}{note})".replace("%", "%%"),
+                   **kwargs)  # argparse formats help with %
 
 
 def add_bank_args(p, note: str) -> None:

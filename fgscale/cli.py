@@ -54,20 +54,22 @@ def _cmd_bank(args) -> int:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         return 0
 
+    from fgscale._params import searched_values
     from fgscale.grouping._dask_bank import build_bank
 
     with _client(args, processes=True) as client:  # prints its dashboard link
-        _, info = build_bank(args.store, n_groupings=args.n_groupings, n_bootstrap=args.n_bootstrap,
-                             n_clusters=args.n_clusters, seed=args.seed, client=client,
-                             overwrite=args.overwrite, return_info=True,
-                             progress=not args.no_progress)
-    if not info["built"]:
-        print(f"bank {info['key']} of {args.store}: already complete ({info['n_groupings']} "
-              "groupings), nothing to do")
-        return 0
-    print(f"bank {info['key']} of {args.store}: {info['built']} groupings built, "
-          f"{info['reused']} reused (b={info['n_groupings']}, k={info['n_clusters']}, "
-          f"r={info['n_bootstrap']}, seed={info['seed']}) in {info['seconds']:.1f} s")
+        # "auto" or a list: a bank for each k that training will choose among
+        infos = [build_bank(args.store, n_groupings=args.n_groupings,
+                            n_bootstrap=args.n_bootstrap, n_clusters=k, seed=args.seed,
+                            client=client, overwrite=args.overwrite, return_info=True,
+                            progress=not args.no_progress)[1]
+                 for k in searched_values("n_clusters", args.n_clusters)]
+    for i in infos:
+        print(f"bank {i['key']} of {args.store}: " + (
+            f"{i['built']} groupings built, {i['reused']} reused (b={i['n_groupings']}, "
+            f"k={i['n_clusters']}, r={i['n_bootstrap']}, seed={i['seed']}) in "
+            f"{i['seconds']:.1f} s" if i["built"] else
+            f"already complete ({i['n_groupings']} groupings, k={i['n_clusters']}), nothing to do"))
     return 0
 
 

@@ -11,7 +11,7 @@ import logging
 import time
 from pathlib import Path
 
-from fgscale._params import PARAMS
+from fgscale._params import PARAMS, searched_values
 from fgscale.cluster import get_client
 from fgscale.grouping._dask_bank import build_bank
 from fgscale.images._synthetic import make_cohort
@@ -70,11 +70,15 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
         store = convert(csv, out / "cohort.zarr", client=client, progress=progress)
         echo(f"    {store.n_samples} rows x {store.n_features} voxels, "
              f"{store.train_rows().size} train / {store.test_rows().size} test")
-        echo(f"3/4 building the bank ({training['n_groupings']} ReNA groupings)")
         params = {p.name: p.default for p in PARAMS} | training
-        build_bank(store.path, n_groupings=params["n_groupings"],
-                   n_bootstrap=params["n_bootstrap"], n_clusters=params["n_clusters"],
-                   seed=seed, client=client, progress=progress)
+        # n_clusters="auto": a bank for each k its validation split chooses among
+        ks = searched_values("n_clusters", params["n_clusters"])
+        echo(f"3/4 building the banks ({training['n_groupings']} ReNA groupings for each k: "
+             f"{', '.join(f'{k:g}' for k in ks)})")
+        for k in ks:
+            build_bank(store.path, n_groupings=params["n_groupings"],
+                       n_bootstrap=params["n_bootstrap"], n_clusters=k, seed=seed,
+                       client=client, progress=progress)
     with get_client(n_workers=n_workers, processes=False) as client:
         echo("4/4 training by streaming minibatches from the store")
         rows = []

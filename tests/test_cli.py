@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import TINY_GRID, dashboard_port_may_be_taken
+from helpers import TINY_GRID, dashboard_port_may_be_taken, synthetic_store
 
 from fgscale.cli import build_parser, main
 from fgscale.store import open_store
@@ -44,7 +44,7 @@ def test_every_option_shows_its_default_in_help():
             text = formatter._expand_help(action)
             assert "default" in text, f"fgscale {name} {action.option_strings[0]}: {text!r}"
     usage = _subcommands(build_parser())["train"].format_help()
-    assert "(default: 0.1)" in usage and "(default: off)" in usage
+    assert "(default: 0.2)" in usage and "(default: off)" in usage
 
 
 @pytest.mark.parametrize("command", LONG_COMMANDS)
@@ -131,6 +131,19 @@ def test_small_convert_imports_no_dask(tmp_path):
     assert open_store(tmp_path / "s.zarr").n_samples == 6
 
 
+def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path, capsys):
+    from fgscale._params import AUTO_GRIDS
+    from fgscale.grouping._bank import resolve_n_clusters
+    from fgscale.store._banks import list_banks
+
+    store = synthetic_store(tmp_path / "s.zarr", 12, 2, seed=0)
+    assert main(["bank", str(store.path), "--n-groupings", "2", "--n-bootstrap", "4",
+                 "--n-workers", "1", "--no-progress"]) == 0  # n_clusters: "auto" by default
+    assert capsys.readouterr().out.count("2 groupings built") == 3
+    assert sorted(b["n_clusters"] for b in list_banks(store.path)) == [
+        resolve_n_clusters(k, store.n_features) for k in AUTO_GRIDS["n_clusters"]]
+
+
 def test_bank_then_already_complete(tiny_store, capsys):
     bank = ["bank", str(tiny_store.path), "--n-groupings", "3", "--n-bootstrap", "10",
             "--n-clusters", "0.1", "--n-workers", "1"]
@@ -139,7 +152,7 @@ def test_bank_then_already_complete(tiny_store, capsys):
     assert "3 groupings built, 0 reused" in out and BAR not in err
     assert main(bank) == 0
     out, err = capsys.readouterr()
-    assert "already complete (3 groupings), nothing to do" in out and BAR not in err
+    assert "already complete (3 groupings, k=" in out and BAR not in err
     assert main([*bank, "--n-groupings", "4"]) == 0  # one more: built, with its bar
     out, err = capsys.readouterr()
     assert "1 groupings built, 3 reused" in out and BAR in err

@@ -46,7 +46,8 @@ def test_feature_grouping_folds_build_their_own_banks(grouped_store, client, tmp
                         groups=grouped_store.groups, split=grouped_store.split,
                         classes=grouped_store.classes)
     cross_validate(store.path, params=dict(n_groupings=3, n_bootstrap=8, max_epochs=5,
-                                           random_state=0), n_folds=2, client=client)
+                                           n_clusters=0.1, random_state=0),
+                   n_folds=2, client=client)
     banks = list_banks(store.path)
     assert len(banks) == 2 and {b["n_rows"] for b in banks} == {24}  # one per fold's rows
 

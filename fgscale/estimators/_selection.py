@@ -1,7 +1,7 @@
 """Hyper-parameters chosen on validation data: the candidates of ``"auto"`` and of lists.
 
 ``alpha``, ``dropout`` and ``n_clusters`` each take a value, a list of values or ``"auto"``
-(the grid below). The candidates are every combination of the values that apply to the
+(``fgscale._params.AUTO_GRIDS``). The candidates are every combination of the values that apply to the
 estimator's regularizer; all are trained on the same training rows with early stopping on the
 same validation rows, and the one of least validation loss (or error, ``stop_on="accuracy"``)
 is kept (ties: the first, in the order of the lists). Nothing here touches the test rows.
@@ -14,27 +14,10 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
-
+from fgscale._params import AUTO_FALLBACK, AUTO_GRIDS, searched_values
 from fgscale.grouping._bank import resolve_n_clusters
 
 __all__ = ["AUTO_FALLBACK", "AUTO_GRIDS", "candidates", "resolved"]
-
-AUTO_GRIDS = {
-    # down to 1e-6: on Fashion-MNIST a grid starting at 1e-4 chose its lower edge in every fit
-    "alpha": tuple(float(a) for a in np.logspace(-6, 1, 8)),
-    "dropout": (0.1, 0.3, 0.5, 0.7),
-    "n_clusters": (0.05, 0.1, 0.2),
-}
-AUTO_FALLBACK = {"alpha": 1e-4, "dropout": 0.5, "n_clusters": 0.1}
-
-
-def _values(name: str, value, validation: bool) -> tuple:
-    if isinstance(value, str) and value == "auto":
-        return AUTO_GRIDS[name] if validation else (AUTO_FALLBACK[name],)
-    if isinstance(value, (list, tuple)):
-        return tuple(value)
-    return (value,)
 
 
 def resolved(estimator) -> dict:
@@ -60,7 +43,7 @@ def candidates(estimator, n_features: int, validation: bool = True) -> list[dict
     ``validation``: whether the rows leave a validation split to choose on."""
     params = resolved(estimator)
     names = list(params)
-    grids = [_values(name, params[name], validation) for name in names]
+    grids = [searched_values(name, params[name], validation) for name in names]
     out = []
     for combo in itertools.product(*grids):
         candidate = dict(zip(names, combo, strict=True))
