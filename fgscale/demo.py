@@ -7,15 +7,17 @@ evaluate both on the held-out subjects and write their maps as NIfTI, a 3D map p
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from pathlib import Path
 
-from fgscale._params import PARAMS, searched_values
+from fgscale._params import PARAMS, params_to_json, searched_values
 from fgscale.cluster import get_client
+from fgscale.estimators._factory import make_estimator
 from fgscale.grouping._dask_bank import build_bank
 from fgscale.images._synthetic import make_cohort
-from fgscale.runs import train_run
+from fgscale.runs import RunFolder, train_run
 from fgscale.store._convert import convert
 
 __all__ = ["run_demo"]
@@ -83,10 +85,9 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
         echo("4/4 training by streaming minibatches from the store")
         rows = []
         for regularizer, extra in BASELINES.items():
-            run_dir = out / "runs" / regularizer
-            summary = train_run(store.path, run_dir,
-                                params=dict(training, regularizer=regularizer, **extra),
-                                resume=True, client=client)
+            params = dict(training, regularizer=regularizer, **extra)
+            summary = train_run(store.path, _run_folder(out / "runs", regularizer, store, params),
+                                params=params, resume=True, client=client)
             rows.append({"regularizer": regularizer, **summary})
         rows.append(_sklearn_row(store))
     echo("")
@@ -115,6 +116,17 @@ def _sklearn_row(store) -> dict:
     accuracy = float(clf.score(store.read_rows(test), store.y[test]))
     return {"model": "sklearn LogisticRegression()", "regularizer": "l2 (C=1)",
             "test": {"accuracy": accuracy}, "seconds": time.perf_counter() - start}
+
+
+def _run_folder(runs: Path, name: str, store, params: dict) -> Path:
+    """``runs/<name>``, or ``runs/<name>-2``, ... where it holds a run made with other
+    parameters (an earlier version's defaults): that run is kept, and this one trains beside
+    it rather than being refused as a resumed run."""
+    full = params_to_json(make_estimator(store, params, "auto").get_params())
+    for i in itertools.count(1):
+        folder = RunFolder(runs / (name if i == 1 else f"{name}-{i}"))
+        if not folder.changed_params(full):
+            return folder.path
 
 
 def _verdict(rows) -> str:

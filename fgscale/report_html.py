@@ -103,9 +103,9 @@ def _read_json(path: Path):
 
 
 def _history(run: Path) -> list[dict]:
-    """Per-epoch metrics: metrics.jsonl (each epoch of the checkpointed fit, kept up to date
-    while it trains), else model.json's (a search among candidates is not checkpointed), then
-    the refit's epochs, which only model.json holds."""
+    """Per-epoch metrics: metrics.jsonl (each epoch of a fit of one candidate, kept up to date
+    while it trains), else model.json's (a search writes each candidate's epochs to its own
+    metrics-candidate-<i>.jsonl), then the refit's epochs, from model.json."""
     metrics = run / "metrics.jsonl"
     rows = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
             if metrics.is_file() else [])

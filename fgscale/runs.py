@@ -101,8 +101,7 @@ class RunFolder:
                 raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
                                  "continue it or choose another --out")
             saved = json.loads(config.read_text())["params"]
-            changed = sorted(k for k in params
-                             if k not in RUNTIME_PARAMS and saved.get(k) != params[k])
+            changed = self.changed_params(params)
             if changed:
                 raise ValueError(f"{self.path}: --resume with other parameters than the saved "
                                  f"run ({', '.join(changed)}; see {config})")
@@ -115,6 +114,15 @@ class RunFolder:
                           "synthetic": bool(store.attrs.get("synthetic", False)),
                           "versions": _versions()}, "config.json")
         return None
+
+    def changed_params(self, params: dict) -> list[str]:
+        """The parameters (bar :data:`RUNTIME_PARAMS`) whose value in ``params`` differs from
+        the run saved here; [] for a folder with no run."""
+        config = self / "config.json"
+        if not config.exists():
+            return []
+        saved = json.loads(config.read_text())["params"]
+        return sorted(k for k in params if k not in RUNTIME_PARAMS and saved.get(k) != params[k])
 
     def forget_unstarted(self) -> None:
         """Remove what :meth:`start` wrote when the run failed before its first epoch ended

@@ -75,3 +75,25 @@ def test_demo_on_a_tiny_grid_then_again_reusing_its_steps(tmp_path, monkeypatch,
     assert [r["test"] for r in again] == [r["test"] for r in rows]
     assert [r["epochs"] for r in again] == [r["epochs"] for r in rows]
     assert [cells[2] for cells in _table(second_lines)] == [cells[2] for cells in table]
+
+
+def test_a_run_made_with_other_parameters_is_kept_and_the_demo_trains_beside_it(tmp_path):
+    import json
+
+    from helpers import synthetic_store
+
+    from fgscale._params import params_to_json
+    from fgscale.estimators._factory import make_estimator
+
+    store = synthetic_store(tmp_path / "s.zarr", 12, 2, seed=0)
+    params = dict(demo.TRAINING, regularizer="feature_grouping", random_state=0)
+    runs = tmp_path / "runs"
+    assert demo._run_folder(runs, "feature_grouping", store, params) == runs / "feature_grouping"
+    full = params_to_json(make_estimator(store, params, "auto").get_params())
+    (runs / "feature_grouping").mkdir(parents=True)
+    older = dict(full, n_clusters=0.1)  # an earlier version's default
+    (runs / "feature_grouping" / "config.json").write_text(json.dumps({"params": older}))
+    assert demo._run_folder(runs, "feature_grouping", store, params) == (
+        runs / "feature_grouping-2")
+    (runs / "feature_grouping" / "config.json").write_text(json.dumps({"params": full}))
+    assert demo._run_folder(runs, "feature_grouping", store, params) == runs / "feature_grouping"
