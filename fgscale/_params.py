@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["AUTO_FALLBACK", "AUTO_GRIDS", "PARAMS", "RUNTIME_PARAMS", "Param", "check_device",
-           "check_prefetch", "estimator_signature", "numpydoc", "params_to_json",
-           "searched_values", "validate_params"]
+from fgscale._auto import auto_k_help
+
+__all__ = ["PARAMS", "RUNTIME_PARAMS", "Param", "check_device", "check_prefetch",
+           "estimator_signature", "numpydoc", "params_to_json", "validate_params"]
 
 
 class InvalidParameterError(ValueError):
@@ -221,32 +222,6 @@ class _RandomState(_Constraint):
         return int(text)
 
 
-# ------------------------------------------------------------------------- "auto"
-
-AUTO_GRIDS = {
-    # down to 1e-6: on Fashion-MNIST a grid starting at 1e-4 chose its lower edge in every fit
-    "alpha": tuple(float(a) for a in np.logspace(-6, 1, 8)),
-    "dropout": (0.1, 0.3, 0.5, 0.7),
-    "n_clusters": (0.05, 0.1, 0.2),
-}
-# what "auto" means where the training rows leave no validation split to choose on
-AUTO_FALLBACK = {"alpha": 1e-4, "dropout": 0.5, "n_clusters": 0.1}
-
-
-def searched_values(name: str, value, validation: bool = True) -> tuple:
-    """The values ``value`` of a searchable parameter stands for: its ``"auto"`` grid (the
-    fallback alone without a validation split), a list's values, or the value itself."""
-    if isinstance(value, str) and value == "auto":
-        return AUTO_GRIDS[name] if validation else (AUTO_FALLBACK[name],)
-    if isinstance(value, (list, tuple)):
-        return tuple(value)
-    return (value,)
-
-
-def _percentages(values) -> str:
-    return ", ".join(f"{100 * v:g}" for v in values[:-1]) + f" or {100 * values[-1]:g}%"
-
-
 # ------------------------------------------------------------------------- the table
 
 @dataclass(frozen=True)
@@ -303,11 +278,8 @@ PARAMS: tuple[Param, ...] = (
           "layers only with 'feature_grouping' (the paper's MLP); 'auto' or a list: chosen on "
           "the validation split", 'float, list or "auto"'),
     Param("n_clusters", "auto", _Searchable(_Fraction()), "k, clusters per grouping; a float "
-          "in (0, 1) is a fraction of the features; 'auto': "
-          f"{_percentages(AUTO_GRIDS['n_clusters'])} of them, chosen on the validation split "
-          f"(one bank each; {100 * AUTO_FALLBACK['n_clusters']:g}% when the rows "
-          "leave no validation split); a list: chosen among its values",
-          'int, float, list or "auto"'),
+          f"in (0, 1) is a fraction of the features; 'auto': {auto_k_help()}; a list: chosen "
+          "among its values", 'int, float, list or "auto"'),
     Param("n_groupings", 100, Interval(int, 1, None), "b, groupings in the bank", "int"),
     Param("n_bootstrap", 50, Interval(int, 1, None),
           "r, training rows drawn with replacement for each grouping", "int"),

@@ -53,12 +53,11 @@ def _cmd_bank(args) -> int:
         for row in rows:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         return 0
-
-    from fgscale._params import searched_values
+    from fgscale._auto import searched_values
     from fgscale.grouping._dask_bank import build_bank
 
+    # "auto" or a list of n_clusters: a bank for each k that training will choose among
     with _client(args, processes=True) as client:  # prints its dashboard link
-        # "auto" or a list: a bank for each k that training will choose among
         infos = [build_bank(args.store, n_groupings=args.n_groupings,
                             n_bootstrap=args.n_bootstrap, n_clusters=k, seed=args.seed,
                             client=client, overwrite=args.overwrite, return_info=True,

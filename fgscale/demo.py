@@ -12,7 +12,8 @@ import logging
 import time
 from pathlib import Path
 
-from fgscale._params import PARAMS, params_to_json, searched_values
+from fgscale._auto import searched_values
+from fgscale._params import PARAMS, params_to_json
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
 from fgscale.grouping._dask_bank import build_bank

@@ -132,7 +132,7 @@ def test_small_convert_imports_no_dask(tmp_path):
 
 
 def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path, capsys):
-    from fgscale._params import AUTO_GRIDS
+    from fgscale._auto import AUTO_GRIDS
     from fgscale.grouping._bank import resolve_n_clusters
     from fgscale.store._banks import list_banks
 

@@ -33,6 +33,20 @@ def assert_same_model(run, other, **tolerance):
             np.testing.assert_allclose(a[name], b[name], err_msg=name, **tolerance)
 
 
+def _kill_once_written(cmd, metrics, lines):
+    """Run ``cmd`` and kill it (the trainer and its LocalCluster) once ``metrics`` has
+    ``lines`` epochs, or after 120 s."""
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def test_train_writes_a_complete_run_folder(tiny_store, client, tmp_path):
     run = tmp_path / "run"
     summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=5), client=client)
@@ -81,16 +95,8 @@ def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, cl
     cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out",
            str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", "--device", device,
            *ARGS]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
     metrics = killed_run / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its LocalCluster, mid-run
-    proc.wait()
+    _kill_once_written(cmd, metrics, 3)
     done = len(metrics.read_text().splitlines())
     assert 3 <= done < epochs, "the run was not killed mid-way"
     assert not (killed_run / "final.json").exists()
@@ -111,16 +117,8 @@ def test_a_search_killed_in_its_second_candidate_resumes_to_the_uninterrupted_re
     cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out",
            str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", "--patience",
            str(epochs), *args]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
     metrics = killed_run / "metrics-candidate-2.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    _kill_once_written(cmd, metrics, 3)
     assert 3 <= len(metrics.read_text().splitlines()) < epochs, "not killed mid-candidate"
     first = (killed_run / "metrics-candidate-1.jsonl").read_text()
     assert len(first.splitlines()) == epochs and not (killed_run / "metrics.jsonl").exists()

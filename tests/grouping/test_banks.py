@@ -228,7 +228,7 @@ def test_cli_bank_joins_a_running_scheduler(store_path, tmp_path, client, capsys
     assert f"bank {info['key']} of" in out
     np.testing.assert_array_equal(loaded, _oracle(path, 3, seed=2))
     assert main(argv) == 0  # again: nothing to build, and said so
-    assert "already complete (3 groupings), nothing to do" in capsys.readouterr().out
+    assert "already complete (3 groupings, k=36), nothing to do" in capsys.readouterr().out
     # other parameters: another bank beside the first, which stays
     assert main(argv[:-4] + ["--seed", "5", "--scheduler", client.scheduler.address]) == 0
     assert "3 groupings built, 0 reused" in capsys.readouterr().out
