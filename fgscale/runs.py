@@ -100,8 +100,8 @@ class RunFolder:
             if not resume:
                 raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
                                  "continue it or choose another --out")
-            saved = json.loads(config.read_text())["params"]
-            changed = self.changed_params(params)
+            saved = self._saved_params()
+            changed = _changed(params, saved)
             if changed:
                 raise ValueError(f"{self.path}: --resume with other parameters than the saved "
                                  f"run ({', '.join(changed)}; see {config})")
@@ -115,14 +115,15 @@ class RunFolder:
                           "versions": _versions()}, "config.json")
         return None
 
+    def _saved_params(self) -> dict | None:
+        config = self / "config.json"
+        return json.loads(config.read_text())["params"] if config.exists() else None
+
     def changed_params(self, params: dict) -> list[str]:
         """The parameters (bar :data:`RUNTIME_PARAMS`) whose value in ``params`` differs from
         the run saved here; [] for a folder with no run."""
-        config = self / "config.json"
-        if not config.exists():
-            return []
-        saved = json.loads(config.read_text())["params"]
-        return sorted(k for k in params if k not in RUNTIME_PARAMS and saved.get(k) != params[k])
+        saved = self._saved_params()
+        return [] if saved is None else _changed(params, saved)
 
     def forget_unstarted(self) -> None:
         """Remove what :meth:`start` wrote when the run failed before its first epoch ended
@@ -163,6 +164,10 @@ class RunFolder:
 
     def write_final(self, summary: dict) -> None:
         self._write_json(summary, "final.json")
+
+
+def _changed(params: dict, saved: dict) -> list[str]:
+    return sorted(k for k in params if k not in RUNTIME_PARAMS and saved.get(k) != params[k])
 
 
 class _Checkpoints(_History):

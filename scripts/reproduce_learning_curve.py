@@ -225,14 +225,14 @@ def report(cells: list[Cell], args, store, command: str, setup_s: float, total_s
                                f"{got[0].candidates} | "
                                f"{np.mean([c.epochs for c in got]):.0f} | "
                                f"{', '.join(c.chosen for c in got if c.chosen) or '-'} |")
-    from fgscale.estimators._selection import AUTO_GRIDS as grids
+    from fgscale._auto import AUTO_GRIDS as grids
 
     capped = sum(c.epochs >= 2 * args.max_epochs for c in cells)
     out += ["", f"Chance: {100 / len(store.classes):.1f}% ({len(store.classes)} balanced classes). "
                 f"In {capped} of {len(cells)} fits the kept candidate ran all {args.max_epochs} "
                 "epochs (then as many in the refit): the epoch budget, not early stopping, ended "
                 "its training. The candidates of 'auto' are the estimator's "
-                f"(`fgscale.estimators._selection.AUTO_GRIDS`): alpha {grids['alpha'][0]:g} to "
+                f"(`fgscale._auto.AUTO_GRIDS`): alpha {grids['alpha'][0]:g} to "
                 f"{grids['alpha'][-1]:g}, dropout {grids['dropout'][0]:g} to "
                 f"{grids['dropout'][-1]:g}; a value chosen at an edge may lie beyond it."]
     out += ["", "A store keeps its banks and standardization statistics, keyed by their parameters "

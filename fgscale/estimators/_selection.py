@@ -1,23 +1,25 @@
 """Hyper-parameters chosen on validation data: the candidates of ``"auto"`` and of lists.
 
 ``alpha``, ``dropout`` and ``n_clusters`` each take a value, a list of values or ``"auto"``
-(``fgscale._auto.AUTO_GRIDS``). The candidates are every combination of the values that apply to the
-estimator's regularizer; all are trained on the same training rows with early stopping on the
-same validation rows, and the one of least validation loss (or error, ``stop_on="accuracy"``)
-is kept (ties: the first, in the order of the lists). Nothing here touches the test rows.
+(``fgscale._auto.AUTO_GRIDS``). The candidates are every combination of the values that
+apply to the estimator's regularizer; all are trained on the same training rows with early
+stopping on the same validation rows, and the one of least validation loss (or error,
+``stop_on="accuracy"``) is kept (ties: the first, in the order of the lists). Nothing here
+touches the test rows.
 
-Rows too few for a validation split leave nothing to choose on: ``"auto"`` then takes the
-value of ``AUTO_FALLBACK``, and an explicit list of several values is refused by the caller.
+Rows too few for a validation split leave nothing to choose on: ``"auto"`` then takes its
+value in ``fgscale._auto.AUTO_FALLBACK``, and an explicit list of several values is refused
+by the caller.
 """
 
 from __future__ import annotations
 
 import itertools
 
-from fgscale._auto import AUTO_FALLBACK, AUTO_GRIDS, searched_values
+from fgscale._auto import searched_values
 from fgscale.grouping._bank import resolve_n_clusters
 
-__all__ = ["AUTO_FALLBACK", "AUTO_GRIDS", "candidates", "resolved"]
+__all__ = ["candidates", "resolved"]
 
 
 def resolved(estimator) -> dict:

@@ -6,7 +6,8 @@ from helpers import smooth_problem
 from sklearn.model_selection import GridSearchCV
 
 from fgscale import FeatureGroupingClassifier
-from fgscale.estimators._selection import AUTO_FALLBACK, AUTO_GRIDS, candidates
+from fgscale._auto import AUTO_FALLBACK, AUTO_GRIDS
+from fgscale.estimators._selection import candidates
 
 SMALL = dict(n_groupings=5, n_bootstrap=20, random_state=0)
 
