@@ -20,11 +20,11 @@ than both the shortest edges and nilearn's choice (``scripts/bench_rena.py``).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse import csgraph
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +32,8 @@ _NO_EDGE = np.iinfo(np.int64).max
 _LOW_BITS = np.int64(0xFFFFFFFF)
 _CHUNK = 16384  # edges per block when computing weights: keeps the gathered rows in cache
 _TRANSPOSE_BLOCK = 4096  # features per block when transposing the samples
+_SORTED_EDGES = 1 << 16  # up to this many edges, contracted with a sort
+_LAST_GRID: list = [None]  # (key of a mask, its grid edges): the last mask's, reused
 
 
 def grid_edges(mask: np.ndarray) -> np.ndarray:
@@ -122,9 +124,9 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
         means = sums if n_rounds == 0 else sums / sizes[:, None]
         ranking = _Ranking.draw(rng)
         keys = _edge_keys(_edge_weights(means, edges), ranking)
-        nn_edges = _nearest_neighbours(keys, edges, n_nodes, ranking)
+        nn_edges, node_edge = _nearest_neighbours(keys, edges, n_nodes, ranking)
         merged = _select_merges(nn_edges, keys, edges, sizes, n_nodes - n_clusters)
-        n_new, node_labels = _merge(edges[:, merged], n_nodes)
+        n_new, node_labels = _merge(merged, node_edge, edges)
         sums, sizes = _reduce(sums, sizes, node_labels, n_new)
         edges = _contract(edges, node_labels, n_new)
         labels = node_labels[labels]
@@ -180,7 +182,15 @@ def _graph_edges(mask, p: int) -> np.ndarray:
     mask = _check_mask(mask)
     if int(mask.sum()) != p:
         raise ValueError(f"X has {p} features but the mask has {int(mask.sum())} True values")
-    return grid_edges(mask)
+    # a bank calls ReNA on one mask b times: its edges cost a tenth of a call at 2 mm
+    key = (mask.shape, hashlib.blake2b(np.packbits(mask).tobytes(), digest_size=16).digest())
+    last = _LAST_GRID[0]  # one read: a thread sees the old pair or the new, never half
+    if last is not None and last[0] == key:
+        return last[1]
+    edges = grid_edges(mask)
+    edges.flags.writeable = False  # shared by the calls that follow
+    _LAST_GRID[0] = (key, edges)
+    return edges
 
 
 def _edge_weights(means: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -236,14 +246,18 @@ def _edge_keys(weights: np.ndarray, ranking: _Ranking) -> np.ndarray:
 
 
 def _nearest_neighbours(keys: np.ndarray, edges: np.ndarray, n_nodes: int,
-                        ranking: _Ranking) -> np.ndarray:
-    """Sorted unique indices of the edges that are some node's nearest-neighbour edge."""
+                        ranking: _Ranking) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique indices of the edges that are some node's nearest-neighbour edge, and
+    each node's own (n_nodes,), -1 for a node with no edge."""
     best = np.full(n_nodes, _NO_EDGE, dtype=np.int64)
     np.minimum.at(best, edges[0], keys)
     np.minimum.at(best, edges[1], keys)
+    node_edge = np.full(n_nodes, -1, dtype=np.int64)
+    linked = best != _NO_EDGE
+    node_edge[linked] = ranking.edges(best[linked] & _LOW_BITS)
     chosen = np.zeros(len(keys), dtype=bool)
-    chosen[ranking.edges(best[best != _NO_EDGE] & _LOW_BITS)] = True
-    return np.flatnonzero(chosen)
+    chosen[node_edge[linked]] = True
+    return np.flatnonzero(chosen), node_edge
 
 
 def _select_merges(nn_edges: np.ndarray, keys: np.ndarray, edges: np.ndarray, sizes: np.ndarray,
@@ -260,12 +274,36 @@ def _select_merges(nn_edges: np.ndarray, keys: np.ndarray, edges: np.ndarray, si
     return np.sort(nn_edges[cheapest])
 
 
-def _merge(merge_edges: np.ndarray, n_nodes: int) -> tuple[int, np.ndarray]:
-    """Connected components (count, node labels) of the graph made of ``merge_edges``."""
-    graph = sp.coo_matrix((np.ones(merge_edges.shape[1], dtype=np.int8), tuple(merge_edges)),
-                          shape=(n_nodes, n_nodes))
-    n_new, node_labels = csgraph.connected_components(graph, directed=False)
-    return n_new, node_labels.astype(np.int64)
+def _merge(merged: np.ndarray, node_edge: np.ndarray, edges: np.ndarray
+           ) -> tuple[int, np.ndarray]:
+    """Connected components (count, node labels) of the graph of the ``merged`` edges.
+
+    Each merged edge is the nearest-neighbour edge (``node_edge``) of one of its ends at
+    least, so pointing every node across its own edge, when merged, gives a forest whose
+    only cycles are the mutual pairs: with the smaller node of each pair made a root,
+    pointer jumping finds every node's root in log(depth) vectorised passes. Components are
+    numbered by their smallest node, as scipy's ``connected_components`` does.
+    """
+    n_nodes = len(node_edge)
+    nodes = np.arange(n_nodes, dtype=np.int64)
+    kept = np.zeros(edges.shape[1], dtype=bool)
+    kept[merged] = True
+    parent = nodes.copy()
+    moving = np.flatnonzero((node_edge >= 0) & kept[np.maximum(node_edge, 0)])
+    heads, tails = edges[:, node_edge[moving]]
+    parent[moving] = np.where(heads == moving, tails, heads)
+    mutual = (parent[parent] == nodes) & (nodes < parent)
+    parent[mutual] = nodes[mutual]
+    while True:
+        grand = parent[parent]
+        if np.array_equal(grand, parent):
+            break
+        parent = grand
+    smallest = np.full(n_nodes, n_nodes, dtype=np.int64)
+    np.minimum.at(smallest, parent, nodes)
+    is_first = smallest[parent] == nodes
+    number = np.cumsum(is_first) - 1
+    return int(number[-1]) + 1 if n_nodes else 0, number[smallest[parent]]
 
 
 def _reduce(sums: np.ndarray, sizes: np.ndarray, node_labels: np.ndarray,
@@ -283,10 +321,17 @@ def _contract(edges: np.ndarray, node_labels: np.ndarray, n_new: int) -> np.ndar
     heads, tails = node_labels[edges[0]], node_labels[edges[1]]
     keep = heads != tails
     heads, tails = heads[keep], tails[keep]
+    lows, highs = np.minimum(heads, tails), np.maximum(heads, tails)
+    if len(heads) <= _SORTED_EDGES:
+        # one sort of (low, high) keys: for few edges, cheaper than building a sparse pattern
+        keys = np.sort(lows * n_new + highs)
+        first = np.ones(len(keys), dtype=bool)
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        keys = keys[first]
+        return np.stack([keys // n_new, keys % n_new])
     # A sparse pattern deduplicates and sorts by (row, column) with a counting sort over rows and
     # short per-row sorts: linear in the number of edges, where one global sort is not.
-    pattern = sp.coo_array((np.ones(len(heads), dtype=bool),
-                            (np.minimum(heads, tails), np.maximum(heads, tails))),
+    pattern = sp.coo_array((np.ones(len(heads), dtype=bool), (lows, highs)),
                            shape=(n_new, n_new)).tocsr()
     pattern.sum_duplicates()
     rows = np.repeat(np.arange(n_new, dtype=np.int64), np.diff(pattern.indptr))

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from fgscale.grouping._projection import project_rows
+from fgscale.grouping._projection import project, project_rows
 from fgscale.training._loop import Batch
 from fgscale.training._plan import EpochPlan
 
@@ -53,17 +53,23 @@ class MemorySource:
     def batches(self, plan: EpochPlan) -> Iterator[Batch]:
         """The plan's minibatches, reduced by the bank's groupings, in plan order.
 
-        A reduced batch is made row by row from views of ``X``, as the streamed source does
-        from the store: the batch's full rows are never copied together.
+        A reduced batch whose full rows fit in an evaluation block is copied whole and reduced
+        in one call; a larger one is reduced row by row from views of ``X``, as the streamed
+        source does from the store, so that its full rows are never copied together. Both
+        give the numbers of the streamed source (each row's sums in feature order).
         """
         for i, rows in enumerate(plan.batches):
             if plan.groupings is None:
                 yield Batch(self._rows(rows), self.y[rows])
+                continue
+            g = int(plan.groupings[i])
+            if len(rows) <= self.block_size:
+                # one call for the batch: small problems are bound by the per-row overhead
+                x = project(self._rows(rows), self.bank[g])
             else:
-                g = int(plan.groupings[i])
                 x = project_rows(((j, self.X[r]) for j, r in enumerate(rows)), self.bank[g],
                                  len(rows), mean=self.mean, scale=self.scale)
-                yield Batch(x, self.y[rows], g)
+            yield Batch(x, self.y[rows], g)
 
     def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Full rows ``(x, y)`` in blocks, for validation and testing."""

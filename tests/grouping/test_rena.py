@@ -12,7 +12,17 @@ from scipy import ndimage
 from scipy.sparse import csgraph
 from sklearn.datasets import load_digits
 
-from fgscale.grouping._rena import grid_edges, rena
+from fgscale.grouping._rena import (
+    _contract,
+    _edge_keys,
+    _edge_weights,
+    _graph_edges,
+    _merge,
+    _nearest_neighbours,
+    _Ranking,
+    grid_edges,
+    rena,
+)
 
 
 def _largest_component(mask):
@@ -144,6 +154,53 @@ def test_matches_loop_reference(seed):
     k = max(1, p // 5)
     expected = _reference_rena(X, grid_edges(mask), k)
     np.testing.assert_array_equal(_canonical(rena(X, mask, k)), _canonical(expected))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("share", [1.0, 0.5, 0.1])
+def test_merge_numbers_components_as_scipy(seed, share):
+    # ties (binary data) and a random subset of the nearest-neighbour edges, as in a last round
+    rng = np.random.default_rng(seed)
+    mask = _random_mask(seed, (9, 8, 3))
+    edges = grid_edges(mask)
+    X = rng.integers(0, 2, size=(int(mask.sum()), 3)).astype(np.float32)
+    ranking = _Ranking.draw(rng if seed % 2 else None)
+    keys = _edge_keys(_edge_weights(X, edges), ranking)
+    nn_edges, node_edge = _nearest_neighbours(keys, edges, len(X), ranking)
+    merged = np.sort(rng.permutation(nn_edges)[: max(1, int(share * len(nn_edges)))])
+    graph = sp.coo_matrix((np.ones(len(merged)), tuple(edges[:, merged])), shape=(len(X),) * 2)
+    n_expected, expected = csgraph.connected_components(graph, directed=False)
+    n_new, labels = _merge(merged, node_edge, edges)
+    assert n_new == n_expected
+    np.testing.assert_array_equal(labels, expected)
+
+
+@pytest.mark.parametrize("n_edges", [40, 5000])
+def test_contract_both_ways_agree(n_edges, monkeypatch):
+    # few edges are contracted with a sort, many with a sparse pattern: the same edges
+    rng = np.random.default_rng(n_edges)
+    edges = np.sort(rng.integers(0, 300, size=(2, n_edges)), axis=0)
+    labels = rng.integers(0, 90, size=300)
+    by_sort = _contract(edges, labels, 90)
+    monkeypatch.setattr("fgscale.grouping._rena._SORTED_EDGES", 0)
+    by_pattern = _contract(edges, labels, 90)
+    np.testing.assert_array_equal(by_sort, by_pattern)
+    lows, highs = np.minimum(*labels[edges]), np.maximum(*labels[edges])
+    expected = sorted({(a, b) for a, b in zip(lows, highs, strict=True) if a != b})
+    assert [tuple(e) for e in by_sort.T] == expected
+
+
+def test_edges_of_the_last_mask_are_reused_for_that_mask_only():
+    first = np.ones((4, 6), bool)
+    same_count = np.ones((6, 4), bool)  # the same number of features, other edges
+    other_pattern = first.copy()
+    other_pattern[0, 0], other_pattern[3, 5] = False, False
+    other_pattern = np.pad(other_pattern, ((0, 0), (0, 1)), constant_values=True)[:, 1:]
+    for mask in (first, same_count, first, other_pattern, first.copy()):
+        edges = _graph_edges(mask, int(mask.sum()))
+        np.testing.assert_array_equal(edges, grid_edges(mask))
+        assert not edges.flags.writeable
+    assert _graph_edges(first, 24) is _graph_edges(first.copy(), 24)
 
 
 def test_deterministic_for_a_seed_with_ties():
