@@ -690,7 +690,18 @@ def versions() -> str:
         out += f", nilearn {nilearn.__version__}"
     except ImportError:
         pass
-    return out
+    return out + f"; threads: {thread_counts()}"
+
+
+def thread_counts() -> str:
+    """The thread pools the methods run with: torch's and each BLAS/OpenMP library's. On 2 cores,
+    LogisticRegressionCV with OpenBLAS on 2 threads took 8 times as long as on 1
+    (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1), so the figures say which they had."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    pools = sorted({f"{p['internal_api']} {p['num_threads']}" for p in threadpool_info()})
+    return ", ".join([f"torch {torch.get_num_threads()}", *pools])
 
 
 def main(argv=None) -> None:

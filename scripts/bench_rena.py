@@ -137,7 +137,7 @@ def main() -> None:
     print(f"r = {args.samples} samples, k = p // 10, 20 held-out samples (1,000 for fashion), "
           f"{args.seeds} seed(s), time = median of {args.repeats} run(s) per seed, "
           f"then the mean over seeds\n")
-    markdown_table("problem", "p", "method", "time (s)", "held-out rel. error (mean +- se)",
+    markdown_table("problem", "p", "method", "time (ms)", "held-out rel. error (mean +- se)",
                    "clusters", "size min / median / max", "speed-up", "error ours / nilearn")
     for (name, method), entry in results.items():
         ours, theirs = results[(name, "fgscale")], results[(name, "nilearn")]
@@ -146,7 +146,7 @@ def main() -> None:
         ratios = ("", "") if method == "nilearn" else (
             f"{np.mean(theirs['time']) / np.mean(ours['time']):.1f}x",
             f"{np.mean(ours['error']) / np.mean(theirs['error']):.4f}")
-        markdown_row(name, entry["p"], method, f"{np.mean(entry['time']):.3f}",
+        markdown_row(name, entry["p"], method, f"{1e3 * np.mean(entry['time']):.2f}",
                      f"{error.mean():.4f} +- {se:.4f}", entry["sizes"][0], entry["sizes"][1],
                      *ratios)
 

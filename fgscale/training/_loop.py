@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from fgscale._progress import tqdm
 from fgscale.training._models import GroupedLinear
+from fgscale.training._sgd import SGD
 
 __all__ = ["Batch", "EarlyStopping", "batch_loss", "evaluate", "fit", "lipschitz", "make_optimizer",
            "predict_logits", "train_epoch"]
@@ -48,12 +49,12 @@ class Batch:
     grouping: int | None = None
 
 
-def make_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.0):
+def make_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.0) -> SGD:
     """SGD with L2 weight decay on weight matrices only (biases are not penalised)."""
     decay = [p for name, p in model.named_parameters() if p.ndim > 1]
     no_decay = [p for name, p in model.named_parameters() if p.ndim <= 1]
-    return torch.optim.SGD([{"params": decay, "weight_decay": weight_decay},
-                            {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate)
+    return SGD([{"params": decay, "weight_decay": weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate)
 
 
 _GRAM_ROWS = 64  # up to this many rows, λmax comes from the m x m Gram matrix
@@ -182,13 +183,11 @@ def _deferred_layer(model: nn.Module, optimizer):
     weight; (None, None) for a small layer, or when the optimizer is not plain SGD, whose step
     alone it reproduces."""
     first = getattr(model, "first", None)
-    if not isinstance(first, GroupedLinear) or not isinstance(optimizer, torch.optim.SGD) \
+    if not isinstance(first, GroupedLinear) or not isinstance(optimizer, SGD) \
             or first.weight.numel() < _DEFER_MIN_WEIGHTS:
         return None, None
     for group in optimizer.param_groups:
         if any(p is first.weight for p in group["params"]):
-            if group["momentum"] or group["maximize"]:
-                return None, None
             first.defer = True
             return first, group
     return None, None
