@@ -73,9 +73,9 @@ class SGD:
         without momentum."""
         saved = state["param_groups"]
         if len(saved) != len(self.param_groups) or any(
-                len(s["params"]) != len(g["params"]) for s, g in zip(saved, self.param_groups)):
+                len(s["params"]) != len(g["params"]) for s, g in zip(saved, self.param_groups, strict=False)):
             raise ValueError("the saved optimizer has other parameter groups than this model's")
         if state.get("state") or any(s.get("momentum", 0) for s in saved):
             raise ValueError("the saved optimizer has momentum buffers, which plain SGD has not")
-        for group, s in zip(self.param_groups, saved):
+        for group, s in zip(self.param_groups, saved, strict=True):
             group["lr"], group["weight_decay"] = float(s["lr"]), float(s["weight_decay"])

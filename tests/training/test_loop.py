@@ -136,8 +136,9 @@ def test_train_epoch_returns_mean_loss():
 @pytest.mark.parametrize("weight_decay", [0.0, 0.05])
 def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay, monkeypatch):
     """train_epoch's deferred first-layer step (no dense (h x p) gradient) gives the weights
-    that autograd and plain SGD give (torch.optim.SGD's, test_sgd), bit for bit, over steps with changing groupings
-    and step sizes; wider than a block of columns, so that the blocks are exercised."""
+    that autograd and plain SGD give (torch.optim.SGD's, test_sgd), bit for bit, over steps
+    with changing groupings and step sizes; wider than a block of columns, so that the blocks
+    are exercised."""
     rng = np.random.default_rng(7)
     p, k, n_classes = 5000, 300, 3
     bank = torch.as_tensor(np.stack([random_labels(rng, p, k) for _ in range(3)]))
