@@ -201,8 +201,7 @@ class _Checkpoints(_History):
                              f"unread ({type(exc).__name__}); delete it to restart the run, "
                              "or use a new run folder") from None
         if state["params"] != self.estimator_params:
-            changed = sorted(k for k in self.estimator_params
-                             if state["params"].get(k) != self.estimator_params[k])
+            changed = _changed(self.estimator_params, state["params"])
             raise ValueError(f"{path}: saved with other parameters ({', '.join(changed)}); "
                              "use a new run folder")
         if "phase_params" in state and state["phase_params"] != self.phase_params:

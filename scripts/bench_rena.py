@@ -21,7 +21,7 @@ import warnings
 
 import nibabel as nib
 import numpy as np
-from bench_accuracy import FASHION_DIR, FASHION_FILES, load_fashion
+from bench_accuracy import FASHION_DIR, FASHION_FILES, load_fashion, mean_se
 from benchlib import markdown_row, markdown_table, parse_args, timings
 from nilearn.datasets import load_mni152_brain_mask, load_sample_motor_activation_image
 from nilearn.image import resample_to_img
@@ -141,13 +141,12 @@ def main() -> None:
                    "clusters", "size min / median / max", "speed-up", "error ours / nilearn")
     for (name, method), entry in results.items():
         ours, theirs = results[(name, "fgscale")], results[(name, "nilearn")]
-        error = np.array(entry["error"])
-        se = error.std(ddof=1) / np.sqrt(len(error)) if len(error) > 1 else float("nan")
+        error, se = mean_se(entry["error"])
         ratios = ("", "") if method == "nilearn" else (
             f"{np.mean(theirs['time']) / np.mean(ours['time']):.1f}x",
             f"{np.mean(ours['error']) / np.mean(theirs['error']):.4f}")
         markdown_row(name, entry["p"], method, f"{1e3 * np.mean(entry['time']):.2f}",
-                     f"{error.mean():.4f} +- {se:.4f}", entry["sizes"][0], entry["sizes"][1],
+                     f"{error:.4f} +- {se:.4f}", entry["sizes"][0], entry["sizes"][1],
                      *ratios)
 
 

@@ -41,7 +41,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import numpy as np  # noqa: E402 - after the thread limits above
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_accuracy import BRAIN, brain_split, versions  # noqa: E402
+from bench_accuracy import BRAIN, brain_split, mean_se, versions  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PNG_NAME = "fig4_brain_weights.png"
@@ -172,9 +172,8 @@ def seed_table(records: list[dict], regularizers: list[str], command: str) -> st
         rows = [r for r in records if r["regularizer"] == reg]
         cells = []
         for key, scale, digits in (("accuracy", 100.0, 1), ("correlation", 1.0, 3)):
-            v = np.array([r[key] for r in rows]) * scale
-            se = v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")
-            cells.append(f"{v.mean():.{digits}f} ± {se:.{digits}f}")
+            mean, se = mean_se([r[key] * scale for r in rows])
+            cells.append(f"{mean:.{digits}f} ± {se:.{digits}f}")
         cells.append(f"{np.mean([r['seconds'] for r in rows]):.0f}")
         lines.append(f"| {reg} | " + " | ".join(cells) + " |")
     lines += ["", f"Command: `{command}`; {versions()}.", ""]

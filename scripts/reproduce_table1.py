@@ -289,15 +289,12 @@ def parse_args(argv=None):
     args.noise = [n for n in args.noise.split(",") if n]
     args.models = [m for m in args.models.split(",") if m]
     args.regularizers = [r for r in args.regularizers.split(",") if r]
-    for n in args.noise:
-        if n not in NOISES:
-            p.error(f"--noise: {n!r} is not one of {sorted(NOISES)}")
-    for m in args.models:
-        if m not in MODELS:
-            p.error(f"--models: {m!r} is not one of {list(MODELS)}")
-    for r in args.regularizers:
-        if r not in REGULARIZERS:
-            p.error(f"--regularizers: {r!r} is not one of {list(REGULARIZERS)}")
+    for flag, given, allowed in (("noise", args.noise, sorted(NOISES)),
+                                 ("models", args.models, list(MODELS)),
+                                 ("regularizers", args.regularizers, list(REGULARIZERS))):
+        for value in given:
+            if value not in allowed:
+                p.error(f"--{flag}: {value!r} is not one of {allowed}")
     return args
 
 

@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fgscale.grouping._projection import back_project, cluster_scale, project
+from fgscale.training._sgd import sgd_update
 
 __all__ = ["CNN", "GroupedLinear", "LogisticRegression", "MLP", "build_model"]
 
@@ -66,8 +67,8 @@ class GroupedLinear(nn.Module):
 
     @torch.no_grad()
     def step_deferred(self, lr: float, weight_decay: float = 0.0) -> bool:
-        """Apply the gradient a deferred forward kept, as ``torch.optim.SGD`` would have
-        applied autograd's: ``W0 -= lr * (g_W0hat Phi + weight_decay * W0)``, one row at a
+        """Apply the gradient a deferred forward kept, as :func:`~fgscale.training._sgd.sgd_update`
+        applies autograd's: ``W0 -= lr * (g_W0hat Phi + weight_decay * W0)``, one row at a
         time, with the same floating-point operations (the same numbers).
 
         Returns False when no gradient was pending (the step is then for the optimizer).
@@ -82,10 +83,7 @@ class GroupedLinear(nn.Module):
         # One row of W0 at a time: the temporary is one row (p values), not (h x p), and the
         # gather reads one row of the (h x k) gradient, which stays in cache
         for row, grad_row in zip(self.weight, expanded, strict=True):
-            d_p = grad_row[grouping]
-            if weight_decay != 0:
-                d_p = d_p.add(row, alpha=weight_decay)
-            row.add_(d_p, alpha=-lr)
+            sgd_update(row, grad_row[grouping], lr, weight_decay)
         return True
 
 

@@ -13,11 +13,19 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["SGD"]
+__all__ = ["SGD", "sgd_update"]
 
 # the keys of torch.optim.SGD's parameter groups, written for its readers
 _TORCH_GROUP = {"momentum": 0, "dampening": 0, "nesterov": False, "maximize": False,
                 "foreach": None, "differentiable": False, "fused": None}
+
+
+def sgd_update(param: torch.Tensor, grad: torch.Tensor, lr: float, weight_decay: float) -> None:
+    """``param -= lr * (grad + weight_decay * param)`` in place, with torch.optim.SGD's
+    floating-point operations (no momentum); call under ``torch.no_grad()``."""
+    if weight_decay != 0:
+        grad = grad.add(param, alpha=weight_decay)
+    param.add_(grad, alpha=-lr)
 
 
 class SGD:
@@ -52,10 +60,8 @@ class SGD:
         for group in self.param_groups:
             lr, decay = group["lr"], group["weight_decay"]
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad if decay == 0 else p.grad.add(p, alpha=decay)
-                p.add_(grad, alpha=-lr)
+                if p.grad is not None:
+                    sgd_update(p, p.grad, lr, decay)
 
     def state_dict(self) -> dict:
         """Step sizes and weight decays, in ``torch.optim.SGD``'s layout (no buffers)."""
