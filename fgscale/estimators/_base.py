@@ -110,7 +110,8 @@ class FeatureGroupingBase(BaseEstimator):
         mask_img = None
         if is_images(X):
             X, mask_img = self._images_in(X)
-        X, y = validate_data(self, X, y, dtype=np.float32,
+        # rows in C order: every batch, validation block and bootstrap reads whole rows
+        X, y = validate_data(self, X, y, dtype=np.float32, order="C",
                              y_numeric=not self._is_classifier())
         return self._fit_arrays(X, self._encode_targets(y), mask_img)
 
@@ -137,13 +138,13 @@ class FeatureGroupingBase(BaseEstimator):
             mean, std = array_stats(X)
             scale = (1.0 / std).astype(np.float32)
         self.mean_, self.scale_ = mean, scale
-        sources = {}
+        sources, rows_source = {}, MemorySource(X, y_idx, mean=mean, scale=scale)
         for k in self._cluster_counts(y_idx[rows]):
             bank = None
             if k is not None:  # on the raw rows, as the bank tasks of a store read them
                 bank = make_bank(X, graph, k, n_groupings=self.n_groupings,
                                  n_bootstrap=self.n_bootstrap, rows=rows, seed=seed)
-            sources[k] = (MemorySource(X, y_idx, bank, mean=mean, scale=scale), bank)
+            sources[k] = (rows_source.with_bank(bank), bank)
         return self._train(sources, y_idx, rows, seed, groups=None)
 
     def _cluster_counts(self, y_idx: np.ndarray) -> list:

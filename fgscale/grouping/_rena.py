@@ -199,7 +199,9 @@ def _edge_weights(means: np.ndarray, edges: np.ndarray) -> np.ndarray:
     weights = np.empty(len(heads), dtype=np.float32)
     for start in range(0, len(heads), _CHUNK):
         block = slice(start, start + _CHUNK)
-        diff = means[heads[block]] - means[tails[block]]
+        # np.take gathers rows two to three times faster than fancy indexing
+        diff = np.take(means, heads[block], axis=0)
+        np.subtract(diff, np.take(means, tails[block], axis=0), out=diff)
         np.einsum("ij,ij->i", diff, diff, out=weights[block])
     return weights
 
@@ -310,8 +312,14 @@ def _reduce(sums: np.ndarray, sizes: np.ndarray, node_labels: np.ndarray,
             n_new: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-cluster sums (n_new, n_samples) and sizes (n_new,) after merging."""
     n_nodes = len(node_labels)
-    pooling = sp.csr_matrix((np.ones(n_nodes, dtype=np.float32), (node_labels, np.arange(n_nodes))),
-                            shape=(n_new, n_nodes))
+    indptr = np.zeros(n_new + 1, dtype=np.int64)
+    np.cumsum(np.bincount(node_labels, minlength=n_new), out=indptr[1:])
+    # The pooling matrix built in CSR form at once: each row's columns are its cluster's nodes
+    # in increasing order (a stable sort), the layout a conversion from COO would give, at a
+    # third of its cost on the few thousand nodes of a bank's small problems.
+    members = np.argsort(node_labels, kind="stable")
+    pooling = sp.csr_array((np.ones(n_nodes, dtype=np.float32), members, indptr),
+                           shape=(n_new, n_nodes))
     new_sizes = np.bincount(node_labels, weights=sizes, minlength=n_new).astype(np.float32)
     return np.ascontiguousarray(pooling @ sums), new_sizes
 
@@ -324,7 +332,7 @@ def _contract(edges: np.ndarray, node_labels: np.ndarray, n_new: int) -> np.ndar
     lows, highs = np.minimum(heads, tails), np.maximum(heads, tails)
     if len(heads) <= _SORTED_EDGES:
         # one sort of (low, high) keys: for few edges, cheaper than building a sparse pattern
-        keys = np.sort(lows * n_new + highs)
+        keys = np.sort(lows * n_new + highs, kind="stable")  # runs of sorted keys: timsort
         first = np.ones(len(keys), dtype=bool)
         np.not_equal(keys[1:], keys[:-1], out=first[1:])
         keys = keys[first]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 
 import numpy as np
@@ -32,6 +33,8 @@ class MemorySource:
         Standardize rows as they are used, ``(x - mean) * scale`` in float32 (``scale`` is
         ``1 / std``, e.g. from :func:`fgscale.store.array_stats`), given together: batches,
         reduced or not, and evaluation blocks are of standardized rows; ``X`` is never modified.
+        When all of ``X`` fits in one evaluation block, its rows are standardized once, into a
+        copy, rather than at every batch and every validation pass (the same values).
     """
 
     def __init__(self, X: np.ndarray, y: np.ndarray, bank=None, *, block_size: int | None = None,
@@ -42,13 +45,21 @@ class MemorySource:
         self.block_size = block_size or max(1, _BLOCK_BYTES // (4 * max(X.shape[1], 1)))
         self.mean = None if mean is None else np.asarray(mean, np.float32)
         self.scale = None if scale is None else np.asarray(scale, np.float32)
+        if self.mean is not None and len(X) <= self.block_size:
+            # small problems are bound by per-batch overheads; a copy costs one block at most
+            self.X = _standardize(X, self.mean, self.scale)
+            self.mean = self.scale = None
+
+    def with_bank(self, bank) -> MemorySource:
+        """The same rows (standardized copy included, not copied again) with another bank."""
+        source = copy.copy(self)
+        source.bank = bank
+        return source
 
     def _rows(self, rows) -> np.ndarray:
         """A copy of full rows, standardized when asked (the streamed source's numbers)."""
-        if self.mean is None:
-            return self.X[rows]
-        x = np.subtract(self.X[rows], self.mean, dtype=np.float32)  # a new array, whatever rows
-        return np.multiply(x, self.scale, out=x)
+        full = self.X[rows]
+        return full if self.mean is None else _standardize(full, self.mean, self.scale)
 
     def batches(self, plan: EpochPlan) -> Iterator[Batch]:
         """The plan's minibatches, reduced by the bank's groupings, in plan order.
@@ -77,3 +88,10 @@ class MemorySource:
         for i in range(0, rows.size, self.block_size):
             part = rows[i : i + self.block_size]
             yield self._rows(part), self.y[part]
+
+
+def _standardize(x: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(x - mean) * scale`` in float32, into a new C-ordered array (the streamed source's
+    numbers): rows are what the source reads."""
+    out = np.subtract(x, mean, dtype=np.float32, order="C")
+    return np.multiply(out, scale, out=out)

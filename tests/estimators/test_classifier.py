@@ -53,6 +53,16 @@ def test_mask_as_image_or_path_gives_same_model(rng, tmp_path):
     np.testing.assert_array_equal(coefs[0], coefs[2])
 
 
+def test_row_layout_and_dtype_do_not_change_the_model(rng):
+    # the defaults (standardized, "auto" k): F-ordered float64 rows give the same model
+    X, y, mask = smooth_problem(rng, n=60)
+    C = FeatureGroupingClassifier(mask=mask, random_state=0).fit(X, y)
+    F = FeatureGroupingClassifier(mask=mask, random_state=0).fit(
+        np.asfortranarray(X, dtype=np.float64), y)
+    np.testing.assert_array_equal(C.coef_, F.coef_)
+    np.testing.assert_array_equal(C.bank_, F.bank_)
+
+
 def test_reproducible_from_seed_and_seed_matters(rng):
     X, y, mask = smooth_problem(rng, n=60)
     def fit(seed):

@@ -264,6 +264,29 @@ def test_standardized_batches_equal_memory_source(cohort, client, tmp_path, raw)
         np.testing.assert_allclose(s_blocks, unit[rows], atol=1e-4)
 
 
+def test_small_rows_standardized_once_give_the_same_batches(rng):
+    # all rows in one block: standardized up front, into a C-ordered copy shared by with_bank;
+    # a block of 7 rows: standardized at every batch (from F-ordered rows: any layout)
+    X = np.asfortranarray(rng.standard_normal((40, 30)).astype(np.float32) * 50 + 900)
+    y = rng.integers(0, 3, 40)
+    bank = np.stack([np.arange(30) % 4, rng.permutation(np.arange(30) % 4)]).astype(np.int32)
+    mean, std = array_stats(X)
+    before = X.copy()
+    once = MemorySource(X, y, mean=mean, scale=1 / std)
+    each = MemorySource(X, y, bank, mean=mean, scale=1 / std, block_size=7)
+    assert once.mean is None and once.X.flags.c_contiguous and each.mean is not None
+    banked = once.with_bank(bank)
+    assert banked.X is once.X and banked.bank is bank and once.bank is None
+    plan = epoch_plan(np.arange(40), batch_size=16, epoch=1, seed=2, n_groupings=2)
+    for a, b in zip(banked.batches(plan), each.batches(plan), strict=True):
+        assert a.grouping == b.grouping
+        np.testing.assert_array_equal(a.x, b.x)
+    rows = np.arange(40)[::-1]
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in banked.blocks(rows)]),
+                                  np.concatenate([x for x, _ in each.blocks(rows)]))
+    np.testing.assert_array_equal(X, before)
+
+
 def test_standardizing_needs_saved_stats(cohort, client, tmp_path):
     path, X, y, mask, split = cohort
     store_path = tmp_path / "s.zarr"
