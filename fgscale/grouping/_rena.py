@@ -127,12 +127,13 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
         nn_edges, node_edge = _nearest_neighbours(keys, edges, n_nodes, ranking)
         merged = _select_merges(nn_edges, keys, edges, sizes, n_nodes - n_clusters)
         n_new, node_labels = _merge(merged, node_edge, edges)
-        sums, sizes = _reduce(sums, sizes, node_labels, n_new)
-        edges = _contract(edges, node_labels, n_new)
         labels = node_labels[labels]
         n_rounds += 1
-        logger.debug("ReNA round %d: %d -> %d clusters, %d edges", n_rounds, n_nodes, n_new,
-                     edges.shape[1])
+        logger.debug("ReNA round %d: %d -> %d clusters", n_rounds, n_nodes, n_new)
+        if n_new == n_clusters or n_rounds == n_iter:
+            break  # the last round: the merged clusters' sums and edges would go unused
+        sums, sizes = _reduce(sums, sizes, node_labels, n_new)
+        edges = _contract(edges, node_labels, n_new)
     return labels.astype(np.int32)
 
 
@@ -254,10 +255,14 @@ def _nearest_neighbours(keys: np.ndarray, edges: np.ndarray, n_nodes: int,
     best = np.full(n_nodes, _NO_EDGE, dtype=np.int64)
     np.minimum.at(best, edges[0], keys)
     np.minimum.at(best, edges[1], keys)
-    node_edge = np.full(n_nodes, -1, dtype=np.int64)
     linked = best != _NO_EDGE
-    node_edge[linked] = ranking.edges(best[linked] & _LOW_BITS)
     chosen = np.zeros(len(keys), dtype=bool)
+    if linked.all():  # the usual case: a connected graph has no isolated node
+        node_edge = ranking.edges(best & _LOW_BITS)
+        chosen[node_edge] = True
+        return np.flatnonzero(chosen), node_edge
+    node_edge = np.full(n_nodes, -1, dtype=np.int64)
+    node_edge[linked] = ranking.edges(best[linked] & _LOW_BITS)
     chosen[node_edge[linked]] = True
     return np.flatnonzero(chosen), node_edge
 
@@ -292,13 +297,13 @@ def _merge(merged: np.ndarray, node_edge: np.ndarray, edges: np.ndarray
     kept[merged] = True
     parent = nodes.copy()
     moving = np.flatnonzero((node_edge >= 0) & kept[np.maximum(node_edge, 0)])
-    heads, tails = edges[:, node_edge[moving]]
+    heads, tails = np.take(edges, node_edge[moving], axis=1)
     parent[moving] = np.where(heads == moving, tails, heads)
     mutual = (parent[parent] == nodes) & (nodes < parent)
     parent[mutual] = nodes[mutual]
     while True:
         grand = parent[parent]
-        if np.array_equal(grand, parent):
+        if (grand == parent).all():
             break
         parent = grand
     smallest = np.full(n_nodes, n_nodes, dtype=np.int64)
@@ -336,7 +341,7 @@ def _contract(edges: np.ndarray, node_labels: np.ndarray, n_new: int) -> np.ndar
         first = np.ones(len(keys), dtype=bool)
         np.not_equal(keys[1:], keys[:-1], out=first[1:])
         keys = keys[first]
-        return np.stack([keys // n_new, keys % n_new])
+        return np.stack(np.divmod(keys, n_new))
     # A sparse pattern deduplicates and sorts by (row, column) with a counting sort over rows and
     # short per-row sorts: linear in the number of edges, where one global sort is not.
     pattern = sp.coo_array((np.ones(len(heads), dtype=bool), (lows, highs)),
