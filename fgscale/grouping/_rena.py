@@ -126,7 +126,8 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
         keys = _edge_keys(_edge_weights(means, edges), ranking)
         nn_edges, node_edge = _nearest_neighbours(keys, edges, n_nodes, ranking)
         merged = _select_merges(nn_edges, keys, edges, sizes, n_nodes - n_clusters)
-        n_new, node_labels = _merge(merged, node_edge, edges)
+        n_new, node_labels = _merge(None if len(merged) == len(nn_edges) else merged,
+                                    node_edge, edges)
         labels = node_labels[labels]
         n_rounds += 1
         logger.debug("ReNA round %d: %d -> %d clusters", n_rounds, n_nodes, n_new)
@@ -281,9 +282,10 @@ def _select_merges(nn_edges: np.ndarray, keys: np.ndarray, edges: np.ndarray, si
     return np.sort(nn_edges[cheapest])
 
 
-def _merge(merged: np.ndarray, node_edge: np.ndarray, edges: np.ndarray
+def _merge(merged: np.ndarray | None, node_edge: np.ndarray, edges: np.ndarray
            ) -> tuple[int, np.ndarray]:
-    """Connected components (count, node labels) of the graph of the ``merged`` edges.
+    """Connected components (count, node labels) of the graph of the ``merged`` edges (None:
+    every node's own edge).
 
     Each merged edge is the nearest-neighbour edge (``node_edge``) of one of its ends at
     least, so pointing every node across its own edge, when merged, gives a forest whose
@@ -293,12 +295,19 @@ def _merge(merged: np.ndarray, node_edge: np.ndarray, edges: np.ndarray
     """
     n_nodes = len(node_edge)
     nodes = np.arange(n_nodes, dtype=np.int64)
-    kept = np.zeros(edges.shape[1], dtype=bool)
-    kept[merged] = True
-    parent = nodes.copy()
-    moving = np.flatnonzero((node_edge >= 0) & kept[np.maximum(node_edge, 0)])
-    heads, tails = np.take(edges, node_edge[moving], axis=1)
-    parent[moving] = np.where(heads == moving, tails, heads)
+    if merged is None and n_nodes and node_edge.min() >= 0:  # every round but the last
+        heads, tails = np.take(edges, node_edge, axis=1)
+        parent = np.where(heads == nodes, tails, heads)
+    else:
+        linked = node_edge >= 0
+        if merged is not None:
+            kept = np.zeros(edges.shape[1], dtype=bool)
+            kept[merged] = True
+            linked &= kept[np.maximum(node_edge, 0)]
+        moving = np.flatnonzero(linked)
+        heads, tails = np.take(edges, node_edge[moving], axis=1)
+        parent = nodes.copy()
+        parent[moving] = np.where(heads == moving, tails, heads)
     mutual = (parent[parent] == nodes) & (nodes < parent)
     parent[mutual] = nodes[mutual]
     while True:

@@ -173,6 +173,21 @@ def test_merge_numbers_components_as_scipy(seed, share):
     n_new, labels = _merge(merged, node_edge, edges)
     assert n_new == n_expected
     np.testing.assert_array_equal(labels, expected)
+    if share == 1.0:  # None stands for every nearest-neighbour edge: the same components
+        n_all, all_labels = _merge(None, node_edge, edges)
+        assert n_all == n_new
+        np.testing.assert_array_equal(all_labels, labels)
+
+
+def test_merge_of_every_edge_leaves_isolated_nodes_alone():
+    # node 2 has no edge (node_edge -1): it stays a cluster of its own
+    edges = np.array([[0, 3], [1, 4]])
+    keys = _edge_keys(np.array([1.0, 2.0], np.float32), _Ranking.draw(None))
+    nn_edges, node_edge = _nearest_neighbours(keys, edges, 5, _Ranking.draw(None))
+    assert node_edge[2] == -1
+    n_new, labels = _merge(None, node_edge, edges)
+    assert n_new == 3
+    np.testing.assert_array_equal(labels, [0, 0, 1, 2, 2])
 
 
 @pytest.mark.parametrize("n_edges", [40, 5000])
