@@ -32,7 +32,7 @@ from fgscale.estimators._selection import candidates
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
 from fgscale.training._loop import EarlyStopping, fit, lipschitz, make_optimizer
-from fgscale.training._memory import MemorySource
+from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
 
@@ -366,7 +366,7 @@ class FeatureGroupingBase(BaseEstimator):
         for i in range(0, len(X), block):
             x = X[i : i + block]
             if self.mean_ is not None:
-                x = np.multiply(np.subtract(x, self.mean_, dtype=np.float32), self.scale_)
+                x = standardize_rows(x, self.mean_, self.scale_)
             yield x
 
     def _placed_model(self) -> torch.nn.Module:

@@ -257,14 +257,13 @@ def _nearest_neighbours(keys: np.ndarray, edges: np.ndarray, n_nodes: int,
     np.minimum.at(best, edges[0], keys)
     np.minimum.at(best, edges[1], keys)
     linked = best != _NO_EDGE
-    chosen = np.zeros(len(keys), dtype=bool)
     if linked.all():  # the usual case: a connected graph has no isolated node
-        node_edge = ranking.edges(best & _LOW_BITS)
-        chosen[node_edge] = True
-        return np.flatnonzero(chosen), node_edge
-    node_edge = np.full(n_nodes, -1, dtype=np.int64)
-    node_edge[linked] = ranking.edges(best[linked] & _LOW_BITS)
-    chosen[node_edge[linked]] = True
+        node_edge = own = ranking.edges(best & _LOW_BITS)
+    else:
+        node_edge = np.full(n_nodes, -1, dtype=np.int64)
+        node_edge[linked] = own = ranking.edges(best[linked] & _LOW_BITS)
+    chosen = np.zeros(len(keys), dtype=bool)
+    chosen[own] = True
     return np.flatnonzero(chosen), node_edge
 
 

@@ -11,7 +11,7 @@ from fgscale.grouping._projection import project, project_rows
 from fgscale.training._loop import Batch
 from fgscale.training._plan import EpochPlan
 
-__all__ = ["MemorySource"]
+__all__ = ["MemorySource", "standardize_rows"]
 
 
 # Default size of an in-memory evaluation block: the size of a store shard (fgscale.store), kept
@@ -47,7 +47,7 @@ class MemorySource:
         self.scale = None if scale is None else np.asarray(scale, np.float32)
         if self.mean is not None and len(X) <= self.block_size:
             # small problems are bound by per-batch overheads; a copy costs one block at most
-            self.X = _standardize(X, self.mean, self.scale)
+            self.X = standardize_rows(X, self.mean, self.scale)
             self.mean = self.scale = None
 
     def with_bank(self, bank) -> MemorySource:
@@ -59,7 +59,7 @@ class MemorySource:
     def _rows(self, rows) -> np.ndarray:
         """A copy of full rows, standardized when asked (the streamed source's numbers)."""
         full = self.X[rows]
-        return full if self.mean is None else _standardize(full, self.mean, self.scale)
+        return full if self.mean is None else standardize_rows(full, self.mean, self.scale)
 
     def batches(self, plan: EpochPlan) -> Iterator[Batch]:
         """The plan's minibatches, reduced by the bank's groupings, in plan order.
@@ -90,8 +90,8 @@ class MemorySource:
             yield self._rows(part), self.y[part]
 
 
-def _standardize(x: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """``(x - mean) * scale`` in float32, into a new C-ordered array (the streamed source's
-    numbers): rows are what the source reads."""
+def standardize_rows(x: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(x - mean) * scale`` in float32, into a new C-ordered array: the streamed source's
+    numbers, for training rows and for the rows an estimator predicts on."""
     out = np.subtract(x, mean, dtype=np.float32, order="C")
     return np.multiply(out, scale, out=out)
