@@ -37,11 +37,12 @@ LogisticRegression()) are fitted on train+validation.
 Time: wall time of a method's ``fit_predict`` (every fit it makes, selection included, plus
 predicting the test rows; FREM's includes wrapping arrays as NIfTI images), and the CPU time
 of the process over the same span (all threads; less sensitive to other jobs on a shared
-machine). Memory: the peak of the process's resident set size (VmRSS in /proc/self/status,
-sampled every 10 ms by a thread) during ``fit_predict``, minus the RSS just before it: what
-the method adds to the process; memory freed by earlier fits and reused by the allocator is not
-counted, so it is a lower bound of what a fresh process needs (``ru_maxrss`` would only ever
-show the first, largest fit; a process per fit would cost more than some fits).
+machine). Memory: the peak resident memory of the process during ``fit_predict`` (the
+kernel's VmHWM, reset just before through /proc/self/clear_refs; VmRSS sampled every 10 ms where
+that is not allowed), minus the RSS just before it: what the method adds to the process. In one
+process, memory freed by earlier fits and reused by the allocator is not counted, so it is a
+lower bound; ``--fresh-process`` runs each method in a new process (after importing the
+libraries) and measures what a fresh process needs, at ~3 s more a fit.
 
     .venv/bin/python scripts/bench_accuracy.py --quick --datasets fashion  # smoke test, ~30 s
     .venv/bin/python scripts/bench_accuracy.py --quick                     # 1 seed, ~15 min
@@ -322,12 +323,13 @@ def sklearn_lr(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
 def nilearn_frem(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
     import nibabel as nib
     from nilearn.decoding import FREMClassifier
-    from nilearn.maskers import NiftiMasker
 
     # FREM's defaults (estimator="svc", cv=30, clustering_percentile=10, standardize=True)
     # except screening_percentile=100: no univariate screening, FREM's clustering does the
     # reduction. Internal CV on train+validation. Images: a 2D mask becomes (28, 28, 1)
     # volumes; identity affine (with no screening and no smoothing, FREM uses the grid only).
+    # The mask goes in as an image: a NiftiMasker given as ``mask`` would impose its own
+    # standardize=False over FREM's standardize=True.
     mask3 = mask if mask.ndim == 3 else mask[..., None]
     affine = np.eye(4)
 
@@ -337,8 +339,8 @@ def nilearn_frem(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
         return nib.Nifti1Image(vol, affine)
 
     X_all, y_all = _train_val(X_tr, y_tr, X_val, y_val)
-    masker = NiftiMasker(mask_img=nib.Nifti1Image(mask3.astype(np.uint8), affine))
-    clf = FREMClassifier(mask=masker, screening_percentile=100, n_jobs=1)
+    clf = FREMClassifier(mask=nib.Nifti1Image(mask3.astype(np.uint8), affine),
+                         screening_percentile=100, n_jobs=1)
     clf.fit(images(X_all), y_all)
     return np.asarray(clf.predict(images(X_te)))
 
@@ -394,20 +396,38 @@ def _estimator_grid(name: str) -> tuple | None:
 
 def rss_bytes() -> int:
     """The process's resident set size now (VmRSS of /proc/self/status)."""
+    return _status_kib("VmRSS") * 1024
+
+
+def _status_kib(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
     return 0
 
 
+def _reset_kernel_peak() -> bool:
+    """Set the kernel's record of this process's peak RSS (VmHWM) to its RSS now, through
+    /proc/self/clear_refs (Linux >= 4.0); False where that is not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 class PeakRSS:
-    """Context manager: ``peak`` = max VmRSS sampled every ``interval`` s, minus the RSS at
-    entry, in bytes."""
+    """Context manager: ``peak`` = the process's peak resident memory during the block minus its
+    RSS at entry, in bytes. The peak is the kernel's own record (VmHWM, reset at entry), so a
+    spike shorter than any sampling interval counts; where VmHWM cannot be reset, a thread
+    samples VmRSS every ``interval`` s instead."""
 
     def __init__(self, interval: float = 0.01):
         self.interval, self.peak = interval, 0
         self._stop = threading.Event()
+        self._thread = None
 
     def _sample(self):
         while not self._stop.wait(self.interval):
@@ -415,14 +435,19 @@ class PeakRSS:
 
     def __enter__(self):
         self._base = self._max = rss_bytes()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
+        self.kernel = _reset_kernel_peak()
+        if not self.kernel:
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
         self._max = max(self._max, rss_bytes())
+        if self.kernel:
+            self._max = max(self._max, _status_kib("VmHWM") * 1024)
         self.peak = self._max - self._base
 
 
@@ -464,6 +489,38 @@ def run_method(method: Method, split: Split) -> Record:
                   _fmt_value(chosen), n_conv)
 
 
+def _import_libraries() -> None:
+    """Import the classes the methods use, as a user's script would before fitting, so that a
+    fresh process's measured peak counts what fitting allocates (modules a fit imports on its
+    own count) and not the libraries' import."""
+    import importlib
+
+    for module, name in (("fgscale", "FeatureGroupingClassifier"),
+                         ("sklearn.linear_model", "LogisticRegressionCV"),
+                         ("sklearn.preprocessing", "StandardScaler"),
+                         ("nilearn.decoding", "FREMClassifier")):
+        try:
+            getattr(importlib.import_module(module), name)
+        except ImportError:
+            pass
+
+
+def _fresh_run(name: str, split: Split) -> Record:
+    _import_libraries()
+    return run_method(BY_NAME[name], split)
+
+
+def run_method_fresh(method: Method, split: Split) -> Record:
+    """``run_method`` in a process of its own (spawned, so nothing is inherited from this one):
+    its peak memory is not lowered by memory that earlier fits freed and the allocator kept.
+    The split travels through a pipe; the process imports the libraries before measuring."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_fresh_run, method.name, split).result()
+
+
 def _fmt_value(value) -> str:
     if value is None:
         return ""
@@ -503,7 +560,7 @@ def method_label(name: str, recs: list[Record]) -> str:
     return label
 
 
-def report(records: list[Record], methods: list[str]) -> str:
+def report(records: list[Record], methods: list[str], fresh: bool = False) -> str:
     out = []
     datasets = list(dict.fromkeys(r.dataset for r in records))
     for dataset in datasets:
@@ -539,7 +596,7 @@ def report(records: list[Record], methods: list[str]) -> str:
         if notes:
             out += ["", "Notes:", ""] + [f"- {n}" for n in notes]
         out += [""]
-    out += [CAPTION, ""]
+    out += [CAPTION_FRESH if fresh else CAPTION, ""]
     return "\n".join(out)
 
 
@@ -592,7 +649,7 @@ def _notes(recs: list[Record], methods: list[str]) -> list[str]:
     return notes
 
 
-CAPTION = (
+_CAPTION = (
     "Test accuracy: mean ± standard error over seeds (std/sqrt(n), n/a with one seed). Every "
     "final model is fitted on train+validation; hyper-parameters are chosen by internal CV "
     "(LogisticRegressionCV, FREM), by the fgscale estimator's \"auto\", or, where the estimator "
@@ -600,11 +657,18 @@ CAPTION = (
     "validation, refit the best on train+validation); never on the test set. Time: wall time of "
     "the whole method (every fit, selection included, plus predicting the test rows), mean "
     "over seeds; CPU time: the process's user+system time over the same span, all threads "
-    "(less sensitive than wall time to other jobs sharing the machine). Peak "
-    "memory: maximum VmRSS of the process sampled every 10 ms by a thread during the method, "
-    "minus VmRSS just before it (mean over seeds, and max); memory freed by earlier fits and "
-    "reused by the allocator is not counted, so it is a lower bound of a fresh process's need. "
-    f"Machine: {os.cpu_count()} CPU(s), all methods single-process in one Python process.")
+    "(less sensitive than wall time to other jobs sharing the machine). Peak memory: the "
+    "kernel's record of the process's peak resident memory (VmHWM, reset before the method) "
+    "during the method, minus the RSS just before it (mean over seeds, and max); ")
+CAPTION = _CAPTION + (
+    "memory freed by earlier fits and reused by the allocator is not counted, so it is a lower "
+    f"bound of a fresh process's need. Machine: {os.cpu_count()} CPU(s), all methods "
+    "single-process in one Python process.")
+CAPTION_FRESH = _CAPTION + (
+    "each method ran in a fresh process (--fresh-process) after importing the libraries, so "
+    "nothing it allocates is served from memory an earlier fit freed; time includes that "
+    "process's first calls (a first fit). Machine: "
+    f"{os.cpu_count()} CPU(s), one single-process method at a time.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -629,6 +693,9 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="defaults of 1 seed, n_train 10, noise 0.6 dB, and no FREM: a check "
                         "that everything runs (explicit --seeds etc. still apply)")
+    p.add_argument("--fresh-process", action="store_true",
+                   help="run each method in a new process (imports first, ~3 s more a fit), so "
+                        "its peak memory is what a fresh process needs, not a lower bound")
     p.add_argument("--out", type=Path, help="also write the Markdown report to this file")
     p.add_argument("--csv", type=Path, help="write one row per (setting, seed, method) here, "
                                             "as the results come")
@@ -726,7 +793,7 @@ def main(argv=None) -> None:
                                     "note": f"same parameters as {BY_NAME[first.method].label} "
                                             f"today: its fit is reused (same accuracy and time)"})
                 else:
-                    rec = run_method(method, split)
+                    rec = (run_method_fresh if args.fresh_process else run_method)(method, split)
                     if key is not None:
                         done[key] = rec
                 records.append(rec)
@@ -741,7 +808,7 @@ def main(argv=None) -> None:
     finally:
         if csv_file:
             csv_file.close()
-    text = report(records, [m.name for m in methods])
+    text = report(records, [m.name for m in methods], fresh=args.fresh_process)
     total = time.perf_counter() - t_start
     text += (f"\nTotal run time: {total:.0f} s. Command: {' '.join(sys.argv)}\n"
              f"Versions: {versions()}\n")
