@@ -59,3 +59,25 @@ def test_fashion_split(bench, fake_fashion, noise_db):
     np.testing.assert_array_equal(s.X_te, again.X_te)
     np.testing.assert_array_equal(bench.fashion_split(data, 20, None, seed=1).X_te, clean.X_te)
     assert not np.array_equal(bench.fashion_split(data, 10, None, seed=2).X_tr, clean.X_tr)
+
+
+def test_peak_memory_counts_a_spike_between_two_samples(bench):
+    """The kernel's peak (VmHWM, reset at entry) sees 64 MB allocated and freed within one
+    sampling interval; a sampler would not."""
+    with bench.PeakRSS(interval=60.0) as mem:
+        spike = np.ones(64 * 2**20 // 8)  # written, so resident
+        del spike
+    if not mem.kernel:
+        pytest.skip("this kernel does not let a process reset its VmHWM")
+    assert 60 * 2**20 <= mem.peak < 128 * 2**20
+    with bench.PeakRSS(interval=60.0) as quiet:
+        pass
+    assert quiet.peak < 16 * 2**20
+
+
+def test_a_method_in_a_fresh_process_gives_the_same_record(bench, fake_fashion):
+    split = bench.fashion_split(bench.load_fashion(fake_fashion), 10, 0.6, seed=0)
+    method = bench.BY_NAME["sklearn-lr"]
+    here, fresh = bench.run_method(method, split), bench.run_method_fresh(method, split)
+    assert fresh.accuracy == here.accuracy and fresh.method == "sklearn-lr"
+    assert fresh.peak_mb >= 0 and fresh.time_s > 0
