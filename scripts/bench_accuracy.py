@@ -602,9 +602,10 @@ def report(records: list[Record], methods: list[str], fresh: bool = False) -> st
 
 def _differences(n_train, noise, stats) -> str:
     parts = []
-    if "fgscale-default" in stats and "sklearn-lrcv" in stats:
-        (m1, s1), (m2, s2) = stats["fgscale-default"], stats["sklearn-lrcv"]
-        parts.append(f"fgscale default − LogisticRegressionCV: {_diff(m1, s1, m2, s2)}")
+    for anchor, label in (("sklearn-lrcv", "LogisticRegressionCV"), ("nilearn-frem", "FREM")):
+        if "fgscale-default" in stats and anchor in stats:
+            (m1, s1), (m2, s2) = stats["fgscale-default"], stats[anchor]
+            parts.append(f"fgscale default − {label}: {_diff(m1, s1, m2, s2)}")
     fg = "fgscale-fg-paper" if "fgscale-fg-paper" in stats else None
     others = [k for k in ("fgscale-l2-auto", "fgscale-dropout-auto") if k in stats]
     if fg and others:
