@@ -777,6 +777,7 @@ def main(argv=None) -> None:
     fashion = load_fashion() if "fashion" in args.datasets else None  # exits if missing
     methods = [m for m in METHODS if m.name in args.methods]
     records: list[Record] = []
+    measured = versions()  # the commit measured: taken now, not when the run ends
     csv_file = writer = None
     if args.csv:
         csv_file = open(args.csv, "w", newline="")  # closed in the finally below
@@ -812,7 +813,7 @@ def main(argv=None) -> None:
     text = report(records, [m.name for m in methods], fresh=args.fresh_process)
     total = time.perf_counter() - t_start
     text += (f"\nTotal run time: {total:.0f} s. Command: {' '.join(sys.argv)}\n"
-             f"Versions: {versions()}\n")
+             f"Versions: {measured}\n")
     print(text)
     if args.out:
         args.out.write_text(text)
