@@ -54,8 +54,9 @@ Durations measured on 2 cores (git 84f2330): the brain cohort costs ~23 min per 
 it fgscale's alpha="auto" and dropout="auto" searches (~5 and ~8 min) and FREM (~10 min);
 Fashion-MNIST ~20 min per seed over its 9 settings (LogisticRegressionCV: up to 2.5 min a
 fit). FREM with its own standardization (71514a0, one thread): 6-7 min a fit on a brain
-cohort, 18-67 s on Fashion-MNIST at 10 and 30 images per class. Most fits run on about one core, so ``--datasets fashion`` and ``--datasets brain`` in
-two processes take ~4 h of wall time.
+cohort, 18-67 s on Fashion-MNIST at 10 and 30 images per class. Most fits run on about one
+core, so ``--datasets fashion`` and ``--datasets brain`` in two processes take ~4 h of wall
+time.
 
 Method names for ``--methods``: fgscale-default, fgscale-l2-auto, fgscale-dropout-auto,
 fgscale-fg-paper, sklearn-lrcv, sklearn-lr, nilearn-frem. Add a method by writing a
