@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gzip
 import math
 import os
@@ -737,8 +738,11 @@ def splits(args, fashion):
                     yield fashion_split(fashion, n_train, noise_db, seed)
 
 
+@functools.cache
 def versions() -> str:
-    """fgscale's commit (``-dirty``: uncommitted changes were measured) and the libraries'."""
+    """fgscale's commit (``-dirty``: uncommitted changes were measured) and the libraries', read
+    once per process: a script calls it when its run starts, so a commit made while it runs is
+    not taken for the one measured."""
     import subprocess
 
     import sklearn
@@ -779,7 +783,7 @@ def main(argv=None) -> None:
     fashion = load_fashion() if "fashion" in args.datasets else None  # exits if missing
     methods = [m for m in METHODS if m.name in args.methods]
     records: list[Record] = []
-    measured = versions()  # the commit measured: taken now, not when the run ends
+    versions()  # the commit measured: read now, not when the run ends
     csv_file = writer = None
     if args.csv:
         csv_file = open(args.csv, "w", newline="")  # closed in the finally below
@@ -815,7 +819,7 @@ def main(argv=None) -> None:
     text = report(records, [m.name for m in methods], fresh=args.fresh_process)
     total = time.perf_counter() - t_start
     text += (f"\nTotal run time: {total:.0f} s. Command: {' '.join(sys.argv)}\n"
-             f"Versions: {measured}\n")
+             f"Versions: {versions()}\n")
     print(text)
     if args.out:
         args.out.write_text(text)

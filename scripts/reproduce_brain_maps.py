@@ -228,6 +228,7 @@ def main(argv=None) -> dict[str, float]:
     over seeds."""
     argv = None if argv is None else [str(a) for a in argv]  # Paths welcome
     args = parse_args(argv)
+    versions()  # the commit measured: read now, not when the run ends
     start = time.perf_counter()
     extra = {k: v for k, v in (("max_epochs", args.max_epochs),
                                ("n_groupings", args.n_groupings)) if v is not None}

@@ -146,6 +146,7 @@ def parse_args(argv=None):
 def main(argv=None) -> list[Cell]:
     argv = None if argv is None else [str(a) for a in argv]  # Paths welcome
     args = parse_args(argv)
+    versions()  # the commit measured: read now, not when the run ends
     command = " ".join([Path(sys.argv[0]).name if argv is None else "reproduce_rb.py",
                         *(sys.argv[1:] if argv is None else argv)])
     cells: list[Cell] = []

@@ -300,6 +300,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    versions()  # the commit measured: read now, not when the run ends
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = _read_csv(args.report_from) if args.report_from else _run(args)
     text = report(rows, args)
