@@ -81,6 +81,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from benchlib import proc_status_kib
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_PACKAGE = "dataset-fashion-mnist"
@@ -399,15 +400,7 @@ def _estimator_grid(name: str) -> tuple | None:
 
 def rss_bytes() -> int:
     """The process's resident set size now (VmRSS of /proc/self/status)."""
-    return _status_kib("VmRSS") * 1024
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
+    return (proc_status_kib("VmRSS") or 0) * 1024
 
 
 def _reset_kernel_peak() -> bool:
@@ -450,7 +443,7 @@ class PeakRSS:
             self._thread.join()
         self._max = max(self._max, rss_bytes())
         if self.kernel:
-            self._max = max(self._max, _status_kib("VmHWM") * 1024)
+            self._max = max(self._max, (proc_status_kib("VmHWM") or 0) * 1024)
         self.peak = self._max - self._base
 
 

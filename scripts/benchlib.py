@@ -81,11 +81,12 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
-def _peak_kib(pid: int) -> int | None:
-    """VmHWM (the kernel's record of the peak resident memory) of a live process, KiB."""
+def proc_status_kib(field: str, pid: int | str = "self") -> int | None:
+    """A memory field of a live process's /proc status, KiB (for example VmRSS, or VmHWM: the
+    kernel's record of its peak resident memory); None if the process or field is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
         return None
@@ -115,7 +116,7 @@ def run_monitored(cmd: list[str], *, interval: float = 0.1, **kwargs) -> tuple[f
             while todo:
                 pid = todo.pop()
                 todo.extend(tree.get(pid, []))
-                kib = _peak_kib(pid)
+                kib = proc_status_kib("VmHWM", pid)
                 if kib is not None:
                     role = "command" if pid == proc.pid else "child"
                     peaks[pid] = (role, max(kib, peaks.get(pid, (role, 0))[1]))
