@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import sys
 import weakref
 from collections.abc import Iterator
@@ -72,11 +71,11 @@ def dashboard_link(client: Client) -> str | None:
 
 
 def cpu_count() -> int:
-    """The cores this process may run on (its CPU affinity where the OS reports one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """The cores this process may use: the machine's, narrowed by its CPU affinity and by a
+    cgroup CPU quota (a container's limit on Kubernetes or SLURM), as Dask counts them."""
+    from dask.system import cpu_count as dask_cpu_count
+
+    return dask_cpu_count()
 
 
 def check_count(name: str, value) -> None:
@@ -146,10 +145,9 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
         yield active
         return
     import dask
-    from dask.system import CPU_COUNT
     from distributed import Client, LocalCluster
 
-    n_workers = CPU_COUNT if n_workers is None else n_workers
+    n_workers = cpu_count() if n_workers is None else n_workers
     check_count("n_workers", n_workers)
     check_count("threads_per_worker", threads_per_worker)
     if not processes and memory_limit == "auto":

@@ -67,6 +67,25 @@ def test_embedded_local_cluster_is_closed_on_exit():
     assert cluster.status.name == "closed"
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+@dashboard_port_may_be_taken
+def test_the_embedded_cluster_has_a_worker_per_core_this_process_may_use():
+    # Narrowed to one core (as taskset or a SLURM allocation would) after the imports: the
+    # count that sizes the conversion and the one that sizes the embedded cluster both say 1,
+    # read when the cluster starts, not when dask was imported.
+    code = (
+        "import os\n"
+        "import distributed\n"
+        "from fgscale.cluster import cpu_count, get_client\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "with get_client(processes=False) as c:\n"
+        "    print(cpu_count(), len(c.scheduler_info()['workers']))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1"]
+
+
 @dashboard_port_may_be_taken
 def test_the_dashboard_link_is_printed_once_per_client(client, capsys):
     with get_client(n_workers=1, processes=False) as local:
