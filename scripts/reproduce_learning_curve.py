@@ -243,7 +243,8 @@ def report(cells: list[Cell], args, store, command: str, setup_s: float, total_s
                     "fits that finished; '-' marks those that did not run."]
     if total_s is None:  # --from-csv
         spent = sum(c.fit_s + c.score_s for c in cells)
-        timing = (f"Rendered from `{args.from_csv}` (no fit run now); its fits and scoring took "
+        files = ", ".join(f"`{path}`" for path in args.from_csv)
+        timing = (f"Rendered from {files} (no fit run now); their fits and scoring took "
                   f"{spent:.0f} s in all, setup and cluster starts not counted.")
     else:
         timing = (f"Setup (cohort and store, reused when present): {setup_s:.0f} s. Total run "
@@ -263,6 +264,9 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="logreg, sizes 40,160, 1 seed, b = 20, 20 epochs (a few minutes)")
     p.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 3; 1 with --quick)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="start the seeds there, FIRST..FIRST+N-1 (default 0): a long grid run "
+                        "in parts, merged with --from-csv")
     p.add_argument("--models", help="comma list of logreg, mlp (default both)")
     p.add_argument("--regularizers", default=",".join(REGULARIZERS), help="comma list")
     p.add_argument("--sizes", help="comma list of training sizes (default 40,80,160,320)")
@@ -274,9 +278,10 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, default=RESULTS / "learning_curve.md")
     p.add_argument("--png", type=Path, default=RESULTS / "fig6_learning_curve.png")
     p.add_argument("--csv", type=Path, help="also one row per fit here")
-    p.add_argument("--from-csv", type=Path,
-                   help="fit nothing: write the report and the figure from the --csv of an "
-                        "earlier run (one stopped before the end), with the same options")
+    p.add_argument("--from-csv", type=_paths,
+                   help="fit nothing: write the report and the figure from the --csv of "
+                        "earlier runs (a comma list: parts of one grid, or a run stopped "
+                        "before the end), with the same options")
     p.add_argument("--grid", default="2mm", help=argparse.SUPPRESS)  # tests: "12x12x12"
     p.add_argument("--n-samples", type=int, default=480, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -293,6 +298,10 @@ def parse_args(argv=None):
     if "x" in args.grid:
         args.grid = tuple(int(v) for v in args.grid.split("x"))
     return args
+
+
+def _paths(text: str) -> list[Path]:
+    return [Path(part) for part in text.split(",") if part]
 
 
 def main(argv=None) -> list[Cell]:
@@ -322,7 +331,7 @@ def main(argv=None) -> list[Cell]:
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         with get_client(n_workers=args.n_workers, processes=False) as client:
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 order = nested_rows(store.y, train, seed)
                 for n in args.sizes:
                     for model in args.models:
@@ -358,13 +367,23 @@ def _stop(signum, frame):
 
 
 def _from_csv(args, command: str) -> list[Cell]:
-    """The report and the figure of an earlier run's CSV rows."""
+    """The report and the figure of earlier runs' CSV rows."""
     from fgscale import open_store
 
     types = Cell.__annotations__
-    with open(args.from_csv, newline="") as f:
-        cells = [Cell(**{k: {"int": int, "float": float}.get(types[k], str)(v)
-                         for k, v in row.items()}) for row in csv.DictReader(f)]
+    cells, seen = [], {}
+    for path in args.from_csv:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                cell = Cell(**{k: {"int": int, "float": float}.get(types[k], str)(v)
+                               for k, v in row.items()})
+                key = (cell.model, cell.regularizer, cell.n_train, cell.seed)
+                if key in seen:
+                    raise SystemExit(f"{path}: the fit model={key[0]} regularizer={key[1]} "
+                                     f"n_train={key[2]} seed={key[3]} is also in {seen[key]}; "
+                                     "each fit may come from one file only")
+                seen[key] = path
+                cells.append(cell)
     store = open_store(args.work / "cohort.zarr")
     expected = args.seeds * len(args.sizes) * len(args.models) * len(args.regularizers)
     plot(cells, args.models, args.regularizers, args.png)

@@ -36,9 +36,11 @@ def test_reproduce_learning_curve_tiny(scripts, tmp_path):
     lc = scripts["reproduce_learning_curve"]
     out, png = tmp_path / "lc.md", tmp_path / "lc.png"
     # sizes of 40 rows at least: 'auto' needs a validation split of every class (8 classes)
-    cells = lc.main(["--quick", "--grid", "10x10x10", "--n-samples", "120", "--sizes", "40,48",
-                     "--max-epochs", "2", "--n-groupings", "2", "--n-workers", "1",
-                     "--work", tmp_path / "work", "--out", out, "--png", png])
+    common = ["--quick", "--grid", "10x10x10", "--n-samples", "120", "--sizes", "40,48",
+              "--max-epochs", "2", "--n-groupings", "2", "--n-workers", "1",
+              "--work", tmp_path / "work", "--png", png]
+    first, second = tmp_path / "seed0.csv", tmp_path / "seed1.csv"
+    cells = lc.main(common + ["--out", out, "--csv", first])
     assert len(cells) == 2 * 4  # sizes x regularizers, one model, one seed
     text = out.read_text()
     assert "SYNTHETIC" in text and "Command:" in text
@@ -46,6 +48,22 @@ def test_reproduce_learning_curve_tiny(scripts, tmp_path):
     assert len(values) == 8 and all(0 <= v <= 100 for v in values)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "work" / "cohort.zarr").is_dir()
+
+    # A second part of the grid (seed 1 only), then one report of both parts from their CSVs.
+    more = lc.main(common + ["--regularizers", "none", "--first-seed", "1", "--out",
+                             tmp_path / "seed1.md", "--csv", second])
+    assert [(c.seed, c.n_train) for c in more] == [(1, 40), (1, 48)]
+    merged = tmp_path / "merged.md"
+    lc.main(common + ["--seeds", "2", "--from-csv", f"{first},{second}", "--out", merged])
+    text = merged.read_text()
+    assert "over 2 seed(s) (0, 1;" in text and "seed0.csv`, `" in text
+    none_40 = [100 * c.accuracy for c in cells + more if (c.regularizer, c.n_train) == ("none", 40)]
+    row = re.search(r"\| 40 \| (\d+\.\d+) ± (\d+\.\d+) \|", text)
+    assert float(row[1]) == pytest.approx(np.mean(none_40), abs=0.005)
+    assert float(row[2]) == pytest.approx(np.std(none_40, ddof=1) / np.sqrt(2), abs=0.005)
+    with pytest.raises(SystemExit, match="seed1.csv: the fit model=logreg regularizer=none "
+                                         "n_train=40 seed=1 is also in"):
+        lc.main(common + ["--from-csv", f"{second},{second}", "--out", merged])
 
 
 def test_nested_rows_are_stratified_and_nested(scripts):
