@@ -81,3 +81,16 @@ def test_a_method_in_a_fresh_process_gives_the_same_record(bench, fake_fashion):
     here, fresh = bench.run_method(method, split), bench.run_method_fresh(method, split)
     assert fresh.accuracy == here.accuracy and fresh.method == "sklearn-lr"
     assert fresh.peak_mb >= 0 and fresh.time_s > 0
+
+
+def test_feature_grouping_against_the_best_of_l2_and_dropout(bench):
+    acc = {"fgscale-default": [0.70, 0.72, 0.74], "fgscale-l2-auto": [0.68, 0.69, 0.73],
+           "fgscale-dropout-auto": [0.69, 0.70, 0.70]}
+    recs = [bench.Record("fashion", "30", "0.6 dB", seed, method, a, 1.0, 1.0, 0.0)
+            for method, values in acc.items() for seed, a in enumerate(values)]
+    stats = {m: bench.mean_se(v) for m, v in acc.items()}
+    line = bench._differences("30", "0.6 dB", stats, recs)
+    # L2 has the better mean (70.00 against 69.67); paired differences 2, 3, 1 points
+    combined = 100 * np.hypot(stats["fgscale-default"][1], stats["fgscale-l2-auto"][1])
+    assert line == ("30, 0.6 dB: fgscale default (FG) − best(L2 auto, dropout auto) = − L2: "
+                    f"+2.00 ± {combined:.2f} (paired: ± {1 / np.sqrt(3):.2f})")
