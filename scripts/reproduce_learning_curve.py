@@ -373,8 +373,14 @@ def _from_csv(args, command: str) -> list[Cell]:
     types = Cell.__annotations__
     cells, seen = [], {}
     for path in args.from_csv:
+        if not path.is_file():
+            raise SystemExit(f"{path}: no such file (--from-csv)")
         with open(path, newline="") as f:
-            for row in csv.DictReader(f):
+            reader = csv.DictReader(f)
+            if reader.fieldnames != list(types):
+                raise SystemExit(f"{path}: columns {reader.fieldnames}, expected those this "
+                                 f"script's --csv writes: {', '.join(types)}")
+            for row in reader:
                 cell = Cell(**{k: {"int": int, "float": float}.get(types[k], str)(v)
                                for k, v in row.items()})
                 key = (cell.model, cell.regularizer, cell.n_train, cell.seed)

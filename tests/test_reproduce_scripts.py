@@ -64,6 +64,11 @@ def test_reproduce_learning_curve_tiny(scripts, tmp_path):
     with pytest.raises(SystemExit, match="seed1.csv: the fit model=logreg regularizer=none "
                                          "n_train=40 seed=1 is also in"):
         lc.main(common + ["--from-csv", f"{second},{second}", "--out", merged])
+    with pytest.raises(SystemExit, match="nothing.csv: no such file"):
+        lc.main(common + ["--from-csv", str(tmp_path / "nothing.csv"), "--out", merged])
+    (tmp_path / "other.csv").write_text("seed,accuracy\n0,0.5\n")
+    with pytest.raises(SystemExit, match="other.csv: columns \\['seed', 'accuracy'\\], expected"):
+        lc.main(common + ["--from-csv", str(tmp_path / "other.csv"), "--out", merged])
 
 
 def test_nested_rows_are_stratified_and_nested(scripts):
