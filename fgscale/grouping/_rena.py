@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 _NO_EDGE = np.iinfo(np.int64).max
 _LOW_BITS = np.int64(0xFFFFFFFF)
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # SplitMix64's increment: 2**64 / the golden ratio, odd
 _CHUNK = 16384  # edges per block when computing weights: keeps the gathered rows in cache
 _TRANSPOSE_BLOCK = 4096  # features per block when transposing the samples
 _SORTED_EDGES = 1 << 16  # up to this many edges, contracted with a sort
@@ -88,7 +91,8 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
         remain; with a limit the result may have more clusters than asked.
     random_state : int, numpy Generator or None, default=None
         Seeds the order in which exactly equal distances are broken (a random rank per edge,
-        redrawn each round). None breaks ties by edge position, which is deterministic too.
+        redrawn each round); a non-negative int, or a Generator drawn from once. None breaks
+        ties by edge position, which is deterministic too.
 
     Returns
     -------
@@ -111,7 +115,7 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
                          f"got {n_clusters}")
     if n_iter is not None and n_iter < 1:
         raise ValueError(f"n_iter must be a positive integer or None, got {n_iter}")
-    rng = None if random_state is None else np.random.default_rng(random_state)
+    seed = _tie_break_seed(random_state)
 
     labels = np.arange(p, dtype=np.int64)
     sums, sizes = data, np.ones(p, dtype=np.float32)
@@ -122,7 +126,7 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
             raise ValueError(f"the graph has {n_nodes} connected components, more than "
                              f"n_clusters={n_clusters}; each component needs its own cluster")
         means = sums if n_rounds == 0 else sums / sizes[:, None]
-        ranking = _Ranking.draw(rng)
+        ranking = _Ranking.draw(seed, n_rounds)
         keys = _edge_keys(_edge_weights(means, edges), ranking)
         nn_edges, node_edge = _nearest_neighbours(keys, edges, n_nodes, ranking)
         merged = _select_merges(nn_edges, keys, edges, sizes, n_nodes - n_clusters)
@@ -143,10 +147,10 @@ def _feature_major(X) -> np.ndarray:
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"X must be 2D (n_samples, n_features), got shape {X.shape}")
-    if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
+    if X.dtype.kind not in "iuf":  # integers and floats; not bool, complex or objects
         raise ValueError(f"X must hold real numbers, got dtype {X.dtype}")
     lo, hi = (float(X.min()), float(X.max())) if X.size else (0.0, 0.0)
-    if not (np.isfinite(lo) and np.isfinite(hi)):  # min and max propagate NaN
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # min and max propagate NaN
         raise ValueError("X contains NaN or infinite values")
     peak = max(-lo, hi)
     if peak > 2.0**50:
@@ -222,21 +226,56 @@ class _Ranking:
         self.a, self.c, self.a_inv = a, c, pow(a, -1, self._MOD)
 
     @classmethod
-    def draw(cls, rng: np.random.Generator | None) -> _Ranking:
-        """Ranks by edge position for None, else a random odd ``a`` and random ``c``."""
-        if rng is None:
+    def draw(cls, seed: int | None, round_: int) -> _Ranking:
+        """Ranks by edge position for None, else an odd ``a`` and a ``c`` drawn from the seed
+        and the round."""
+        if seed is None:
             return cls(1, 0)
-        return cls(2 * int(rng.integers(cls._MOD // 2)) + 1, int(rng.integers(cls._MOD)))
+        bits = _splitmix64(seed + round_ * _GOLDEN)
+        return cls((bits & (cls._MOD - 1)) | 1, bits >> 32)
 
     def ranks(self, n_edges: int) -> np.ndarray:
-        edges = np.arange(n_edges, dtype=np.uint64)
-        return ((edges * np.uint64(self.a) + np.uint64(self.c)) & np.uint64(_LOW_BITS)).view(
-            np.int64)
+        ranks = np.arange(n_edges, dtype=np.uint64)
+        ranks *= np.uint64(self.a)
+        ranks += np.uint64(self.c)
+        ranks &= np.uint64(_LOW_BITS)
+        return ranks.view(np.int64)
 
-    def edges(self, ranks: np.ndarray) -> np.ndarray:
-        # uint64 arithmetic wraps modulo 2**64, a multiple of 2**32: the low bits are exact.
-        shifted = ranks.astype(np.uint64) - np.uint64(self.c)
-        return ((shifted * np.uint64(self.a_inv)) & np.uint64(_LOW_BITS)).view(np.int64)
+    def edges(self, keys: np.ndarray) -> np.ndarray:
+        """The edges of non-negative int64 values whose low 32 bits are ranks (sort keys)."""
+        # uint64 arithmetic wraps modulo 2**64, a multiple of 2**32: the low bits are exact,
+        # and the high bits of the keys (their weights) drop out of them.
+        edges = keys.view(np.uint64) - np.uint64(self.c)
+        edges *= np.uint64(self.a_inv)
+        edges &= np.uint64(_LOW_BITS)
+        return edges.view(np.int64)
+
+
+def _tie_break_seed(random_state) -> int | None:
+    """A 64-bit seed of the tie-break ranks: None as it is, an int as it is, one draw from a
+    numpy Generator.
+
+    The ranks of each round come from this seed through :func:`_splitmix64`, a few integer
+    operations: a numpy Generator per call would cost a tenth of a small problem's time.
+    """
+    if random_state is None:
+        return None
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(2**63))
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be non-negative, got {random_state}")
+        return int(random_state) & _MASK64
+    raise ValueError("random_state must be None, a non-negative int or a numpy Generator, "
+                     f"got {random_state!r}")
+
+
+def _splitmix64(x: int) -> int:
+    """SplitMix64's output function (Steele, Lea and Flood 2014): 64 well-mixed bits of ``x``."""
+    x = (x + _GOLDEN) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
 
 
 def _edge_keys(weights: np.ndarray, ranking: _Ranking) -> np.ndarray:
@@ -245,8 +284,10 @@ def _edge_keys(weights: np.ndarray, ranking: _Ranking) -> np.ndarray:
     Non-negative float32 values order like their bit patterns, so ``bits << 32 | rank`` is a strict
     total order on edges consistent with the weights (ranks need fewer than 2**32 edges).
     """
-    bits = (weights + np.float32(0.0)).view(np.uint32).astype(np.int64)  # + 0 turns -0 into +0
-    return (bits << 32) | ranking.ranks(len(weights))
+    keys = (weights + np.float32(0.0)).view(np.uint32).astype(np.int64)  # + 0 turns -0 into +0
+    keys <<= 32
+    keys |= ranking.ranks(len(weights))
+    return keys
 
 
 def _nearest_neighbours(keys: np.ndarray, edges: np.ndarray, n_nodes: int,
@@ -256,12 +297,12 @@ def _nearest_neighbours(keys: np.ndarray, edges: np.ndarray, n_nodes: int,
     best = np.full(n_nodes, _NO_EDGE, dtype=np.int64)
     np.minimum.at(best, edges[0], keys)
     np.minimum.at(best, edges[1], keys)
-    linked = best != _NO_EDGE
-    if linked.all():  # the usual case: a connected graph has no isolated node
-        node_edge = own = ranking.edges(best & _LOW_BITS)
+    if best.max(initial=0) != _NO_EDGE:  # the usual case: a connected graph has no isolated node
+        node_edge = own = ranking.edges(best)
     else:
+        linked = best != _NO_EDGE
         node_edge = np.full(n_nodes, -1, dtype=np.int64)
-        node_edge[linked] = own = ranking.edges(best[linked] & _LOW_BITS)
+        node_edge[linked] = own = ranking.edges(best[linked])
     chosen = np.zeros(len(keys), dtype=bool)
     chosen[own] = True
     return np.flatnonzero(chosen), node_edge
@@ -272,12 +313,12 @@ def _select_merges(nn_edges: np.ndarray, keys: np.ndarray, edges: np.ndarray, si
     """Keep the ``max_merges`` cheapest 1-NN edges (Ward's cost) when merging all would overshoot."""
     if len(nn_edges) <= max_merges:
         return nn_edges
-    heads = sizes[edges[0, nn_edges]].astype(np.float64)
-    tails = sizes[edges[1, nn_edges]].astype(np.float64)
-    weights = (keys[nn_edges] >> 32).astype(np.uint32).view(np.float32)
+    heads, tails = sizes[np.take(edges, nn_edges, axis=1)].astype(np.float64)
+    nn_keys = keys[nn_edges]
+    weights = (nn_keys >> 32).astype(np.uint32).view(np.float32)
     cost = weights * (heads * tails / (heads + tails))
     # The edge's own tie-break rank keeps the order strict when two costs are equal.
-    cheapest = np.lexsort((keys[nn_edges] & _LOW_BITS, cost))[:max_merges]
+    cheapest = np.lexsort((nn_keys & _LOW_BITS, cost))[:max_merges]
     return np.sort(nn_edges[cheapest])
 
 
@@ -295,8 +336,8 @@ def _merge(merged: np.ndarray | None, node_edge: np.ndarray, edges: np.ndarray
     n_nodes = len(node_edge)
     nodes = np.arange(n_nodes, dtype=np.int64)
     if merged is None and n_nodes and node_edge.min() >= 0:  # every round but the last
-        heads, tails = np.take(edges, node_edge, axis=1)
-        parent = np.where(heads == nodes, tails, heads)
+        parent = np.take(edges, node_edge, axis=1).sum(axis=0)
+        parent -= nodes  # a node's edge has it at one end: the other end is the sum less it
     else:
         linked = node_edge >= 0
         if merged is not None:
@@ -304,11 +345,10 @@ def _merge(merged: np.ndarray | None, node_edge: np.ndarray, edges: np.ndarray
             kept[merged] = True
             linked &= kept[np.maximum(node_edge, 0)]
         moving = np.flatnonzero(linked)
-        heads, tails = np.take(edges, node_edge[moving], axis=1)
         parent = nodes.copy()
-        parent[moving] = np.where(heads == moving, tails, heads)
-    mutual = (parent[parent] == nodes) & (nodes < parent)
-    parent[mutual] = nodes[mutual]
+        parent[moving] = np.take(edges, node_edge[moving], axis=1).sum(axis=0) - moving
+    # the smaller node of each mutual pair becomes its root (and a root stays one)
+    np.minimum(parent, nodes, out=parent, where=parent[parent] == nodes)
     while True:
         grand = parent[parent]
         if (grand == parent).all():
@@ -316,9 +356,9 @@ def _merge(merged: np.ndarray | None, node_edge: np.ndarray, edges: np.ndarray
         parent = grand
     smallest = np.full(n_nodes, n_nodes, dtype=np.int64)
     np.minimum.at(smallest, parent, nodes)
-    is_first = smallest[parent] == nodes
-    number = np.cumsum(is_first) - 1
-    return int(number[-1]) + 1 if n_nodes else 0, number[smallest[parent]]
+    first = smallest[parent]
+    number = np.cumsum(first == nodes) - 1
+    return int(number[-1]) + 1 if n_nodes else 0, number[first]
 
 
 def _reduce(sums: np.ndarray, sizes: np.ndarray, node_labels: np.ndarray,
@@ -339,7 +379,7 @@ def _reduce(sums: np.ndarray, sizes: np.ndarray, node_labels: np.ndarray,
 
 def _contract(edges: np.ndarray, node_labels: np.ndarray, n_new: int) -> np.ndarray:
     """Edges between merged clusters: relabelled, self loops dropped, deduplicated, sorted."""
-    heads, tails = node_labels[edges[0]], node_labels[edges[1]]
+    heads, tails = node_labels[edges]
     keep = heads != tails
     heads, tails = heads[keep], tails[keep]
     lows, highs = np.minimum(heads, tails), np.maximum(heads, tails)
@@ -349,7 +389,9 @@ def _contract(edges: np.ndarray, node_labels: np.ndarray, n_new: int) -> np.ndar
         first = np.ones(len(keys), dtype=bool)
         np.not_equal(keys[1:], keys[:-1], out=first[1:])
         keys = keys[first]
-        return np.stack(np.divmod(keys, n_new))
+        out = np.empty((2, len(keys)), dtype=np.int64)
+        np.divmod(keys, n_new, out=(out[0], out[1]))
+        return out
     # A sparse pattern deduplicates and sorts by (row, column) with a counting sort over rows and
     # short per-row sorts: linear in the number of edges, where one global sort is not.
     pattern = sp.coo_array((np.ones(len(heads), dtype=bool), (lows, highs)),

@@ -164,7 +164,7 @@ def test_merge_numbers_components_as_scipy(seed, share):
     mask = _random_mask(seed, (9, 8, 3))
     edges = grid_edges(mask)
     X = rng.integers(0, 2, size=(int(mask.sum()), 3)).astype(np.float32)
-    ranking = _Ranking.draw(rng if seed % 2 else None)
+    ranking = _Ranking.draw(seed if seed % 2 else None, 0)
     keys = _edge_keys(_edge_weights(X, edges), ranking)
     nn_edges, node_edge = _nearest_neighbours(keys, edges, len(X), ranking)
     merged = np.sort(rng.permutation(nn_edges)[: max(1, int(share * len(nn_edges)))])
@@ -182,8 +182,8 @@ def test_merge_numbers_components_as_scipy(seed, share):
 def test_merge_of_every_edge_leaves_isolated_nodes_alone():
     # node 2 has no edge (node_edge -1): it stays a cluster of its own
     edges = np.array([[0, 3], [1, 4]])
-    keys = _edge_keys(np.array([1.0, 2.0], np.float32), _Ranking.draw(None))
-    nn_edges, node_edge = _nearest_neighbours(keys, edges, 5, _Ranking.draw(None))
+    keys = _edge_keys(np.array([1.0, 2.0], np.float32), _Ranking.draw(None, 0))
+    nn_edges, node_edge = _nearest_neighbours(keys, edges, 5, _Ranking.draw(None, 0))
     assert node_edge[2] == -1
     n_new, labels = _merge(None, node_edge, edges)
     assert n_new == 3
@@ -355,3 +355,33 @@ def test_quality_at_least_nilearns_on_real_digits(k):
         ours.append(_held_out_error(held_out, rena(X, mask, k, random_state=seed)))
         theirs.append(_held_out_error(held_out, _nilearn_labels(X, mask, k)))
     assert np.mean(ours) <= np.mean(theirs)
+
+
+@pytest.mark.parametrize("seed", [None, 0, 5, 2**40, 2**64 - 1])
+def test_ranks_are_unique_and_keys_give_their_edges_back(seed):
+    n = 5000
+    weights = np.random.default_rng(0).integers(0, 4, n).astype(np.float32)  # many ties
+    orders = set()
+    for round_ in range(3):
+        ranking = _Ranking.draw(seed, round_)
+        ranks = ranking.ranks(n)
+        assert ranks.min() >= 0 and ranks.max() < 2**32 and len(np.unique(ranks)) == n
+        keys = _edge_keys(weights, ranking)
+        np.testing.assert_array_equal(ranking.edges(keys), np.arange(n))
+        # equal weights are ordered by rank: with a seed, a new order each round
+        orders.add(tuple(np.argsort(keys)[:50]))
+    assert len(orders) == (1 if seed is None else 3)
+
+
+def test_random_state_kinds():
+    mask = np.ones((8, 8, 3), bool)
+    X = np.random.default_rng(1).integers(0, 2, size=(3, mask.sum())).astype(float)  # many ties
+    by_int = rena(X, mask, 20, random_state=3)
+    np.testing.assert_array_equal(rena(X, mask, 20, random_state=np.int64(3)), by_int)
+    from_generator = rena(X, mask, 20, random_state=np.random.default_rng(9))
+    np.testing.assert_array_equal(rena(X, mask, 20, random_state=np.random.default_rng(9)),
+                                  from_generator)
+    assert len({tuple(rena(X, mask, 20, random_state=s)) for s in range(4)}) > 1  # seeds matter
+    for bad in (-1, 1.5, "0", True):
+        with pytest.raises(ValueError, match="random_state must be"):
+            rena(X, mask, 20, random_state=bad)
