@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
+import os
 import sys
 import weakref
 from collections.abc import Iterator
@@ -71,11 +73,34 @@ def dashboard_link(client: Client) -> str | None:
 
 
 def cpu_count() -> int:
-    """The cores this process may use: the machine's, narrowed by its CPU affinity and by a
-    cgroup CPU quota (a container's limit on Kubernetes or SLURM), as Dask counts them."""
-    from dask.system import cpu_count as dask_cpu_count
+    """The cores this process may use, read now: the machine's, narrowed by its CPU affinity
+    (taskset, a SLURM allocation) and by a cgroup CPU quota (a container's limit, rounded up),
+    as Dask counts them, without importing dask (a small conversion never does)."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        count = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        count = min(count, math.ceil(quota))
+    return max(1, count)
 
-    return dask_cpu_count()
+
+def _cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
+    """CPUs the cgroup's quota allows (cgroup v2 ``cpu.max``, else v1 CFS), None if unlimited."""
+    try:
+        quota, period = Path(root, "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    for folder in ("cpu,cpuacct", "cpu"):
+        try:
+            quota = int(Path(root, folder, "cpu.cfs_quota_us").read_text())
+            period = int(Path(root, folder, "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+        return quota / period if quota > 0 and period > 0 else None
+    return None
 
 
 def check_count(name: str, value) -> None:

@@ -86,6 +86,22 @@ def test_the_embedded_cluster_has_a_worker_per_core_this_process_may_use():
     assert out.stdout.split() == ["1", "1"]
 
 
+@pytest.mark.parametrize("files, expected", [
+    ({}, None),
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu.max": "150000 100000\n"}, 1.5),
+    ({"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.5),
+], ids=["no-cgroup", "v2-unlimited", "v2-1.5-cpus", "v1-unlimited", "v1-half-a-cpu"])
+def test_cgroup_cpu_quota(tmp_path, files, expected):
+    from fgscale.cluster import _cgroup_cpu_quota
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _cgroup_cpu_quota(str(tmp_path)) == expected
+
+
 @dashboard_port_may_be_taken
 def test_the_dashboard_link_is_printed_once_per_client(client, capsys):
     with get_client(n_workers=1, processes=False) as local:
