@@ -19,9 +19,9 @@ call ``fgscale.crossval.cross_validate`` makes for a fold: fgscale has no public
 on a store (``fit(store)`` takes its train split). L2 and dropout choose alpha and the dropout
 rate with the estimator's own "auto" (a grid scored on a validation split of the given rows,
 by subject, then a refit on all of them); the test rows are only read to score. Feature
-grouping: the estimator's defaults (k = 10% of p, r = 50) but ``--n-groupings`` and
-``--max-epochs``, given to every model alike. The seed is the estimator's random_state and
-the seed of the row draw; the cohort stays the same.
+grouping: k = 10% of p (the paper's; the estimator's default is "auto"), r = 50 (the
+default). ``--n-groupings`` and ``--max-epochs`` are given to every model alike. The seed is
+the estimator's random_state and the seed of the row draw; the cohort stays the same.
 
     .venv/bin/python scripts/reproduce_learning_curve.py --quick --out /tmp/lcq/lc_quick.md \\
         --png /tmp/lcq/lc_quick.png --csv /tmp/lcq/lc_quick.csv
@@ -121,7 +121,10 @@ def fit_cell(store, client, rows, model: str, regularizer: str, seed: int, args)
     from fgscale import FeatureGroupingClassifier
     from fgscale.reports import score_store
 
-    auto = {"l2": {"alpha": "auto"}, "dropout": {"dropout": "auto"}}.get(regularizer, {})
+    # feature grouping at the paper's k = 10% of p, as every published cell was measured (the
+    # estimator's default is now n_clusters="auto")
+    auto = {"l2": {"alpha": "auto"}, "dropout": {"dropout": "auto"},
+            "feature_grouping": {"n_clusters": 0.1}}.get(regularizer, {})
     clf = FeatureGroupingClassifier(model=model, regularizer=regularizer, random_state=seed,
                                     n_groupings=args.n_groupings, max_epochs=args.max_epochs,
                                     **auto)
@@ -187,6 +190,7 @@ def report(cells: list[Cell], args, store, command: str, setup_s: float, total_s
         f"subjects). n training rows drawn from the {train.size} rows of the "
         f"{n_subjects['train']} training subjects, stratified, nested across sizes, redrawn with each seed. "
         f"L2 and dropout: the estimator's own 'auto' on a validation split of those rows. "
+        f"Feature grouping: k = 10% of p (the paper's). "
         f"Every model: b = {args.n_groupings} groupings (feature grouping only), at most "
         f"{args.max_epochs} epochs; other parameters at their defaults.",
         "",
