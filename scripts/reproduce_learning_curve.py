@@ -55,6 +55,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -175,6 +176,8 @@ def plot(cells: list[Cell], models, regularizers, path: Path) -> None:
 def report(cells: list[Cell], args, store, command: str, setup_s: float, total_s: float,
            interrupted: bool = False) -> str:
     seeds = sorted({c.seed for c in cells})
+    per_cell = Counter((c.model, c.regularizer, c.n_train) for c in cells)
+    uneven = len(set(per_cell.values())) > 1
     train, test = store.train_rows(), store.test_rows()
     n_subjects = {part: len(np.unique(store.groups[rows])) for part, rows in
                   (("train", train), ("test", test))}
@@ -195,7 +198,8 @@ def report(cells: list[Cell], args, store, command: str, setup_s: float, total_s
         f"{args.max_epochs} epochs; other parameters at their defaults.",
         "",
         f"Test accuracy (%), mean ± standard error over {len(seeds)} seed(s) "
-        f"({', '.join(map(str, seeds))}; n/a with one seed); figure: "
+        f"({', '.join(map(str, seeds))}; n/a with one seed"
+        f"{'; a cell with fewer gives their number in brackets' if uneven else ''}); figure: "
         f"`{args.png.name}`.",
         "",
     ]
@@ -208,7 +212,9 @@ def report(cells: list[Cell], args, store, command: str, setup_s: float, total_s
             for regularizer in args.regularizers:
                 got = [c for c in cells if (c.model, c.regularizer, c.n_train)
                        == (model, regularizer, n)]
-                row.append(_pm(*mean_se([c.accuracy for c in got])) if got else "-")
+                text = _pm(*mean_se([c.accuracy for c in got])) if got else "-"
+                row.append(f"{text} ({len(got)})" if got and uneven and len(got) < len(seeds)
+                           else text)
             out.append(f"| {n} | " + " | ".join(row) + " |")
         out.append("")
     out += [f"Wall time per fit (s, mean over seeds: fit, then scoring the {test.size} test "
@@ -242,7 +248,11 @@ def report(cells: list[Cell], args, store, command: str, setup_s: float, total_s
     out += ["", "A store keeps its banks and standardization statistics, keyed by their parameters "
                 "and rows: a fit whose bank or statistics an earlier run in the same `--work` "
                 "folder made (the same seed, size and b) reuses them, and its time excludes them."]
-    if interrupted:
+    if interrupted and total_s is None:  # --from-csv of a part of the grid
+        expected = args.seeds * len(args.sizes) * len(args.models) * len(args.regularizers)
+        out += ["", f"**INCOMPLETE**: {len(cells)} fits of the grid's {expected}; '-' marks "
+                    "those not run."]
+    elif interrupted:
         out += ["", f"**INTERRUPTED** (stopped) after {len(cells)} fits: the tables hold only the "
                     "fits that finished; '-' marks those that did not run."]
     if total_s is None:  # --from-csv
