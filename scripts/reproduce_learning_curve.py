@@ -124,11 +124,11 @@ def fit_cell(store, client, rows, model: str, regularizer: str, seed: int, args)
 
     # feature grouping at the paper's k = 10% of p, as every published cell was measured (the
     # estimator's default is now n_clusters="auto")
-    auto = {"l2": {"alpha": "auto"}, "dropout": {"dropout": "auto"},
-            "feature_grouping": {"n_clusters": 0.1}}.get(regularizer, {})
+    params = {"l2": {"alpha": "auto"}, "dropout": {"dropout": "auto"},
+              "feature_grouping": {"n_clusters": 0.1}}.get(regularizer, {})
     clf = FeatureGroupingClassifier(model=model, regularizer=regularizer, random_state=seed,
                                     n_groupings=args.n_groupings, max_epochs=args.max_epochs,
-                                    **auto)
+                                    **params)
     start = time.perf_counter()
     clf._fit_store(store.path, client, rows=rows)  # as fgscale.crossval does for a fold
     fit_s = time.perf_counter() - start
@@ -249,8 +249,7 @@ def report(cells: list[Cell], args, store, command: str, setup_s: float, total_s
                 "and rows: a fit whose bank or statistics an earlier run in the same `--work` "
                 "folder made (the same seed, size and b) reuses them, and its time excludes them."]
     if interrupted and total_s is None:  # --from-csv of a part of the grid
-        expected = args.seeds * len(args.sizes) * len(args.models) * len(args.regularizers)
-        out += ["", f"**INCOMPLETE**: {len(cells)} fits of the grid's {expected}; '-' marks "
+        out += ["", f"**INCOMPLETE**: {len(cells)} fits of the grid's {_grid_size(args)}; '-' marks "
                     "those not run."]
     elif interrupted:
         out += ["", f"**INTERRUPTED** (stopped) after {len(cells)} fits: the tables hold only the "
@@ -312,6 +311,11 @@ def parse_args(argv=None):
     if "x" in args.grid:
         args.grid = tuple(int(v) for v in args.grid.split("x"))
     return args
+
+
+def _grid_size(args) -> int:
+    """Fits in the grid the options name: seeds x sizes x models x regularizers."""
+    return args.seeds * len(args.sizes) * len(args.models) * len(args.regularizers)
 
 
 def _paths(text: str) -> list[Path]:
@@ -405,9 +409,8 @@ def _from_csv(args, command: str) -> list[Cell]:
                 seen[key] = path
                 cells.append(cell)
     store = open_store(args.work / "cohort.zarr")
-    expected = args.seeds * len(args.sizes) * len(args.models) * len(args.regularizers)
     plot(cells, args.models, args.regularizers, args.png)
-    text = report(cells, args, store, command, 0.0, None, len(cells) < expected)
+    text = report(cells, args, store, command, 0.0, None, len(cells) < _grid_size(args))
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
