@@ -699,6 +699,9 @@ def parse_args(argv=None):
     p.add_argument("--n-train", help="Fashion-MNIST images per class (default 10,30,100)")
     p.add_argument("--noise", help="Fashion-MNIST SNR in dB, or none (default none,3,0.6)")
     p.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 10)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="start the seeds there, FIRST..FIRST+N-1 (default 0): a long run in "
+                        "parts, merged with --from-csv")
     p.add_argument("--methods", default=",".join(m.name for m in METHODS),
                    help="comma list of: " + ", ".join(m.name for m in METHODS))
     p.add_argument("--no-frem", action="store_true", help="skip nilearn's FREMClassifier (slow)")
@@ -711,6 +714,10 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, help="also write the Markdown report to this file")
     p.add_argument("--csv", type=Path, help="write one row per (setting, seed, method) here, "
                                             "as the results come")
+    p.add_argument("--from-csv", type=lambda text: [Path(t) for t in _csv_list(text)],
+                   help="fit nothing: write the report of earlier runs' --csv files (a comma "
+                        "list: parts of one run, e.g. by --first-seed), their rows in the order "
+                        "given; --datasets, --methods and --fresh-process say what they hold")
     args = p.parse_args(argv)
     args.datasets = _csv_list(args.datasets)
     args.methods = _csv_list(args.methods)
@@ -729,6 +736,8 @@ def parse_args(argv=None):
         p.error(f"unknown dataset(s) or method(s): {', '.join(bad)}")
     if args.seeds < 1:
         p.error("--seeds must be at least 1")
+    if args.first_seed < 0:
+        p.error("--first-seed must be at least 0")
     args.n_train = [int(n) for n in _csv_list(args.n_train)]
     args.noise = [None if n.lower() == "none" else float(n) for n in _csv_list(args.noise)]
     return args
@@ -737,7 +746,7 @@ def parse_args(argv=None):
 def splits(args, fashion):
     """The (dataset, setting, seed) splits in run order, generated lazily."""
     for dataset in args.datasets:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             if dataset in BRAIN_NOISE:
                 yield brain_split(seed, dataset)
                 continue
@@ -788,6 +797,8 @@ def thread_counts() -> str:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.from_csv:
+        return _from_csv(args)
     fashion = load_fashion() if "fashion" in args.datasets else None  # exits if missing
     methods = [m for m in METHODS if m.name in args.methods]
     records: list[Record] = []
@@ -831,6 +842,25 @@ def main(argv=None) -> None:
     print(text)
     if args.out:
         args.out.write_text(text)
+
+
+def _from_csv(args) -> list[Record]:
+    """The report of earlier runs' CSV rows, of the datasets and methods asked for."""
+    from benchlib import read_csv_rows
+
+    records = [r for r in read_csv_rows(args.from_csv, Record,
+                                        ("dataset", "n_train", "noise", "seed", "method"))
+               if r.method in args.methods and r.dataset.split(" (")[0] in args.datasets]
+    if not records:
+        raise SystemExit(f"{', '.join(map(str, args.from_csv))}: no rows of the datasets "
+                         f"{', '.join(args.datasets)} and methods {', '.join(args.methods)}")
+    files = ", ".join(f"`{path}`" for path in args.from_csv)
+    text = report(records, args.methods, fresh=args.fresh_process)
+    text += f"\nRendered from {files} (no fit run now). Command: {' '.join(sys.argv)}\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return records
 
 
 if __name__ == "__main__":

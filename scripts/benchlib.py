@@ -34,6 +34,46 @@ def parse_args(parser: argparse.ArgumentParser, quick: dict, help: str | None = 
     return args
 
 
+# ------------------------------------------------------------------------ earlier runs
+
+
+def read_csv_rows(paths, row_type, key: tuple[str, ...], option: str = "--from-csv") -> list:
+    """The rows of earlier runs' CSV files as ``row_type`` dataclasses (fields converted by
+    their annotations, ``int`` or ``float``, else ``str``), in file order.
+
+    A missing file, columns other than ``row_type``'s, or a row whose ``key`` fields another
+    row already had (one measurement in two files) ends the script with a one-line message
+    naming the file (SystemExit), not a traceback.
+    """
+    import csv
+
+    types = row_type.__annotations__
+    convert = {"int": int, "float": float}
+    rows, seen = [], {}
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise SystemExit(f"{path}: no such file ({option})")
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames != list(types):
+                raise SystemExit(f"{path}: columns {reader.fieldnames}, expected those this "
+                                 f"script's --csv writes: {', '.join(types)}")
+            for line, values in enumerate(reader, start=2):
+                try:
+                    row = row_type(**{k: convert.get(types[k], str)(v) for k, v in values.items()})
+                except (TypeError, ValueError) as err:
+                    raise SystemExit(f"{path}, line {line}: {err}") from None
+                ident = tuple(getattr(row, k) for k in key)
+                if ident in seen:
+                    named = " ".join(f"{k}={v}" for k, v in zip(key, ident, strict=True))
+                    raise SystemExit(f"{path}: the fit {named} is also in {seen[ident]}; each "
+                                     "fit may come from one file only")
+                seen[ident] = path
+                rows.append(row)
+    return rows
+
+
 # ------------------------------------------------------------------------------- timing
 
 

@@ -66,6 +66,7 @@ import numpy as np  # noqa: E402 - after the thread limits above
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_accuracy import _pm, mean_se, versions  # noqa: E402
+from benchlib import read_csv_rows  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REGULARIZERS = ("none", "l2", "dropout", "feature_grouping")
@@ -388,26 +389,7 @@ def _from_csv(args, command: str) -> list[Cell]:
     """The report and the figure of earlier runs' CSV rows."""
     from fgscale import open_store
 
-    types = Cell.__annotations__
-    cells, seen = [], {}
-    for path in args.from_csv:
-        if not path.is_file():
-            raise SystemExit(f"{path}: no such file (--from-csv)")
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames != list(types):
-                raise SystemExit(f"{path}: columns {reader.fieldnames}, expected those this "
-                                 f"script's --csv writes: {', '.join(types)}")
-            for row in reader:
-                cell = Cell(**{k: {"int": int, "float": float}.get(types[k], str)(v)
-                               for k, v in row.items()})
-                key = (cell.model, cell.regularizer, cell.n_train, cell.seed)
-                if key in seen:
-                    raise SystemExit(f"{path}: the fit model={key[0]} regularizer={key[1]} "
-                                     f"n_train={key[2]} seed={key[3]} is also in {seen[key]}; "
-                                     "each fit may come from one file only")
-                seen[key] = path
-                cells.append(cell)
+    cells = read_csv_rows(args.from_csv, Cell, ("model", "regularizer", "n_train", "seed"))
     store = open_store(args.work / "cohort.zarr")
     plot(cells, args.models, args.regularizers, args.png)
     text = report(cells, args, store, command, 0.0, None, len(cells) < _grid_size(args))
