@@ -94,3 +94,50 @@ def test_feature_grouping_against_the_best_of_l2_and_dropout(bench):
     combined = 100 * np.hypot(stats["fgscale-default"][1], stats["fgscale-l2-auto"][1])
     assert line == ("30, 0.6 dB: fgscale default (FG) − best(L2 auto, dropout auto) = − L2: "
                     f"+2.00 ± {combined:.2f} (paired: ± {1 / np.sqrt(3):.2f})")
+
+
+def test_first_seed_runs_a_part_of_the_seeds(bench, fake_fashion):
+    args = bench.parse_args(["--datasets", "fashion", "--n-train", "10", "--noise", "none",
+                             "--first-seed", "2", "--seeds", "2"])
+    assert [s.seed for s in bench.splits(args, bench.load_fashion(fake_fashion))] == [2, 3]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--first-seed", "-1"])
+
+
+def test_report_of_earlier_parts_from_their_csv(bench, tmp_path):
+    """Two parts of one run (seeds 0-1, then 2), written as --csv writes them, rendered as one
+    report with the mean and standard error of the three seeds."""
+    import csv
+    import re
+
+    acc = {0: (0.70, 0.60), 1: (0.74, 0.61), 2: (0.75, 0.65)}
+    parts = {tmp_path / "a.csv": (0, 1), tmp_path / "b.csv": (2,)}
+    for path, seeds in parts.items():
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(bench.Record.__dataclass_fields__))
+            writer.writeheader()
+            for seed in seeds:
+                for method, a in zip(("fgscale-default", "sklearn-lrcv"), acc[seed], strict=True):
+                    writer.writerow(vars(bench.Record("fashion", "30", "0.6 dB", seed, method, a,
+                                                      1.0, 1.0, 10.0)))
+    common = ["--datasets", "fashion", "--methods", "fgscale-default,sklearn-lrcv"]
+    out = tmp_path / "merged.md"
+    records = bench.main(common + ["--from-csv", f"{tmp_path / 'a.csv'},{tmp_path / 'b.csv'}",
+                                   "--out", str(out)])
+    assert sorted((r.seed, r.method) for r in records) == sorted(
+        (s, m) for s in acc for m in ("fgscale-default", "sklearn-lrcv"))
+    text = out.read_text()
+    fg = [100 * acc[s][0] for s in acc]
+    row = re.search(r"\| 30 \| 0\.6 dB \| fgscale default[^|]*\| (\d+\.\d+) ± (\d+\.\d+) \|", text)
+    assert float(row[1]) == pytest.approx(np.mean(fg), abs=0.005)
+    assert float(row[2]) == pytest.approx(np.std(fg, ddof=1) / np.sqrt(3), abs=0.005)
+    assert "| 3 |" in text and "a.csv`, `" in text and "no fit run now" in text
+    with pytest.raises(SystemExit, match="b.csv: the fit dataset=fashion .* seed=2 method="
+                                         "fgscale-default is also in"):
+        bench.main(common + ["--from-csv", f"{tmp_path / 'b.csv'},{tmp_path / 'b.csv'}"])
+    with pytest.raises(SystemExit, match="no rows of the datasets brain"):
+        bench.main(["--datasets", "brain", "--from-csv", str(tmp_path / "a.csv")])
+    (tmp_path / "bad.csv").write_text(",".join(bench.Record.__dataclass_fields__)
+                                      + "\nfashion,30,0.6 dB,zero,sklearn-lr,0.5,1,1,1,,,0,\n")
+    with pytest.raises(SystemExit, match="bad.csv, line 2: invalid literal"):
+        bench.main(common + ["--from-csv", str(tmp_path / "bad.csv")])
