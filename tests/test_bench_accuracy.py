@@ -132,6 +132,7 @@ def test_report_of_earlier_parts_from_their_csv(bench, tmp_path):
     assert float(row[1]) == pytest.approx(np.mean(fg), abs=0.005)
     assert float(row[2]) == pytest.approx(np.std(fg, ddof=1) / np.sqrt(3), abs=0.005)
     assert "| 3 |" in text and "a.csv`, `" in text and "no fit run now" in text
+    assert "| fgscale default | 0: 70.00, 1: 74.00, 2: 75.00 |" in text  # seed by seed
     with pytest.raises(SystemExit, match="b.csv: the fit dataset=fashion .* seed=2 method="
                                          "fgscale-default is also in"):
         bench.main(common + ["--from-csv", f"{tmp_path / 'b.csv'},{tmp_path / 'b.csv'}"])
