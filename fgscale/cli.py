@@ -403,6 +403,13 @@ def main(argv=None) -> int:
         print(f"fgscale {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if "zarr.core.sync" in sys.modules:  # its reads and writes in flight end first
+            from fgscale.store._io import settle_io
+
+            try:
+                settle_io()
+            except KeyboardInterrupt:  # a second Ctrl-C: exit now, with the same message
+                pass
         print(f"fgscale {args.command}: interrupted. {_KEPT.get(args.command, _KEPT_DEFAULT)}",
               file=sys.stderr)
         return 130

@@ -1,0 +1,54 @@
+"""Zarr's reads and writes in flight, settled before a process exits on Ctrl-C.
+
+zarr runs its I/O as asyncio tasks on an event loop in a thread of its own. When Ctrl-C lands
+while the main thread waits on one of them, the tasks go on; at exit zarr's own clean-up stops
+that loop under them, and the interpreter prints what it finds half done ("Task was destroyed
+but it is pending", or a traceback from closing a loop that still runs). A command that was
+interrupted on purpose must end with its one-line message only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+__all__ = ["settle_io"]
+
+
+def settle_io(timeout: float = 10.0) -> bool:
+    """Cancel zarr's tasks in flight and wait until they have ended, at most ``timeout`` s.
+
+    A write already handed to the file system ends there (a thread of zarr's executor), so a
+    block may be written in part: the store's completion marks say which blocks are whole, and
+    those of an interrupted block are not set. Does nothing when zarr was not imported or its
+    loop is not running.
+
+    Parameters
+    ----------
+    timeout : float, default=10.0
+
+    Returns
+    -------
+    settled : bool
+        False when zarr's loop still had tasks after ``timeout`` (or its layout was not the
+        one expected): exit then prints what it prints.
+    """
+    sync = sys.modules.get("zarr.core.sync")
+    loop = getattr(sync, "loop", [None])[0] if sync is not None else None
+    if not isinstance(loop, asyncio.AbstractEventLoop) or loop.is_closed() \
+            or not loop.is_running():
+        return True
+
+    async def cancel_others():
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            return not pending
+        return True
+
+    try:
+        return bool(asyncio.run_coroutine_threadsafe(cancel_others(), loop).result(timeout + 1))
+    except Exception:  # noqa: BLE001 - a loop stopped meanwhile, or a timeout: exit as it is
+        return False
