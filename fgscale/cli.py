@@ -26,6 +26,7 @@ from fgscale._cli_args import (
     saved_unless_given,
     security_from,
 )
+from fgscale._interrupt import interrupted
 
 log = logging.getLogger("fgscale")
 
@@ -403,25 +404,4 @@ def main(argv=None) -> int:
         print(f"fgscale {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        if "zarr.core.sync" in sys.modules:  # its reads and writes in flight end first
-            from fgscale.store._io import settle_io
-
-            try:
-                settle_io()
-            except KeyboardInterrupt:  # a second Ctrl-C: exit now, with the same message
-                pass
-        print(f"fgscale {args.command}: interrupted. {_KEPT.get(args.command, _KEPT_DEFAULT)}",
-              file=sys.stderr)
-        return 130
-
-
-_KEPT_DEFAULT = "Nothing it wrote is half-written (files are renamed into place when complete)."
-_KEPT = {  # what an interrupted command keeps, and how it goes on
-    "convert": "The blocks converted so far are kept in the store: run the same command again "
-               "to convert the rest.",
-    "bank": "The groupings built so far are kept in the store: run the same command again to "
-            "build the rest.",
-    "train": "The run folder keeps the checkpoint of the last finished epoch: run the same "
-             "command with --resume to go on from there.",
-    "demo": "Finished steps are kept: run the same command again to go on.",
-}
+        return interrupted(args.command)

@@ -1,4 +1,5 @@
-"""Zarr's reads and writes in flight, settled before a process exits on Ctrl-C.
+"""What a command interrupted by Ctrl-C does before it exits: zarr's reads and writes in flight
+settled, one line saying what was kept and how to go on.
 
 zarr runs its I/O as asyncio tasks on an event loop in a thread of its own. When Ctrl-C lands
 while the main thread waits on one of them, the tasks go on; at exit zarr's own clean-up stops
@@ -12,7 +13,29 @@ from __future__ import annotations
 import asyncio
 import sys
 
-__all__ = ["settle_io"]
+__all__ = ["interrupted", "settle_io"]
+
+_KEPT_DEFAULT = "Nothing it wrote is half-written (files are renamed into place when complete)."
+_KEPT = {  # what an interrupted command keeps, and how it goes on
+    "convert": "The blocks converted so far are kept in the store: run the same command again "
+               "to convert the rest.",
+    "bank": "The groupings built so far are kept in the store: run the same command again to "
+            "build the rest.",
+    "train": "The run folder keeps the checkpoint of the last finished epoch: run the same "
+             "command with --resume to go on from there.",
+    "demo": "Finished steps are kept: run the same command again to go on.",
+}
+
+
+def interrupted(command: str) -> int:
+    """Settle zarr's I/O (:func:`settle_io`), say on stderr what ``fgscale command`` kept and
+    how to go on; return the exit status of an interrupted command, 130."""
+    try:
+        settle_io()
+    except KeyboardInterrupt:  # a second Ctrl-C: exit now, with the same message
+        pass
+    print(f"fgscale {command}: interrupted. {_KEPT.get(command, _KEPT_DEFAULT)}", file=sys.stderr)
+    return 130
 
 
 def settle_io(timeout: float = 10.0) -> bool:
@@ -21,7 +44,7 @@ def settle_io(timeout: float = 10.0) -> bool:
     A write already handed to the file system ends there (a thread of zarr's executor), so a
     block may be written in part: the store's completion marks say which blocks are whole, and
     those of an interrupted block are not set. Does nothing when zarr was not imported or its
-    loop is not running.
+    loop is not running; imports nothing.
 
     Parameters
     ----------

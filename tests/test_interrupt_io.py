@@ -1,4 +1,4 @@
-"""Zarr's reads and writes in flight, settled after Ctrl-C (fgscale.store._io), in real
+"""Zarr's reads and writes in flight, settled after Ctrl-C (fgscale._interrupt), in real
 processes: the interpreter then exits without printing what it found half done."""
 
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 _SCRIPT = textwrap.dedent("""
     import os, signal, sys, threading
     import numpy as np, zarr
-    from fgscale.store._io import settle_io
+    from fgscale._interrupt import settle_io
 
     a = zarr.create_array(sys.argv[1], shape=(1000, 1000), chunks=(10, 10), dtype="f4")
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
@@ -42,7 +42,11 @@ def test_a_write_in_flight_at_ctrl_c_ends_before_the_interpreter(tmp_path):
 
 
 def test_nothing_to_settle():
-    code = ("import sys; from fgscale.store._io import settle_io; "
+    code = ("import sys; from fgscale._interrupt import settle_io; "
             "print(settle_io(), 'zarr.core.sync' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["True", "True"]  # fgscale.store imports zarr: its loop idles
+    assert out.stdout.split() == ["True", "False"]  # without zarr loaded: nothing, no import
+    code = ("import zarr; from fgscale._interrupt import settle_io; "
+            "print(settle_io(), zarr.core.sync.loop[0] is None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["True", "True"]  # zarr loaded, its loop never started
