@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from benchlib import proc_status_kib
+from benchlib import path_list, proc_status_kib, read_csv_rows
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_PACKAGE = "dataset-fashion-mnist"
@@ -714,7 +714,7 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, help="also write the Markdown report to this file")
     p.add_argument("--csv", type=Path, help="write one row per (setting, seed, method) here, "
                                             "as the results come")
-    p.add_argument("--from-csv", type=lambda text: [Path(t) for t in _csv_list(text)],
+    p.add_argument("--from-csv", type=path_list,
                    help="fit nothing: write the report of earlier runs' --csv files (a comma "
                         "list: parts of one run, e.g. by --first-seed), their rows in the order "
                         "given; --datasets, --methods and --fresh-process say what they hold")
@@ -846,8 +846,6 @@ def main(argv=None) -> None:
 
 def _from_csv(args) -> list[Record]:
     """The report of earlier runs' CSV rows, of the datasets and methods asked for."""
-    from benchlib import read_csv_rows
-
     records = [r for r in read_csv_rows(args.from_csv, Record,
                                         ("dataset", "n_train", "noise", "seed", "method"))
                if r.method in args.methods and r.dataset.split(" (")[0] in args.datasets]

@@ -37,6 +37,11 @@ def parse_args(parser: argparse.ArgumentParser, quick: dict, help: str | None = 
 # ------------------------------------------------------------------------ earlier runs
 
 
+def path_list(text: str) -> list[Path]:
+    """The paths of a comma list (an option's value such as ``--from-csv a.csv,b.csv``)."""
+    return [Path(part.strip()) for part in text.split(",") if part.strip()]
+
+
 def read_csv_rows(paths, row_type, key: tuple[str, ...], option: str = "--from-csv") -> list:
     """The rows of earlier runs' CSV files as ``row_type`` dataclasses (fields converted by
     their annotations, ``int`` or ``float``, else ``str``), in file order.

@@ -66,7 +66,7 @@ import numpy as np  # noqa: E402 - after the thread limits above
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_accuracy import _pm, mean_se, versions  # noqa: E402
-from benchlib import read_csv_rows  # noqa: E402
+from benchlib import path_list, read_csv_rows  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REGULARIZERS = ("none", "l2", "dropout", "feature_grouping")
@@ -292,7 +292,7 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, default=RESULTS / "learning_curve.md")
     p.add_argument("--png", type=Path, default=RESULTS / "fig6_learning_curve.png")
     p.add_argument("--csv", type=Path, help="also one row per fit here")
-    p.add_argument("--from-csv", type=_paths,
+    p.add_argument("--from-csv", type=path_list,
                    help="fit nothing: write the report and the figure from the --csv of "
                         "earlier runs (a comma list: parts of one grid, or a run stopped "
                         "before the end), with the same options")
@@ -317,10 +317,6 @@ def parse_args(argv=None):
 def _grid_size(args) -> int:
     """Fits in the grid the options name: seeds x sizes x models x regularizers."""
     return args.seeds * len(args.sizes) * len(args.models) * len(args.regularizers)
-
-
-def _paths(text: str) -> list[Path]:
-    return [Path(part) for part in text.split(",") if part]
 
 
 def main(argv=None) -> list[Cell]:
