@@ -56,8 +56,7 @@ def settle_io(timeout: float = 10.0) -> bool:
         False when zarr's loop still had tasks after ``timeout`` (or its layout was not the
         one expected): exit then prints what it prints.
     """
-    sync = sys.modules.get("zarr.core.sync")
-    loop = getattr(sync, "loop", [None])[0] if sync is not None else None
+    loop = getattr(sys.modules.get("zarr.core.sync"), "loop", [None])[0]
     if not isinstance(loop, asyncio.AbstractEventLoop) or loop.is_closed() \
             or not loop.is_running():
         return True
