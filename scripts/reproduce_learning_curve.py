@@ -397,18 +397,18 @@ def _from_csv(args, command: str) -> list[Cell]:
 
 
 def fits_table(cells: list[Cell]) -> str:
-    """Every fit, a row each: a report rendered from CSV files that are not kept (results keep
-    Markdown) still holds the figures it was rendered from."""
+    """Every fit, a row each, every field of its CSV row: a report rendered from CSV files that
+    are not kept (results keep Markdown) still holds the figures it was rendered from."""
     order = {name: i for i, name in enumerate(REGULARIZERS)}
     lines = ["", "## Every fit", "",
              "The rows of the CSV files the tables above were rendered from, one per fit.", "",
-             "| model | regularizer | n train | seed | test accuracy (%) | fit (s) | epochs "
-             "| candidates | chosen |", "|---|---|---|---|---|---|---|---|---|"]
+             "| model | regularizer | n train | seed | test accuracy (%) | fit (s) | score (s) "
+             "| epochs | candidates | chosen |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in sorted(cells, key=lambda c: (c.model, order.get(c.regularizer, len(order)),
                                           c.n_train, c.seed)):
         lines.append(f"| {c.model} | {c.regularizer} | {c.n_train} | {c.seed} | "
-                     f"{100 * c.accuracy:.2f} | {c.fit_s:.0f} | {c.epochs} | {c.candidates} | "
-                     f"{c.chosen or '-'} |")
+                     f"{100 * c.accuracy:.2f} | {c.fit_s:.0f} | {c.score_s:.1f} | {c.epochs} | "
+                     f"{c.candidates} | {c.chosen or '-'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -61,7 +61,9 @@ def test_reproduce_learning_curve_tiny(scripts, tmp_path):
     assert "**INCOMPLETE**: 10 fits of the grid's 16" in text
     fits = text.split("## Every fit")[1]  # the rows it was rendered from, one per fit
     assert fits.count("\n| logreg |") == 10
-    assert f"| logreg | none | 40 | 1 | {100 * more[0].accuracy:.2f} |" in fits
+    one = more[0]  # every field of its CSV row
+    assert (f"| logreg | none | 40 | 1 | {100 * one.accuracy:.2f} | {one.fit_s:.0f} | "
+            f"{one.score_s:.1f} | {one.epochs} | {one.candidates} | - |") in fits
     none_40 = [100 * c.accuracy for c in cells + more if (c.regularizer, c.n_train) == ("none", 40)]
     row = re.search(r"\| 40 \| (\d+\.\d+) ± (\d+\.\d+) \|", text)
     assert float(row[1]) == pytest.approx(np.mean(none_40), abs=0.005)
