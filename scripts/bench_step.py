@@ -2,11 +2,12 @@
 
 Batch 200, p = 270,806 (the HCP 2 mm mask size), k = 27,080, 20 classes; logistic regression
 and the MLP (256 hidden units). The data are random (synthetic); only timing is measured.
-Columns: the step on full rows (baseline); the step on reduced rows with W0 Phi^T computed
-inside (what the central process pays), through autograd and torch's SGD (a dense (h x p)
-gradient for W0) and as training runs it, deferred (the (h x k) gradient applied to W0 in
-blocks, the same numbers); and the reduction of the batch itself, Phi x (what a worker pays
-per minibatch in the distributed trainer).
+Columns: the step on full rows (L2, dropout, no regularizer) and the step on reduced rows with
+W0 Phi^T computed inside (what the central process pays with feature grouping), each through
+autograd and SGD (a dense (h x p) gradient for W0) and deferred, as training runs first layers
+of 64M weights and more (full rows: one in-place W0 += -lr g^T x; reduced rows: the (h x k)
+gradient applied to W0 row by row, the same numbers); and the reduction of the batch itself,
+Phi x (what a worker pays per minibatch in the distributed trainer).
 
     .venv/bin/python scripts/bench_step.py [--repeats 7] [--p 270806] [--quick]
 """
@@ -44,9 +45,10 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {m}, p = {p}, "
           f"k = {k}, {args.classes} classes; median of {args.repeats}; synthetic random data\n")
-    markdown_table("model", "plain step (ms)", "grouped step, autograd (ms)",
-                   "grouped step, deferred (ms)", "ratio deferred / plain",
-                   "speed-up deferred / autograd", "batch reduction Phi x (ms, on a worker)")
+    markdown_table("model", "full rows, autograd (ms)", "full rows, deferred (ms)",
+                   "grouped, autograd (ms)", "grouped, deferred (ms)",
+                   "speed-up deferred / autograd: full, grouped",
+                   "batch reduction Phi x (ms, on a worker)")
     reduce_ms = 1e3 * median_time(lambda: project(x, labels_np, k), args.repeats)
     for name in ("logreg", "mlp"):
         torch.manual_seed(0)
@@ -56,19 +58,23 @@ def main() -> None:
 
         def step(inputs, grouping, model=model, opt=opt, group=group):
             # train_epoch's step: with first.defer, W0 gets no dense gradient (h x p), and
-            # step_deferred applies its (h x k) one in place of SGD
+            # step_deferred applies what its forward kept in place of SGD
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(inputs, grouping), y).backward()
             opt.step()
             model.first.step_deferred(group["lr"], group["weight_decay"])
 
-        plain = median_time(lambda: step(x_full, None), args.repeats)
-        grouped = median_time(lambda: step(x_red, labels), args.repeats)
-        model.first.defer = True
-        deferred = median_time(lambda: step(x_red, labels), args.repeats)
+        times = []
+        for defer in (False, True):
+            model.first.defer = defer
+            times += [median_time(lambda: step(x_full, None), args.repeats),
+                      median_time(lambda: step(x_red, labels), args.repeats)]
         model.first.defer = False
-        markdown_row(name, f"{1e3 * plain:.1f}", f"{1e3 * grouped:.1f}", f"{1e3 * deferred:.1f}",
-                     f"{deferred / plain:.2f}", f"{grouped / deferred:.2f}", f"{reduce_ms:.1f}")
+        full, grouped, full_deferred, grouped_deferred = times
+        markdown_row(name, f"{1e3 * full:.1f}", f"{1e3 * full_deferred:.1f}",
+                     f"{1e3 * grouped:.1f}", f"{1e3 * grouped_deferred:.1f}",
+                     f"{full / full_deferred:.2f}, {grouped / grouped_deferred:.2f}",
+                     f"{reduce_ms:.1f}")
 
 
 if __name__ == "__main__":

@@ -172,13 +172,13 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
 
 # First layers of at least this many weights take deferred steps: there the dense gradient's
 # memory matters (the MLP at 2 mm, 69M weights, and up), and the deferred step is as fast or
-# faster (1.28x at 1 mm); on a logistic regression's few rows it is slower
-# (scripts/bench_step.py, README "Projection and the training step").
+# faster (full rows 1.2-1.75x, grouped rows up to 1.28x); a logistic regression's grouped step
+# on its few rows is slower (scripts/bench_step.py, README "Projection and the training step").
 _DEFER_MIN_WEIGHTS = 1 << 26
 
 
 def _deferred_layer(model: nn.Module, optimizer):
-    """The model's grouped first layer, switched to deferred steps (see
+    """The model's first layer (a GroupedLinear), switched to deferred steps (see
     :class:`~fgscale.training._models.GroupedLinear`), and the optimizer's group that holds its
     weight; (None, None) for a small layer, or when the optimizer is not plain SGD, whose step
     alone it reproduces."""

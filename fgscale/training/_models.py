@@ -39,10 +39,11 @@ class GroupedLinear(nn.Module):
         bound = 1.0 / math.sqrt(n_features)  # nn.Linear's default initialisation
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
-        # With defer, a grouped forward keeps the (h x k) gradient of W0_hat for step_deferred
-        # instead of letting autograd expand it to W0's (h x p): on a 1 mm grid that dense
-        # gradient weighs as much as W0 itself (1.9 GB for h = 256) and is written in full
-        # at every step, then read again by the optimizer.
+        # With defer, a forward keeps what W0's gradient is made of for step_deferred instead
+        # of letting autograd build that (h x p) gradient: on a 1 mm grid it weighs as much as
+        # W0 itself (1.9 GB for h = 256), is allocated and written in full at every step,
+        # then read again by the optimizer. A grouped forward keeps the (h x k) gradient of
+        # W0_hat; a forward on full rows keeps its input and its output's gradient.
         self.defer = False
         self._pending = None
 
@@ -55,28 +56,43 @@ class GroupedLinear(nn.Module):
         grouping : LongTensor of shape (p,), optional
             Labels of the grouping that reduced ``x``; k is ``x.shape[1]``.
         """
+        deferred = self.defer and torch.is_grad_enabled() and self.weight.requires_grad
         if grouping is None:
-            return F.linear(x, self.weight, self.bias)
-        if not (self.defer and torch.is_grad_enabled() and self.weight.requires_grad):
+            if not deferred:
+                return F.linear(x, self.weight, self.bias)
+            with torch.no_grad():
+                out = F.linear(x, self.weight)
+            out.requires_grad_(True)
+            out.register_hook(lambda grad: setattr(self, "_pending", (None, x, grad)))
+            return out + self.bias
+        if not deferred:
             return F.linear(x, project(self.weight, grouping, x.shape[1]), self.bias)
         with torch.no_grad():
             reduced = project(self.weight, grouping, x.shape[1])
         reduced.requires_grad_(True)
-        reduced.register_hook(lambda grad: setattr(self, "_pending", (grouping, grad)))
+        reduced.register_hook(lambda grad: setattr(self, "_pending", (grouping, None, grad)))
         return F.linear(x, reduced, self.bias)
 
     @torch.no_grad()
     def step_deferred(self, lr: float, weight_decay: float = 0.0) -> bool:
         """Apply the gradient a deferred forward kept, as :func:`~fgscale.training._sgd.sgd_update`
-        applies autograd's: ``W0 -= lr * (g_W0hat Phi + weight_decay * W0)``, one row at a
-        time, with the same floating-point operations (the same numbers).
+        applies autograd's.
+
+        After a grouped forward, ``W0 -= lr * (g_W0hat Phi + weight_decay * W0)``, one row at
+        a time, with the same floating-point operations (the same numbers). After a forward on
+        full rows ``x`` with output gradient ``g``, ``W0 = (1 - lr * weight_decay) W0 - lr gᵀ x``
+        in one in-place matrix product: no (h x p) temporary at all, the same step up to
+        float rounding.
 
         Returns False when no gradient was pending (the step is then for the optimizer).
         """
         if self._pending is None:
             return False
-        grouping, grad = self._pending
+        grouping, x, grad = self._pending
         self._pending = None
+        if grouping is None:
+            self.weight.addmm_(grad.T, x, beta=1.0 - lr * weight_decay, alpha=-lr)
+            return True
         k = grad.shape[1]
         # project scales cluster q by 1/sqrt(|C_q|): its gradient for W0 carries the same scale
         expanded = grad * cluster_scale(grouping, k, grad.dtype)

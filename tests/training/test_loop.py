@@ -181,6 +181,67 @@ def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay,
     assert not torch.equal(deferred.first.weight.detach(), start)  # the steps did move W0
 
 
+@pytest.mark.parametrize("model_name", ["logreg", "mlp"])
+@pytest.mark.parametrize("regularizer,weight_decay", [("none", 0.0), ("l2", 0.05),
+                                                      ("dropout", 0.0)])
+def test_deferred_full_row_steps_match_autograd_and_sgd(model_name, regularizer, weight_decay,
+                                                        monkeypatch):
+    """On full rows, the deferred first-layer step (one in-place addmm_, no (h x p) gradient)
+    gives the weights of autograd and plain SGD to float rounding, over steps with changing
+    step sizes, with weight decay and with input dropout (the same masks drawn)."""
+    rng = np.random.default_rng(3)
+    p, n_classes, lrs = 3000, 3, [0.3, 0.1, 0.2, 0.05]
+    batches = [Batch(rng.standard_normal((6, p)).astype(np.float32),
+                     rng.integers(0, n_classes, 6)) for _ in lrs]
+    monkeypatch.setattr(loop_module, "_DEFER_MIN_WEIGHTS", 0)  # the test's small layers too
+    torch.manual_seed(0)
+    deferred = build_model(model_name, p, n_classes, regularizer=regularizer, dropout=0.3,
+                           hidden_layer_sizes=(8,))
+    if model_name == "logreg":  # logistic regression starts from zero: move off it first
+        torch.nn.init.normal_(deferred.first.weight, std=0.05)
+    reference = copy.deepcopy(deferred)
+    start = deferred.first.weight.detach().clone()
+
+    dense = []  # autograd computing W0's (h x p) gradient calls this hook
+    deferred.first.weight.register_hook(lambda grad: dense.append(grad.shape))
+    steps = iter(lrs)
+    torch.manual_seed(1)
+    train_epoch(deferred, make_optimizer(deferred, 0.1, weight_decay), batches,
+                step_size=lambda x: next(steps))
+    assert dense == [] and deferred.first.defer is False and deferred.first.weight.grad is None
+
+    opt = make_optimizer(reference, 0.1, weight_decay)
+    torch.manual_seed(1)
+    for batch, lr in zip(batches, lrs, strict=True):
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad()
+        F.cross_entropy(reference(torch.as_tensor(batch.x)), torch.as_tensor(batch.y)).backward()
+        assert reference.first.weight.grad.shape == (8 if model_name == "mlp" else 3, p)
+        opt.step()
+    for name, value in reference.state_dict().items():
+        np.testing.assert_allclose(deferred.state_dict()[name], value, rtol=1e-5, atol=1e-7,
+                                   err_msg=name)
+    moved = (deferred.first.weight.detach() - start).abs().max()
+    assert moved > 1e-3  # the steps did move W0, far beyond the tolerance
+
+
+def test_deferred_full_row_forward_keeps_no_dense_gradient(monkeypatch):
+    """With defer on, a backward through full rows builds no (h x p) gradient for W0 (what
+    the deferred step saves), while the bias and later layers get theirs."""
+    monkeypatch.setattr(loop_module, "_DEFER_MIN_WEIGHTS", 0)
+    model = build_model("mlp", 500, 3, regularizer="none", dropout=0.0, hidden_layer_sizes=(4,))
+    opt = make_optimizer(model, 0.1)
+    first, _ = loop_module._deferred_layer(model, opt)
+    x = torch.randn(5, 500)
+    F.cross_entropy(model(x), torch.tensor([0, 1, 2, 0, 1])).backward()
+    assert first.weight.grad is None and first.bias.grad is not None
+    assert first._pending is not None and first._pending[2].shape == (5, 4)
+    assert first.step_deferred(0.1) and first._pending is None
+    assert not first.step_deferred(0.1)  # nothing pending any more
+    first.defer = False
+
+
 @pytest.mark.cuda
 def test_grouped_step_on_cuda_matches_cpu():
     rng = np.random.default_rng(4)
