@@ -157,9 +157,9 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
                 with torch.no_grad():
                     for a, p in zip(average, model.parameters(), strict=True):
                         a.add_(p.detach() - a, alpha=1.0 / steps)
-    finally:  # an interrupted epoch leaves no layer deferring for a later forward
+    finally:  # an interrupted epoch leaves no layer deferring, nor a step half taken
         if first is not None:
-            first.defer = False
+            first.defer, first._pending = False, None
     if average is not None and steps:
         with torch.no_grad():
             for a, p in zip(average, model.parameters(), strict=True):
