@@ -1,3 +1,3 @@
-from fgscale.cli import main
+from fgscale.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

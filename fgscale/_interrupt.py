@@ -1,5 +1,6 @@
 """What a command interrupted by Ctrl-C does before it exits: zarr's reads and writes in flight
-settled, one line saying what was kept and how to go on.
+settled, one line saying what was kept and how to go on; and a Ctrl-C that lands once the
+command has returned, during the interpreter's clean-up, ends the process at once.
 
 zarr runs its I/O as asyncio tasks on an event loop in a thread of its own. When Ctrl-C lands
 while the main thread waits on one of them, the tasks go on; at exit zarr's own clean-up stops
@@ -11,9 +12,12 @@ interrupted on purpose must end with its one-line message only.
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
+import signal
 import sys
 
-__all__ = ["interrupted", "settle_io"]
+__all__ = ["interrupted", "run_command", "settle_io"]
 
 _KEPT_DEFAULT = "Nothing it wrote is half-written (files are renamed into place when complete)."
 _KEPT = {  # what an interrupted command keeps, and how it goes on
@@ -36,6 +40,34 @@ def interrupted(command: str) -> int:
         pass
     print(f"fgscale {command}: interrupted. {_KEPT.get(command, _KEPT_DEFAULT)}", file=sys.stderr)
     return 130
+
+
+def run_command(main) -> int:
+    """Run the console command ``main()`` and return its exit status; from then on, Ctrl-C
+    ends the process at once with that status.
+
+    Once the command has returned its work is written, but the interpreter's clean-up is still
+    to come (zarr's event loop, Dask's threads): a Ctrl-C landing there would print "Exception
+    ignored ... KeyboardInterrupt" and a traceback over a command that succeeded.
+    """
+    try:
+        status = main()
+    except KeyboardInterrupt:  # before the command's own handler: parsing the arguments
+        print("fgscale: interrupted.", file=sys.stderr)
+        status = 130
+    except SystemExit as exc:  # argparse's --help, --version and usage errors
+        status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    signal.signal(signal.SIGINT, functools.partial(_exit_now, status))
+    return status
+
+
+def _exit_now(status: int, signum, frame) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more to say there
+            pass
+    os._exit(status)
 
 
 def settle_io(timeout: float = 10.0) -> bool:

@@ -26,7 +26,7 @@ from fgscale._cli_args import (
     saved_unless_given,
     security_from,
 )
-from fgscale._interrupt import interrupted
+from fgscale._interrupt import interrupted, run_command
 
 log = logging.getLogger("fgscale")
 
@@ -405,3 +405,9 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return interrupted(args.command)
+
+
+def run() -> int:
+    """The ``fgscale`` console command: :func:`main` on the process's arguments, then an exit
+    that a late Ctrl-C cannot turn into a traceback (:func:`fgscale._interrupt.run_command`)."""
+    return run_command(main)

@@ -50,3 +50,31 @@ def test_nothing_to_settle():
             "print(settle_io(), zarr.core.sync.loop[0] is None)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["True", "True"]  # zarr loaded, its loop never started
+
+
+# The console command has returned (its work written); Ctrl-C lands during what comes after
+_AFTER = textwrap.dedent("""
+    import os, signal, sys, time
+    from fgscale.cli import run
+
+    sys.argv = ["fgscale", *sys.argv[1:]]
+    status = run()
+    print("returned", status, flush=True)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)
+    print("not reached")
+""")
+
+
+@pytest.mark.parametrize("args,status", [([], 0), (["--version"], 0), (["train"], 2)])
+def test_ctrl_c_after_the_command_returned_exits_at_once_with_its_status(args, status):
+    """No command (help, returned by main), --version and a usage error (argparse's exit)."""
+    done = subprocess.run([sys.executable, "-c", _AFTER, *args], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == status, done.stderr
+    assert done.stdout.splitlines()[-1] == f"returned {status}"
+    assert "not reached" not in done.stdout
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    if status == 0:
+        assert done.stderr == ""
+
