@@ -33,18 +33,25 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--classes", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--labels", choices=("random", "runs"), default="random",
+                        help="clusters of voxels drawn at random (the worst case for the "
+                             "gathers' locality), or contiguous runs of voxels, closer to "
+                             "ReNA's spatially compact clusters (default random)")
     args = parse_args(parser, quick=dict(p=20_000, k=2_000, batch=50, classes=5, repeats=3))
     rng = np.random.default_rng(0)
     p, k, m = args.p, args.k, args.batch
     x = rng.standard_normal((m, p), dtype=np.float32)
     y = torch.as_tensor(rng.integers(0, args.classes, m))
     labels_np = rng.permutation(np.concatenate([np.arange(k), rng.integers(0, k, p - k)]))
+    if args.labels == "runs":
+        labels_np = np.sort(labels_np)
     labels = torch.as_tensor(labels_np).long()
     x_full = torch.from_numpy(x)
     x_red = torch.from_numpy(project(x, labels_np.astype(np.int32), k))
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {m}, p = {p}, "
-          f"k = {k}, {args.classes} classes; median of {args.repeats}; synthetic random data\n")
+          f"k = {k} ({args.labels} clusters), {args.classes} classes; median of {args.repeats}; "
+          "synthetic random data\n")
     markdown_table("model", "full rows, autograd (ms)", "full rows, deferred (ms)",
                    "grouped, autograd (ms)", "grouped, deferred (ms)",
                    "speed-up deferred / autograd: full, grouped",
