@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from benchlib import path_list, proc_status_kib, read_csv_rows
+from benchlib import comma_list, path_list, proc_status_kib, read_csv_rows
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_PACKAGE = "dataset-fashion-mnist"
@@ -687,10 +687,6 @@ CAPTION_FRESH = _CAPTION + (
 # Main
 # ---------------------------------------------------------------------------------------------
 
-def _csv_list(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -719,8 +715,8 @@ def parse_args(argv=None):
                         "list: parts of one run, e.g. by --first-seed), their rows in the order "
                         "given; --datasets, --methods and --fresh-process say what they hold")
     args = p.parse_args(argv)
-    args.datasets = _csv_list(args.datasets)
-    args.methods = _csv_list(args.methods)
+    args.datasets = comma_list(args.datasets)
+    args.methods = comma_list(args.methods)
     quick = dict(seeds=1, n_train="10", noise="0.6")
     full = dict(seeds=10, n_train="10,30,100", noise="none,3,0.6")
     for key, value in (quick if args.quick else full).items():
@@ -738,8 +734,8 @@ def parse_args(argv=None):
         p.error("--seeds must be at least 1")
     if args.first_seed < 0:
         p.error("--first-seed must be at least 0")
-    args.n_train = [int(n) for n in _csv_list(args.n_train)]
-    args.noise = [None if n.lower() == "none" else float(n) for n in _csv_list(args.noise)]
+    args.n_train = [int(n) for n in comma_list(args.n_train)]
+    args.noise = [None if n.lower() == "none" else float(n) for n in comma_list(args.noise)]
     return args
 
 

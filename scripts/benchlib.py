@@ -37,9 +37,14 @@ def parse_args(parser: argparse.ArgumentParser, quick: dict, help: str | None = 
 # ------------------------------------------------------------------------ earlier runs
 
 
+def comma_list(text: str) -> list[str]:
+    """The items of an option's comma list, spaces around them and blank ones dropped."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def path_list(text: str) -> list[Path]:
     """The paths of a comma list (an option's value such as ``--from-csv a.csv,b.csv``)."""
-    return [Path(part.strip()) for part in text.split(",") if part.strip()]
+    return [Path(part) for part in comma_list(text)]
 
 
 def read_csv_rows(paths, row_type, key: tuple[str, ...], option: str = "--from-csv") -> list:
