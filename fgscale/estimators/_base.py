@@ -254,12 +254,16 @@ class FeatureGroupingBase(BaseEstimator):
         # the caller's generators are left as they were, the GPU's too (dropout draws there)
         with torch.random.fork_rng(devices=[] if gpu is None else [gpu]), \
                 _torch_threads(self.batch_size_ * max(widths)):
+            refit = val_rows is not None and self.refit
             results, best = [], None
             for params in grid:
                 k = params["n_clusters"]
                 source, bank = sources[k]
                 torch.manual_seed(seed)
                 phase = "" if len(grid) == 1 else f"candidate-{len(results) + 1}"
+                # the last candidate's model is released before the next one is built: with
+                # a refit no candidate's weights are kept, so a search peaks as one fit does
+                self.model_ = None
                 run = self._phase(source, bank, fit_rows, val_rows, seed, history,
                                   self.max_epochs, params, phase=phase)
                 stopper = run.stopper
@@ -268,25 +272,21 @@ class FeatureGroupingBase(BaseEstimator):
                 results.append({**params, "n_clusters": k, "best_epoch": epochs - 1,
                                 f"val_{'loss' if self.stop_on == 'loss' else 'error'}": score})
                 if best is None or (score is not None and score < best[1]):
-                    best = (results[-1], score, run, self.model_)
-            chosen, _, run, self.model_ = best
+                    best = (results[-1], score, run.history, None if refit else self.model_)
+                run = None
+            (chosen, _, self.history_, self.model_), best = best, None
             self.cv_results_ = results
             self.alpha_, self.dropout_, self.n_clusters_ = (
                 chosen["alpha"], chosen["dropout"], chosen["n_clusters"])
             self.bank_ = sources[chosen["n_clusters"]][1]
-            self.history_ = run.history
             self.n_iter_ = chosen["best_epoch"] + 1
-            if val_rows is not None and self.refit:
-                # the first phase's model and best-epoch snapshot are not needed any more:
-                # released before the fresh model is built, they do not add to its peak
-                run.stopper.best_state = None
-                self.model_ = best = run = None
+            if refit:
                 torch.manual_seed(seed)
                 source, bank = sources[chosen["n_clusters"]]
                 params = {name: chosen[name] for name in ("alpha", "dropout", "n_clusters")}
-                refit = self._phase(source, bank, rows, None, seed, history, self.n_iter_,
+                again = self._phase(source, bank, rows, None, seed, history, self.n_iter_,
                                     params, stop=False, phase="refit")
-                self.history_ = self.history_ + [dict(h, phase="refit") for h in refit.history]
+                self.history_ = self.history_ + [dict(h, phase="refit") for h in again.history]
         self._set_outputs()
         return self
 
@@ -324,6 +324,8 @@ class FeatureGroupingBase(BaseEstimator):
                 self.model_.load_state_dict(stopper.best_state)
         elif stopper.best_state is not None:
             self.model_.load_state_dict(stopper.best_state)
+        # the model now holds the best epoch's weights: its snapshot (as large) is released
+        stopper.best_state = None
         return run
 
     def _grid(self):
