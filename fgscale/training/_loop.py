@@ -147,10 +147,13 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
             optimizer.zero_grad(set_to_none=True)
             loss = batch_loss(model(x, grouping), y, regression)
             loss.backward()
+            # the graph is let go before the step: through it a grouped forward's W0_hat
+            # (h x k) would stay alive until the next batch's forward is done
+            total += loss.item() * len(y)
+            del loss
             optimizer.step()  # W0 has no .grad after a deferred forward: SGD leaves it alone
             if first is not None:
                 first.step_deferred(first_group["lr"], first_group["weight_decay"])
-            total += loss.item() * len(y)
             count += len(y)
             steps += 1
             if average is not None:
