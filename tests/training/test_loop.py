@@ -276,8 +276,8 @@ def test_a_grouped_deferred_step_holds_few_reduced_arrays():
     """A deferred grouped step of a wide first layer (h x p, reduced to h x k) needs about two
     (h x k) arrays beyond the weights: W0_hat and its gradient, during the backward. Measured
     as the growth of the peak resident memory of a fresh process over an epoch, in units of
-    one (h x k) float32 array (4.75 when autograd's clone in .grad, the scaled copy of the
-    gradient and the last batch's graph were kept alive; 2.6 without them)."""
+    one (h x k) float32 array: about 2.6, and 4.4 if autograd's clone of the gradient in
+    .grad, a scaled copy of it and the last batch's graph stay alive."""
     import subprocess
     import sys
 
@@ -289,6 +289,7 @@ def test_a_grouped_deferred_step_holds_few_reduced_arrays():
     out = subprocess.run([sys.executable, "-c", _STEP_PEAK], capture_output=True, text=True,
                          check=True)
     assert float(out.stdout.split()[-1]) < 3.5, out.stdout
+
 
 @pytest.mark.cuda
 def test_grouped_step_on_cuda_matches_cpu():
