@@ -274,7 +274,7 @@ class FeatureGroupingBase(BaseEstimator):
                 if best is None or (score is not None and score < best[1]):
                     best = (results[-1], score, run.history, None if refit else self.model_)
                 run = None  # its optimizer holds the model's parameters: not kept past the phase
-            (chosen, _, self.history_, self.model_), best = best, None
+            chosen, _, self.history_, self.model_ = best
             self.cv_results_ = results
             self.alpha_, self.dropout_, self.n_clusters_ = (
                 chosen["alpha"], chosen["dropout"], chosen["n_clusters"])

@@ -1,7 +1,11 @@
 """Standardization, the default optimizer and model selection, against references."""
 
+import gc
+import warnings
+
 import numpy as np
 import pytest
+import torch
 from helpers import smooth_problem
 from sklearn.model_selection import GridSearchCV
 
@@ -118,11 +122,6 @@ class _Spy(FeatureGroupingClassifier):
     """Counts, as each phase starts, the tensors alive shaped like the first layer's weights."""
 
     def _phase(self, *args, **kwargs):
-        import gc
-        import warnings
-
-        import torch
-
         gc.collect()
         shape = (self._n_outputs(), self.n_features_in_)
         with warnings.catch_warnings():  # isinstance on every object touches deprecated ones

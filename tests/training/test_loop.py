@@ -1,9 +1,11 @@
 import copy
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
-from helpers import random_labels
+from helpers import SCRIPTS, random_labels
 from torch.nn import functional as F
 
 from fgscale.grouping._projection import back_project, project
@@ -275,13 +277,8 @@ def test_a_grouped_deferred_step_holds_few_reduced_arrays():
     as the growth of the peak resident memory of a fresh process over an epoch, in units of
     one (h x k) float32 array: about 2.6, and 4.4 if autograd's clone of the gradient in
     .grad, a scaled copy of it and the last batch's graph stay alive."""
-    import subprocess
-    import sys
-
-    from helpers import SCRIPTS
-
     out = subprocess.run([sys.executable, "-c", _STEP_PEAK, str(SCRIPTS)], capture_output=True,
-                         text=True, check=True)
+                         text=True, check=True, timeout=300)
     kernel, peak = out.stdout.split()[-2:]
     if kernel != "True":  # a sampled peak could miss the step's short-lived arrays
         pytest.skip("the kernel's peak resident memory cannot be reset here")
