@@ -123,8 +123,14 @@ def test_worker_killed_during_a_training_epoch(tiny_store, tmp_path, slow_cluste
 # ------------------------------------------------------------------ the client process killed
 
 
-def start(cmd):
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(cmd, stderr: Path | None = None):
+    """Start ``cmd``; its standard error goes to the file ``stderr`` (read when it fails)."""
+    err = subprocess.DEVNULL if stderr is None else open(stderr, "wb")  # noqa: SIM115
+    try:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    finally:
+        if stderr is not None:
+            err.close()
 
 
 def run_again(cmd):
@@ -140,9 +146,11 @@ def test_client_killed_while_the_store_is_created(tiny_cohort, tmp_path, client)
     cmd = [sys.executable, "-m", "fgscale", "convert", str(tiny_cohort), "--out", str(out),
            "--block-rows", "2", "--n-workers", "1", "--no-progress"]
     # convert's workers are threads of the command (killed with it)
-    kill_client_when(start(cmd), lambda: any(tmp_path.glob("killed.zarr*")),
-                     worker_processes=False)
-    assert any(tmp_path.glob("killed.zarr*")), "killed before it wrote anything"
+    log = tmp_path / "stderr.txt"
+    proc = start(cmd, log)
+    kill_client_when(proc, lambda: any(tmp_path.glob("killed.zarr*")), worker_processes=False)
+    assert any(tmp_path.glob("killed.zarr*")), \
+        f"killed before it wrote anything (exit {proc.returncode}): {log.read_text()[-3000:]}"
     metadata = out / "zarr.json"
     assert not (metadata.exists() and "fgscale_format_version" in metadata.read_text()), \
         "killed once the store was whole, not while it was created"
