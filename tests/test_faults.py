@@ -125,12 +125,10 @@ def test_worker_killed_during_a_training_epoch(tiny_store, tmp_path, slow_cluste
 
 def start(cmd, stderr: Path | None = None):
     """Start ``cmd``; its standard error goes to the file ``stderr`` (read when it fails)."""
-    err = subprocess.DEVNULL if stderr is None else open(stderr, "wb")  # noqa: SIM115
-    try:
+    if stderr is None:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(stderr, "wb") as err:  # the child has its own copy of the descriptor
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-    finally:
-        if stderr is not None:
-            err.close()
 
 
 def run_again(cmd):
