@@ -36,7 +36,16 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import numpy as np  # noqa: E402 - after the thread limits above
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_accuracy import BRAIN_NOISE, _pm, brain_split, fashion_split, load_fashion, mean_se, versions  # noqa: E402,E501
+from bench_accuracy import (  # noqa: E402
+    BRAIN_NOISE,
+    _pm,
+    brain_split,
+    fashion_split,
+    load_fashion,
+    mean_se,
+    noise_label,
+    versions,
+)
 
 DATASETS = ("fashion", *BRAIN_NOISE)
 
@@ -101,17 +110,22 @@ def main(argv=None) -> dict[str, list[float]]:
                         help="fashion (real images) or a SYNTHETIC brain cohort (default: fashion)")
     parser.add_argument("--n-train", type=int, default=100,
                         help="Fashion-MNIST training images per class (default: 100)")
-    parser.add_argument("--noise", type=float, default=0.6,
-                        help="SNR in dB of the added noise; a negative value: none (default: 0.6)")
+    parser.add_argument("--noise", default="0.6",
+                        help="Fashion-MNIST SNR in dB of the added noise, or none (default: 0.6)")
     parser.add_argument("--seeds", type=int, default=10, help="number of seeds (default: 10)")
     parser.add_argument("--first-seed", type=int, default=100, help="(default: 100)")
     parser.add_argument("--variants", required=True, type=parse_variants,
                         help='JSON {"name": {parameter: value}}; the first is the reference')
     args = parser.parse_args(argv)
-    noise = None if args.noise < 0 else args.noise
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
+    try:
+        noise = None if args.noise.lower() == "none" else float(args.noise)
+    except ValueError:
+        parser.error(f"--noise: expected an SNR in dB or none, got {args.noise!r}")
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     print(f"# study on validation rows: {args.dataset}"
-          + (f", {args.n_train} per class, noise {noise} dB" if args.dataset == "fashion" else "")
+          + (f", {args.n_train} per class, noise {noise_label(noise)}" if args.dataset == "fashion" else "")
           + f", seeds {seeds.start}-{seeds.stop - 1}; {versions()}", flush=True)
     if args.dataset == "fashion":
         data = load_fashion()
