@@ -58,7 +58,7 @@ def _cmd_bank(args) -> int:
     from fgscale.grouping._dask_bank import build_bank
 
     # "auto" or a list of n_clusters: a bank for each k that training will choose among
-    with _client(args, processes=True) as client:  # prints its dashboard link
+    with _client(args, processes=True) as client:  # a cluster only if a grouping is left
         infos = [build_bank(args.store, n_groupings=args.n_groupings,
                             n_bootstrap=args.n_bootstrap, n_clusters=k, seed=args.seed,
                             client=client, overwrite=args.overwrite, return_info=True,
@@ -74,16 +74,18 @@ def _cmd_bank(args) -> int:
 
 
 def _client(args, *, processes: bool):
-    """The one place where --scheduler, --scheduler-file and --n-workers become a client:
-    a running cluster joined, else an embedded LocalCluster (worker processes or threads)."""
-    from fgscale.cluster import connect, get_client
+    """The one place where --scheduler, --scheduler-file and --n-workers become a client: a
+    running cluster joined (the client), else None within a deferred embedded LocalCluster
+    (worker processes or threads), which the first step with work for it starts: a command
+    with nothing to do, or whose input is refused, starts no cluster."""
+    from fgscale.cluster import connect, deferred_cluster
 
     if args.scheduler is not None or args.scheduler_file is not None:
         if args.scheduler is not None and args.scheduler_file is not None:
             raise ValueError("give --scheduler or --scheduler-file, not both")
         return connect(args.scheduler, args.scheduler_file, timeout=args.timeout,
                        security=security_from(args))
-    return get_client(n_workers=args.n_workers, processes=processes)
+    return deferred_cluster(n_workers=args.n_workers, processes=processes)
 
 
 def _estimator_params(args) -> dict:

@@ -20,7 +20,7 @@ import os
 import sys
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["ThreadTasks", "active_client", "check_count", "connect", "cpu_count", "dashboard_link",
-           "get_client", "run_tasks"]
+           "deferred_cluster", "get_client", "run_tasks"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
@@ -129,8 +129,9 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
 
     The one way fgscale gets a cluster, first match wins: ``client`` as it is; else the active
     ``distributed`` default client (``with Client(...):`` around the call, as in a notebook);
-    else an embedded ``LocalCluster``, shut down on exit. A client given or found is never
-    closed here. Joining a running scheduler by address is the CLI's job (:func:`connect`).
+    else, within :func:`deferred_cluster`, its cluster (started now if it was not yet, with its
+    settings); else an embedded ``LocalCluster``, shut down on exit. A client given or found is
+    never closed here. Joining a running scheduler by address is the CLI's job (:func:`connect`).
     The first time a client comes through here, its dashboard link is printed on stderr.
 
     Parameters
@@ -169,6 +170,54 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
         _log_dashboard(active, "using the active Dask client")
         yield active
         return
+    if _DEFERRED:
+        deferred = _DEFERRED[-1]
+        if deferred["client"] is None:
+            deferred["client"] = deferred["stack"].enter_context(
+                _embedded(deferred["n_workers"], threads_per_worker, memory_limit,
+                          deferred["processes"]))
+        yield deferred["client"]
+        return
+    with _embedded(n_workers, threads_per_worker, memory_limit, processes) as local:
+        yield local
+
+
+# The clusters of deferred_cluster, innermost last: a command's settings for the embedded
+# cluster, and the cluster once a step has needed it.
+_DEFERRED: list[dict] = []
+
+
+@contextmanager
+def deferred_cluster(*, n_workers: int | None = None, processes: bool = True) -> Iterator[None]:
+    """Within: the first :func:`get_client` that would start an embedded ``LocalCluster``
+    starts this one, later calls reuse it, and it is shut down on exit.
+
+    What the command line wraps its work in: a command whose work is already done (a finished
+    run resumed, a complete bank), or whose input is refused, starts no cluster at all, and
+    one whose steps each need a cluster (a bank per k) starts one, not one per step.
+
+    Parameters
+    ----------
+    n_workers : int, optional
+        Workers of the embedded cluster; default the number of usable cores.
+    processes : bool, default=True
+        Worker processes, or worker threads in this process (see :func:`get_client`); this
+        setting wins over that of the :func:`get_client` call that starts the cluster.
+    """
+    if n_workers is not None:
+        check_count("n_workers", n_workers)
+    with ExitStack() as stack:
+        _DEFERRED.append({"n_workers": n_workers, "processes": processes, "client": None,
+                          "stack": stack})
+        try:
+            yield
+        finally:
+            _DEFERRED.pop()
+
+
+@contextmanager
+def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterator[Client]:
+    """A new LocalCluster on this machine and its client, both shut down on exit."""
     import dask
     from distributed import Client, LocalCluster
 

@@ -166,8 +166,10 @@ def _training(history: list[dict], final: dict | None) -> str:
 
 
 def _choice(final: dict) -> str:
-    out = ["<h2>Hyper-parameters</h2>", "<p>Selected (on the validation rows when there were "
-           "several candidates):</p>", _kv_table(final.get("selected", {}))]
+    out = ["<h2>Hyper-parameters</h2>", "<p>In effect (chosen on the validation rows when "
+           "there were several candidates; 0 or None where this model and regularizer do not "
+           "use the parameter, whatever its value among all parameters below):</p>",
+           _kv_table(final.get("selected", {}))]
     candidates = final.get("candidates") or []
     if candidates:
         header = list(dict.fromkeys(k for c in candidates for k in c))

@@ -223,9 +223,11 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
             raise ValueError("rows selects a store's rows or a cohort table's files by split; "
                              "NIfTI files have none")
         entries = [{"path": str(p)} for p in inputs]
-    with_volume = any(load_img(e["path"]).ndim == 4 for e in entries)
+    shapes = [load_img(e["path"]).shape for e in entries]  # headers only
+    with_volume = any(len(shape) == 4 for shape in shapes)
     return _proba_columns(clf, _image_blocks(clf, entries, resample, with_volume),
-                          progress=progress)
+                          progress=progress,
+                          total=sum(shape[3] if len(shape) == 4 else 1 for shape in shapes))
 
 
 # ---------------------------------------------------------------------------------- reports

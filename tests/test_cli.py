@@ -14,6 +14,7 @@ from fgscale.cli import build_parser, main
 from fgscale.store import open_store
 
 BAR = "%|"  # what every tqdm bar prints: "groupings: 100%|██████████| 4/4 [...]"
+DASHBOARD = "Dask dashboard: "  # printed on stderr when a command starts its cluster
 TRAIN = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size",
          "8", "--learning-rate", "0.05", "--seed", "3", "--max-epochs", "2", "--n-workers", "1"]
 LONG_COMMANDS = {"convert": ["C.csv", "--out", "S"], "bank": ["S"], "train": ["S", "--out", "R"],
@@ -139,7 +140,9 @@ def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path
     store = synthetic_store(tmp_path / "s.zarr", 12, 2, seed=0)
     assert main(["bank", str(store.path), "--n-groupings", "2", "--n-bootstrap", "4",
                  "--n-workers", "1", "--no-progress"]) == 0  # n_clusters: "auto" by default
-    assert capsys.readouterr().out.count("2 groupings built") == 3
+    out, err = capsys.readouterr()
+    assert out.count("2 groupings built") == 3
+    assert err.count(DASHBOARD) == 1  # one cluster for the three banks
     assert sorted(b["n_clusters"] for b in list_banks(store.path)) == [
         resolve_n_clusters(k, store.n_features) for k in AUTO_GRIDS["n_clusters"]]
 
@@ -150,12 +153,14 @@ def test_bank_then_already_complete(tiny_store, capsys):
     assert main([*bank, "--no-progress"]) == 0
     out, err = capsys.readouterr()
     assert "3 groupings built, 0 reused" in out and BAR not in err
+    assert err.count(DASHBOARD) == 1  # the embedded cluster, started for the work
     assert main(bank) == 0
     out, err = capsys.readouterr()
     assert "already complete (3 groupings, k=" in out and BAR not in err
+    assert DASHBOARD not in err  # nothing to do: no cluster started
     assert main([*bank, "--n-groupings", "4"]) == 0  # one more: built, with its bar
     out, err = capsys.readouterr()
-    assert "1 groupings built, 3 reused" in out and BAR in err
+    assert "1 groupings built, 3 reused" in out and BAR in err and err.count(DASHBOARD) == 1
 
 
 def test_train_evaluate_predict_progress_and_nothing_to_do(tiny_store, tmp_path, capsys):
@@ -174,6 +179,13 @@ def test_train_evaluate_predict_progress_and_nothing_to_do(tiny_store, tmp_path,
     assert out.startswith(f"{quiet}: already complete with these parameters, nothing to do")
     assert "trained logreg/feature_grouping for 2 epochs" in out and BAR not in err
     assert _mtimes(quiet) == files
+    assert DASHBOARD not in err  # nothing to do: no cluster started
+    # refused before any cluster starts: a run already there, a store that is not
+    for args in ([store, "--out", str(quiet)], [str(tmp_path / "nosuch.zarr"), "--out",
+                                                 str(tmp_path / "other")]):
+        assert main(["train", *args, *TRAIN]) == 2
+        err = capsys.readouterr().err
+        assert "fgscale train: error: " in err and DASHBOARD not in err
 
     for command in (["evaluate", str(quiet), store, "--n-workers", "1"],
                     ["predict", str(quiet), store, "--out", str(tmp_path / "p.csv")]):

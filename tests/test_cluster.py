@@ -12,7 +12,14 @@ import pytest
 from distributed import Client
 from helpers import dashboard_port_may_be_taken
 
-from fgscale.cluster import ThreadTasks, connect, dashboard_link, get_client, run_tasks
+from fgscale.cluster import (
+    ThreadTasks,
+    connect,
+    dashboard_link,
+    deferred_cluster,
+    get_client,
+    run_tasks,
+)
 
 ROOT = Path(__file__).resolve().parents[1] / "cluster"
 
@@ -125,6 +132,29 @@ def test_embedded_thread_workers_run_in_this_process():
         limits = [w["memory_limit"] for w in local.scheduler_info()["workers"].values()]
         assert limits == [0, 0]
     assert local.status == "closed"
+
+
+def test_a_deferred_cluster_starts_with_its_first_use_and_serves_every_later_one(capsys):
+    with deferred_cluster(n_workers=1, processes=False):
+        assert "Dask dashboard" not in capsys.readouterr().err  # none started yet
+        # its own settings win over the call's (1 thread worker, not 2 processes)
+        with get_client(n_workers=2, processes=True) as first:
+            assert _n_workers(first) == 1
+            assert set(first.run(os.getpid).values()) == {os.getpid()}
+        assert first.status == "running"  # still up for the next step
+        with get_client(processes=False) as second:
+            assert second is first
+        assert capsys.readouterr().err.count("Dask dashboard") == 1  # one cluster, announced
+        with deferred_cluster(n_workers=1):  # nested: a cluster of its own, never started
+            pass
+        with Client(first.cluster, set_as_default=True) as active, get_client() as found:
+            assert found is active  # an active client still comes first
+    assert first.status == "closed" and first.cluster.status.name == "closed"
+    with deferred_cluster(n_workers=1):  # nothing used it: nothing to start or close
+        pass
+    with pytest.raises(ValueError, match="n_workers"):
+        with deferred_cluster(n_workers=0):
+            pass
 
 
 def _square_or_fail(i, folder=None, barrier=None):

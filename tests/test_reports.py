@@ -98,7 +98,9 @@ def test_four_d_files_give_a_line_per_volume(trained, tmp_path, capsys):
     cohort = make_cohort(tmp_path / "c4", n_samples=9, n_classes=3, grid=TINY_GRID,
                          n_subjects=2, four_d=True, seed=5)
     files = sorted(cohort.parent.glob("*.nii.gz"))
-    assert predict(capsys, run, *files, out=tmp_path / "p.csv")[0] == 0
+    code, _, err = predict(capsys, run, *files, out=tmp_path / "p.csv")
+    assert code == 0
+    assert "predicting: 100%|" in err and "| 9/9 [" in err  # the bar's total: volumes, not files
     table = read_csv(tmp_path / "p.csv")
     # the oracle: each volume indexed by the store's mask with numpy
     expected = [(str(f), t, np.asarray(nib.load(f).dataobj)[..., t][store.mask])
@@ -121,6 +123,7 @@ def test_an_image_on_another_grid_needs_resample(trained, tiny_cohort, tmp_path,
     code, _, err = predict(capsys, run, moved, out=tmp_path / "p.csv")
     assert code == 2
     assert f"{moved}: grid" in err and "does not match the mask's grid" in err
+    assert "--resample" in err  # the option that fixes it, as the command line spells it
     assert not (tmp_path / "p.csv").exists()
     assert predict(capsys, run, moved, out=tmp_path / "p.csv", extra=["--resample"])[0] == 0
     assert len(read_csv(tmp_path / "p.csv")) == 1

@@ -68,15 +68,18 @@ def _volumes(imgs):
                 yield f"{name} (volume {t})", img, data[..., t]
 
 
-def _on_grid(name: str, img, data: np.ndarray, shape, affine, resample: bool) -> np.ndarray:
-    """``data`` on the grid (shape, affine): as it is if it matches, resampled if allowed."""
+def _on_grid(name: str, img, data: np.ndarray, shape, affine, resample: bool | None) -> np.ndarray:
+    """``data`` on the grid (shape, affine): as it is if it matches, resampled if allowed
+    (None: not allowed, and no way to allow it to suggest)."""
     if tuple(data.shape) == tuple(shape) and np.allclose(img.affine, affine, atol=_GRID_ATOL):
         return data
     if not resample:
+        hint = ("" if resample is None else " (resample=True in Python, --resample for fgscale "
+                "predict, resamples the images to the mask's grid)")
         raise ValueError(
             f"{name}: grid {tuple(data.shape)} with affine {np.round(img.affine, 4).tolist()} "
-            f"does not match the mask's grid {tuple(shape)} with affine "
-            f"{np.round(affine, 4).tolist()} (pass resample=True to resample the images)")
+            f"does not match the {'first image' if resample is None else 'mask'}'s grid "
+            f"{tuple(shape)} with affine {np.round(affine, 4).tolist()}{hint}")
     from nibabel.processing import resample_from_to
 
     vol = nib.Nifti1Image(np.asarray(data, dtype=np.float32), img.affine)
@@ -99,7 +102,7 @@ def compute_mask(imgs) -> nib.Nifti1Image:
     for name, img, data in _volumes(imgs):
         if grid is None:
             grid = (tuple(data.shape), img.affine)
-        data = _on_grid(name, img, data, *grid, resample=False)
+        data = _on_grid(name, img, data, *grid, resample=None)
         keep = np.isfinite(data) & (data != 0)
         mask = keep if mask is None else mask & keep
     if mask is None:

@@ -81,8 +81,13 @@ def test_images_on_another_grid_are_refused_naming_the_file(cohort, tmp_path):
     affine = img.affine.copy()
     affine[0, 3] += 4.0
     nib.save(nib.Nifti1Image(np.asarray(img.dataobj), affine), moved)
-    with pytest.raises(ValueError, match=r"moved\.nii\.gz: grid .* does not match the mask"):
+    with pytest.raises(ValueError, match=r"moved\.nii\.gz: grid .* does not match the mask.*"
+                                          r"resample=True"):
         clf.predict([paths[1], str(moved)])
+    # without a mask there is nothing to resample to: the images must share the first one's grid
+    with pytest.raises(ValueError, match=r"moved\.nii\.gz: grid .* first image's grid \([^)]*\) "
+                                          r"with affine [^(]*$"):
+        compute_mask([paths[0], str(moved)])
     # resample=True: the image is resampled to the mask's grid, as nilearn's resample_to_img
     from nilearn.image import resample_to_img
 
