@@ -21,7 +21,7 @@ from fgscale._files import atomic_path
 from fgscale._progress import tqdm
 from fgscale.images._cohort import read_cohort
 from fgscale.images._masking import mask_images
-from fgscale.images._nifti import load_img
+from fgscale.images._nifti import load_img, same_grid
 from fgscale.store._reader import Store, open_store
 
 __all__ = ["ROWS", "check_store", "classification_report", "format_report", "predict_inputs",
@@ -68,8 +68,8 @@ def check_store(clf, store: Store) -> None:
         raise ValueError(f"{store.path}: {store.n_features} features, the model was trained on "
                          f"{clf.n_features_in_}")
     mask = getattr(clf, "mask_img_", None)
-    if mask is not None and (store.mask.shape != mask.shape
-                             or not np.allclose(store.affine, mask.affine, atol=1e-4)
+    if mask is not None and (not same_grid(store.mask.shape, store.affine,
+                                           (mask.shape, mask.affine))
                              or not np.array_equal(store.mask, np.asarray(mask.dataobj) != 0)):
         raise ValueError(f"{store.path}: its mask or grid differs from the model's mask: its "
                          "rows are other voxels (convert the images with the model's mask.nii.gz)")

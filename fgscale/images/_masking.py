@@ -13,12 +13,11 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale.images._nifti import _name, load_img, read_data, read_image
+from fgscale.images._nifti import _name, grid_mismatch, load_img, read_data, read_image, same_grid
 
 __all__ = ["as_mask_image", "compute_mask", "is_images", "mask_images"]
 
 _NIFTI_SUFFIXES = (".nii", ".nii.gz", ".img", ".hdr")
-_GRID_ATOL = 1e-4  # mm: affines equal up to what a header's float32 fields keep
 
 
 def _is_image_path(x) -> bool:
@@ -68,18 +67,15 @@ def _volumes(imgs):
                 yield f"{name} (volume {t})", img, data[..., t]
 
 
-def _on_grid(name: str, img, data: np.ndarray, shape, affine, resample: bool | None) -> np.ndarray:
-    """``data`` on the grid (shape, affine): as it is if it matches, resampled if allowed
-    (None: not allowed, and no way to allow it to suggest)."""
-    if tuple(data.shape) == tuple(shape) and np.allclose(img.affine, affine, atol=_GRID_ATOL):
+def _on_grid(name: str, img, data: np.ndarray, shape, affine, resample: bool) -> np.ndarray:
+    """``data`` on the mask's grid (shape, affine): as it is if it matches, resampled if
+    allowed."""
+    if same_grid(data.shape, img.affine, (shape, affine)):
         return data
     if not resample:
-        hint = ("" if resample is None else " (resample=True in Python, --resample for fgscale "
-                "predict, resamples the images to the mask's grid)")
-        raise ValueError(
-            f"{name}: grid {tuple(data.shape)} with affine {np.round(img.affine, 4).tolist()} "
-            f"does not match the {'first image' if resample is None else 'mask'}'s grid "
-            f"{tuple(shape)} with affine {np.round(affine, 4).tolist()}{hint}")
+        raise ValueError(grid_mismatch(
+            name, data.shape, img.affine, (shape, affine), "mask", " (resample=True in Python, "
+            "--resample for fgscale predict, resamples the images to the mask's grid)"))
     from nibabel.processing import resample_from_to
 
     vol = nib.Nifti1Image(np.asarray(data, dtype=np.float32), img.affine)
@@ -102,7 +98,8 @@ def compute_mask(imgs) -> nib.Nifti1Image:
     for name, img, data in _volumes(imgs):
         if grid is None:
             grid = (tuple(data.shape), img.affine)
-        data = _on_grid(name, img, data, *grid, resample=None)
+        if not same_grid(data.shape, img.affine, grid):  # no mask: nothing to resample to
+            raise ValueError(grid_mismatch(name, data.shape, img.affine, grid, "first image"))
         keep = np.isfinite(data) & (data != 0)
         mask = keep if mask is None else mask & keep
     if mask is None:

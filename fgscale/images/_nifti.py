@@ -307,3 +307,20 @@ def unmask(values, mask, affine) -> nib.Nifti1Image:
         out = np.zeros((*mask.shape, values.shape[0]), dtype)
         out[mask] = values.T
     return nib.Nifti1Image(out, np.asarray(affine, dtype=np.float64))
+
+
+GRID_ATOL = 1e-4  # mm: affines equal up to what a header's float32 fields keep
+
+
+def same_grid(shape, affine, grid) -> bool:
+    """Whether a volume of spatial ``shape`` and ``affine`` lies on ``grid`` (shape, affine)."""
+    return (tuple(shape[:3]) == tuple(grid[0])
+            and np.allclose(affine, grid[1], atol=GRID_ATOL))
+
+
+def grid_mismatch(name: str, shape, affine, grid, reference: str, hint: str = "") -> str:
+    """The message that refuses ``name`` (of spatial ``shape`` and ``affine``): not on the
+    ``reference``'s grid (shape, affine); ``hint`` says how to allow it, if anything can."""
+    return (f"{name}: grid {tuple(shape[:3])} with affine {np.round(affine, 4).tolist()} does "
+            f"not match the {reference}'s grid {tuple(grid[0])} with affine "
+            f"{np.round(grid[1], 4).tolist()}{hint}")

@@ -53,7 +53,15 @@ from fgscale.cluster import (
     run_tasks,
 )
 from fgscale.images._cohort import read_cohort
-from fgscale.images._nifti import load_img, load_mask, read_array, read_header, read_image
+from fgscale.images._nifti import (
+    grid_mismatch,
+    load_img,
+    load_mask,
+    read_array,
+    read_header,
+    read_image,
+    same_grid,
+)
 from fgscale.store._layout import (
     block_range,
     create_store,
@@ -77,12 +85,11 @@ def _target_grid(entries, headers, mask_img, resample):
         grid = (tuple(reference.shape[:3]), reference.affine)
         if resample is None:
             for e, img in zip(entries, headers, strict=True):
-                if img.shape[:3] != grid[0] or not np.allclose(img.affine, grid[1], atol=1e-4):
-                    raise ValueError(
-                        f"{e['path']}: grid {img.shape[:3]} with affine "
-                        f"{np.round(img.affine, 4).tolist()} does not match the "
-                        f"{'mask' if mask_img is not None else 'first image'}'s grid {grid[0]} "
-                        f"with affine {np.round(grid[1], 4).tolist()} (pass --resample)")
+                if not same_grid(img.shape, img.affine, grid):
+                    raise ValueError(grid_mismatch(
+                        e["path"], img.shape, img.affine, grid,
+                        "mask" if mask_img is not None else "first image",
+                        " (resample= in Python, --resample for fgscale convert)"))
         return grid, resample == "mask"
     # nibabel.processing imports scipy.ndimage, a tenth of a second that a conversion without
     # resampling (most) should not pay: it is imported where resampling happens.
@@ -357,7 +364,7 @@ def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress)
     given = None
     if mask_img is not None:
         given, affine = load_mask(mask_img)
-        if given.shape != tuple(grid[0]) or not np.allclose(affine, grid[1], atol=1e-4):
+        if not same_grid(given.shape, affine, grid):
             from nibabel.processing import resample_from_to  # see _target_grid
 
             img = nib.Nifti1Image(given.astype(np.float32), affine)

@@ -207,7 +207,8 @@ def damage(csv_path, index, how):
     ("missing", FileNotFoundError, "no such NIfTI file"),
     ("junk", ValueError, "not a readable NIfTI image"),
     ("shape", ValueError, r"grid \(12, 14, 11\).*does not match"),
-    ("affine", ValueError, "does not match the first image's grid"),
+    ("affine", ValueError, r"does not match the first image's grid .*\(resample= in Python, "
+                           r"--resample for fgscale convert\)"),
     ("truncate", ValueError, "truncated or corrupt"),  # found by the mask pass, before writing
 ])
 def test_bad_file_fails_before_writing(cohort_copy, tmp_path, client, how, error, message):
