@@ -19,6 +19,8 @@ import importlib
 _EXPORTS = {
     "FeatureGroupingClassifier": "fgscale.estimators",
     "FeatureGroupingRegressor": "fgscale.estimators",
+    "save_model": "fgscale.estimators",
+    "load_model": "fgscale.estimators",
     "back_project": "fgscale.grouping",
     "project": "fgscale.grouping",
     "grid_edges": "fgscale.grouping",

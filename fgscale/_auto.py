@@ -25,6 +25,8 @@ def searched_values(name: str, value, validation: bool = True) -> tuple:
     fallback alone without a validation split), a list's values, or the value itself."""
     if isinstance(value, str) and value == "auto":
         return AUTO_GRIDS[name] if validation else (AUTO_FALLBACK[name],)
+    if isinstance(value, np.ndarray):
+        return tuple(value.tolist())
     if isinstance(value, (list, tuple)):
         return tuple(value)
     return (value,)

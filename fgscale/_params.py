@@ -148,7 +148,7 @@ class _Fraction(_Constraint):
 
 
 class _Searchable(_Constraint):
-    """A value, ``"auto"`` (a grid chosen on validation data) or a non-empty list of values."""
+    """A value, ``"auto"`` (a grid chosen on validation data) or a non-empty list or 1-D array."""
 
     def __init__(self, single: _Constraint, none: bool = False):
         self.single, self.none = single, none
@@ -158,7 +158,7 @@ class _Searchable(_Constraint):
             return self.none
         if isinstance(value, str):
             return value == "auto"
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1):
             return len(value) >= 1 and all(self.single.accepts(v) for v in value)
         return self.single.accepts(value)
 
@@ -262,7 +262,8 @@ PARAMS: tuple[Param, ...] = (
           "to it (linear interpolation); by default they are refused, naming the image",
           "bool", cli=False),
     Param("model", "logreg", Options("logreg", "mlp", "cnn"),
-          "logistic regression, a ReLU multilayer perceptron, or a small convolutional network "
+          "a linear model (logistic regression for the classifier, least squares for the "
+          "regressor), a ReLU multilayer perceptron, or a small convolutional network "
           "on the mask's grid (two convolution and pooling blocks, then a dense hidden layer: "
           "the paper's CNN baseline; weight maps are not defined for it)",
           '{"logreg", "mlp", "cnn"}'),
@@ -374,11 +375,11 @@ def numpydoc() -> str:
 
 
 def params_to_json(params: dict) -> dict:
-    """Parameters as JSON values: tuples become lists; an image, array or RandomState its repr."""
+    """Parameters as JSON values: tuples, 1-D arrays as lists; an image, mask or RandomState: repr."""
     out = {}
     for name, value in params.items():
-        if isinstance(value, tuple):
-            value = list(value)
+        if isinstance(value, (tuple, np.generic)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+            value = list(value) if isinstance(value, tuple) else value.tolist()
         elif not (value is None or isinstance(value, (str, bool, int, float, list))):
             value = os.fspath(value) if isinstance(value, os.PathLike) else repr(value)
         out[name] = value

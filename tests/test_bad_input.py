@@ -261,7 +261,7 @@ def test_a_path_that_is_not_a_store_is_refused(what, tmp_path, capsys):
         (path / "a.txt").write_text("x")
     elif what == "file":
         path.write_text("x")
-    message = {"folder": r"notes: not a Zarr group", "file": r"notes: not a Zarr group",
+    message = {"folder": r"notes: not a Zarr group", "file": r"notes: a file, not a store folder",
                "missing": r"notes: no such store \(create one with fgscale convert\)"}[what]
     refused(["train", path, "--out", tmp_path / "run", *FAST], capsys, message)
 

@@ -16,9 +16,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, is_classifier
-from sklearn.model_selection import GroupShuffleSplit, train_test_split
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
 from fgscale._params import PARAMS, estimator_signature, validate_params
 from fgscale.estimators._inputs import (
@@ -28,7 +27,7 @@ from fgscale.estimators._inputs import (
     resolve_graph,
     rows_of,
 )
-from fgscale.estimators._selection import candidates
+from fgscale.estimators._selection import candidates, check_groups, validation_split, warn_ignored
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
 from fgscale.training._loop import EarlyStopping, fit, lipschitz, make_optimizer
@@ -86,6 +85,7 @@ class FeatureGroupingBase(BaseEstimator):
     def _check_params(self):
         """Check every parameter (the table's constraints), before any work."""
         validate_params(self.get_params(), type(self).__name__)
+        warn_ignored(self)
 
     def _seed(self) -> int:
         """The run's seed: an int ``random_state`` as it is (so ``fgscale bank --seed S`` and
@@ -96,24 +96,32 @@ class FeatureGroupingBase(BaseEstimator):
 
     # ------------------------------------------------------------------ data in
 
-    def fit(self, X, y=None, *, client=None):
+    def fit(self, X, y=None, *, groups=None, client=None):
         """Check the parameters, then fit on a store (streamed), on images or on arrays; the
         subclasses document it and encode ``y`` (:meth:`_encode_targets`)."""
         from fgscale.images._masking import is_images
 
         self._check_params()
         if is_store(X):
-            if y is not None:
-                raise ValueError("y must be None when X is a store: the targets come from the "
-                                 "store")
+            if y is not None or groups is not None:
+                from fgscale.store._reader import open_group_checked
+
+                open_group_checked(X)  # a path that is no store is named as such first
+                raise ValueError(f"{'y' if y is not None else 'groups'} must be None when X is a "
+                                 "store: the targets and groups come from the store")
             return self._fit_store(X, client)
         mask_img = None
         if is_images(X):
             X, mask_img = self._images_in(X)
+            if y is not None and len(X) != _num_samples(y):
+                raise ValueError(f"the images hold {len(X)} volumes but y has {_num_samples(y)} "
+                                 "targets: give one target per volume (a 4D image gives one "
+                                 "row per volume)")
         # rows in C order: every batch, validation block and bootstrap reads whole rows
         X, y = validate_data(self, X, y, dtype=np.float32, order="C",
                              y_numeric=not self._is_classifier())
-        return self._fit_arrays(X, self._encode_targets(y), mask_img)
+        return self._fit_arrays(X, self._encode_targets(y), mask_img,
+                                check_groups(groups, len(X)))
 
     def _images_in(self, X):
         """Images to fit on, as rows, and the mask they came through
@@ -125,9 +133,10 @@ class FeatureGroupingBase(BaseEstimator):
         return rows_of(X, getattr(self, "mask_img_", None), type(self).__name__,
                        bool(self.resample))
 
-    def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray, mask_img=None):
+    def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray, mask_img=None, groups=None):
         """Fit on in-memory rows ``X`` (float32) with target indices ``y_idx``; ``mask_img``:
-        the mask the rows came through, when they came as images."""
+        the mask the rows came through, when they came as images; ``groups``: the rows'
+        subjects, which the validation split keeps on one side."""
         self.mask_img_ = mask_img if mask_img is not None else mask_image_of(self.mask)
         graph = resolve_graph(self.mask if self.mask_img_ is None else self.mask_img_,
                               X.shape[1])
@@ -145,7 +154,7 @@ class FeatureGroupingBase(BaseEstimator):
                 bank = make_bank(X, graph, k, n_groupings=self.n_groupings,
                                  n_bootstrap=self.n_bootstrap, rows=rows, seed=seed)
             sources[k] = (rows_source.with_bank(bank), bank)
-        return self._train(sources, y_idx, rows, seed, groups=None)
+        return self._train(sources, y_idx, rows, seed, groups=groups)
 
     def _cluster_counts(self, y_idx: np.ndarray) -> list:
         """The distinct k (ints) of the candidates for training targets ``y_idx``; [None]
@@ -238,14 +247,17 @@ class FeatureGroupingBase(BaseEstimator):
         grid = candidates(self, self.n_features_in_, validation)
         val_rows = None
         if validation:
-            train, val = _validation_split(y_idx[rows], self.validation_fraction, seed,
+            train, val = validation_split(y_idx[rows], self.validation_fraction, seed,
                                            None if groups is None else groups[rows],
                                            stratify=self._is_classifier())
             fit_rows, val_rows = rows[train], rows[val]
         elif len(grid) > 1:
-            raise ValueError(f"{len(grid)} candidate hyper-parameters to choose from, but "
-                             f"{len(rows)} training rows leave no validation split; give single "
-                             "values, or more rows")
+            off = self.early_stopping is False
+            raise ValueError(
+                f"{len(grid)} candidate hyper-parameters to choose from, but "
+                + ("early_stopping=False leaves" if off else f"{len(rows)} training rows leave")
+                + " no validation split to choose on; give single values, or "
+                + ("early_stopping='auto'" if off else "more rows"))
         else:
             fit_rows = rows
         self.batch_size_ = self._batch_size(len(fit_rows))
@@ -402,19 +414,3 @@ def _cuda(device) -> torch.device | None:
     """``device`` as a torch device if it is a GPU, else None."""
     device = torch.device(device)
     return device if device.type == "cuda" else None
-
-
-def _validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
-                      stratify: bool = True):
-    """Split rows into training and validation: by group when groups are given (no subject on
-    both sides), else stratified when every class allows it."""
-    rows = np.arange(len(y))
-    n_val = max(1, int(round(fraction * len(y))))
-    if len(y) - n_val < 1:
-        raise ValueError(f"early stopping needs a validation split: got {len(y)} sample(s), too few")
-    if groups is not None and len(np.unique(groups)) >= 2:
-        splitter = GroupShuffleSplit(n_splits=1, test_size=fraction, random_state=seed)
-        return next(splitter.split(rows, y, groups))
-    counts = np.bincount(y) if stratify else None
-    strata = y if stratify and counts.min() >= 2 and n_val >= len(counts) else None
-    return train_test_split(rows, test_size=n_val, random_state=seed, stratify=strata)

@@ -35,6 +35,14 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     n_features_in_ : int
     n_clusters_ : int
         k as resolved from ``n_clusters``.
+    alpha_, dropout_ : float
+        The values in effect (0 where they do not apply), chosen on the validation split
+        where ``"auto"`` or a list.
+    cv_results_ : list of dict
+        One dict per candidate tried, in order: its ``alpha``, ``dropout``, ``n_clusters``,
+        ``best_epoch`` and validation loss ``val_loss`` (``val_error`` with
+        ``stop_on="accuracy"``); ``pandas.DataFrame(cv_results_)`` tabulates them. Unlike
+        scikit-learn's search objects' dict of arrays, there is no test score to report.
     mean_, scale_ : ndarray of shape (n_features,) or None
         The standardization, ``(x - mean_) * scale_`` (None with ``standardize=False``).
     bank_ : ndarray of shape (n_groupings, n_features), int32, or None
@@ -71,7 +79,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     True
     """
 
-    def fit(self, X, y=None, *, client=None):
+    def fit(self, X, y=None, *, groups=None, client=None):
         """Build the bank (with feature grouping) and train.
 
         Parameters
@@ -85,6 +93,10 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
             minibatches are streamed from it by Dask workers.
         y : array-like of shape (n_samples,)
             Labels; must be None with a store.
+        groups : array-like of shape (n_samples,), optional
+            The subject (or session) of each sample: the validation split of early stopping
+            and of ``"auto"`` keeps each group on one side, as the split of a store with a
+            ``group`` column does. Must be None with a store.
         client : distributed.Client, optional
             With a store: the cluster to use; default the active ``distributed`` client, else
             an embedded LocalCluster of thread workers (:func:`fgscale.cluster.get_client`).
@@ -93,11 +105,14 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         -------
         self
         """
-        return super().fit(X, y, client=client)
+        return super().fit(X, y, groups=groups, client=client)
 
     def _encode_targets(self, y) -> np.ndarray:
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(f"y holds 1 class ({self.classes_.tolist()}); classification needs "
+                             "samples of at least 2 classes")
         return y_idx.astype(np.int64)
 
     def _set_store_targets(self, store, rows) -> None:
@@ -130,6 +145,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     def coef_img_(self) -> dict:
         """``coef_`` as one 3D image per class, keyed by class (as nilearn's decoders):
         logistic regression fitted with a mask image, on images or on a store."""
+        check_is_fitted(self)
         return dict(zip(self.classes_.tolist(), self._coef_images(), strict=True))
 
     def _logits(self, X) -> np.ndarray:

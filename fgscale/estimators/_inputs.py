@@ -21,7 +21,11 @@ def resolve_graph(mask, n_features: int):
 
         mask = load_mask(mask)[0]
     if mask.dtype != bool:
-        raise ValueError(f"mask must be a boolean array, got dtype {mask.dtype}")
+        if mask.dtype.kind not in "iuf" or not np.isin(mask, (0, 1)).all():
+            raise ValueError(f"mask must be a boolean array (or one of 0s and 1s), got dtype "
+                             f"{mask.dtype}" + ("" if mask.dtype.kind not in "iuf" else
+                                                f" with values {np.unique(mask)[:5].tolist()}"))
+        mask = mask != 0
     if int(mask.sum()) != n_features:
         raise ValueError(f"mask has {int(mask.sum())} voxels set but X has {n_features} features")
     return mask
@@ -59,13 +63,13 @@ def images_to_rows(X, mask, resample: bool = False):
     rows : ndarray of shape (n_volumes, n_voxels), float32
     mask_img : nibabel.Nifti1Image
     """
-    from fgscale.images._masking import as_mask_image, compute_mask, mask_images
+    from fgscale.images._masking import as_mask_image, compute_mask, image_list, mask_images
 
+    X = image_list(X)  # patterns expanded once
     if mask is None:
-        mask_img = compute_mask(X)
+        mask_img = compute_mask(X, resample=resample)
     elif isinstance(mask, np.ndarray):
-        first = X[0] if isinstance(X, (list, tuple)) else X
-        mask_img = as_mask_image(mask, _affine(first))
+        mask_img = as_mask_image(mask, _affine(X[0]))
     else:
         mask_img = as_mask_image(mask)
     return mask_images(X, mask_img, resample=resample), mask_img

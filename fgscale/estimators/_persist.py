@@ -74,9 +74,10 @@ def _sha256(path: Path) -> str:
 def _estimators() -> dict:
     """The classes that load: the public estimators, by name (a fixed table, never an import
     of a name read from a file)."""
-    import fgscale.estimators as estimators
+    from fgscale.estimators._classifier import FeatureGroupingClassifier
+    from fgscale.estimators._regressor import FeatureGroupingRegressor
 
-    return {name: getattr(estimators, name) for name in estimators.__all__}
+    return {cls.__name__: cls for cls in (FeatureGroupingClassifier, FeatureGroupingRegressor)}
 
 
 def _versions() -> dict:

@@ -30,6 +30,10 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
     n_features_in_ : int
     n_clusters_ : int
         k as resolved from ``n_clusters``.
+    alpha_, dropout_ : float
+    cv_results_ : list of dict
+        As :class:`FeatureGroupingClassifier`'s; with ``stop_on="accuracy"``, ``val_error`` is 1
+        minus the validation R².
     mean_, scale_ : ndarray of shape (n_features,) or None
         The standardization of the features, ``(x - mean_) * scale_``.
     y_mean_, y_scale_ : float
@@ -59,7 +63,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
     True
     """
 
-    def fit(self, X, y=None, *, client=None):
+    def fit(self, X, y=None, *, groups=None, client=None):
         """Build the bank (with feature grouping) and train.
 
         Parameters
@@ -70,6 +74,9 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
             store whose cohort had a ``target`` column, streamed as the classifier streams.
         y : array-like of shape (n_samples,)
             Numeric targets; None with a store.
+        groups : array-like of shape (n_samples,), optional
+            The subject of each sample, kept on one side of the validation split, as
+            :meth:`FeatureGroupingClassifier.fit`.
         client : distributed.Client, optional
             With a store, as :meth:`FeatureGroupingClassifier.fit`.
 
@@ -77,7 +84,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         -------
         self
         """
-        return super().fit(X, y, client=client)
+        return super().fit(X, y, groups=groups, client=client)
 
     def _encode_targets(self, y) -> np.ndarray:
         y = np.asarray(y, np.float64)

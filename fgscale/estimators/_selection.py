@@ -15,27 +15,89 @@ by the caller.
 from __future__ import annotations
 
 import itertools
+import warnings
+
+import numpy as np
+from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
 from fgscale._auto import searched_values
+from fgscale._params import PARAMS
 from fgscale.grouping._bank import resolve_n_clusters
 
-__all__ = ["candidates", "resolved"]
+__all__ = ["candidates", "check_groups", "resolved", "validation_split", "warn_ignored"]
+
+_DEFAULTS = {p.name: p.default for p in PARAMS}
+
+
+def _in_effect(estimator) -> dict:
+    """Whether each parameter that applies to some settings only applies to these (the bank's
+    ``n_groupings`` and ``n_bootstrap`` left out: one dict of them serves every regularizer)."""
+    regularizer, model = estimator.regularizer, estimator.model
+    grouping = regularizer == "feature_grouping"
+    return {"alpha": regularizer in ("l2", "feature_grouping"),  # combined with grouping too
+            "dropout": regularizer == "dropout" or (grouping and model != "logreg"),
+            "n_clusters": grouping, "hidden_layer_sizes": model != "logreg"}
 
 
 def resolved(estimator) -> dict:
     """The parameters that may be searched, as the estimator gives them (None resolved)."""
+    in_effect = _in_effect(estimator)
     alpha = estimator.alpha
     if alpha is None:  # "auto" with L2, else no weight decay
         alpha = "auto" if estimator.regularizer == "l2" else 0.0
-    elif estimator.regularizer not in ("l2", "feature_grouping"):
-        alpha = 0.0  # weight decay applies to L2, and combined with feature grouping
-    dropout = estimator.dropout
-    uses_dropout = (estimator.regularizer == "dropout"
-                    or (estimator.regularizer == "feature_grouping" and estimator.model != "logreg"))
-    if not uses_dropout:
-        dropout = 0.0
-    n_clusters = estimator.n_clusters if estimator.regularizer == "feature_grouping" else None
+    elif not in_effect["alpha"]:
+        alpha = 0.0
+    dropout = estimator.dropout if in_effect["dropout"] else 0.0
+    n_clusters = estimator.n_clusters if in_effect["n_clusters"] else None
     return {"alpha": alpha, "dropout": dropout, "n_clusters": n_clusters}
+
+
+def _is_default(value, default) -> bool:
+    """Equal as values go: 0.5 and ``np.float64(0.5)``, ``[256]`` and ``(256,)``."""
+    try:
+        return np.array_equal(np.asarray(value, dtype=object), np.asarray(default, dtype=object))
+    except ValueError:  # ragged
+        return False
+
+
+def warn_ignored(estimator) -> None:
+    """Warn of parameters given another value than their default where it has no effect
+    (``alpha`` with ``regularizer="none"``, ``dropout`` with ``"l2"``...), as scikit-learn's
+    ``LogisticRegression`` warns of an ``l1_ratio`` without elastic net."""
+    ignored = [f"{name}={getattr(estimator, name)!r}"
+               for name, used in _in_effect(estimator).items()
+               if not used and not _is_default(getattr(estimator, name), _DEFAULTS[name])]
+    if ignored:
+        warnings.warn(f"{', '.join(ignored)} ha{'s' if len(ignored) == 1 else 've'} no effect "
+                      f"with regularizer={estimator.regularizer!r} and model={estimator.model!r}",
+                      UserWarning, stacklevel=4)
+
+
+def check_groups(groups, n_samples: int):
+    """``groups`` (one label per row: rows of one subject) as an array, or None."""
+    if groups is None:
+        return None
+    groups = np.asarray(groups)
+    if groups.ndim != 1 or len(groups) != n_samples:
+        raise ValueError(f"groups must hold one value per sample: got shape {groups.shape} for "
+                         f"{n_samples} samples")
+    return groups
+
+
+def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
+                      stratify: bool = True):
+    """Split rows into training and validation: by group when groups are given (no subject on
+    both sides), else stratified when every class allows it."""
+    rows = np.arange(len(y))
+    n_val = max(1, int(round(fraction * len(y))))
+    if len(y) - n_val < 1:
+        raise ValueError(f"early stopping needs a validation split: got {len(y)} sample(s), too few")
+    if groups is not None and len(np.unique(groups)) >= 2:
+        splitter = GroupShuffleSplit(n_splits=1, test_size=fraction, random_state=seed)
+        return next(splitter.split(rows, y, groups))
+    counts = np.bincount(y) if stratify else None
+    strata = y if stratify and counts.min() >= 2 and n_val >= len(counts) else None
+    return train_test_split(rows, test_size=n_val, random_state=seed, stratify=strata)
 
 
 def candidates(estimator, n_features: int, validation: bool = True) -> list[dict]:

@@ -7,6 +7,7 @@ arrays; they all go through :func:`mask_images`, with the reader and the errors 
 
 from __future__ import annotations
 
+import glob
 import os
 from pathlib import Path
 
@@ -15,13 +16,29 @@ import numpy as np
 
 from fgscale.images._nifti import _name, grid_mismatch, load_img, read_data, read_image, same_grid
 
-__all__ = ["as_mask_image", "compute_mask", "is_images", "mask_images"]
+__all__ = ["as_mask_image", "compute_mask", "image_list", "is_images", "mask_images"]
 
 _NIFTI_SUFFIXES = (".nii", ".nii.gz", ".img", ".hdr")
 
 
+def _is_pattern(x) -> bool:
+    """A path with shell wildcards that names no file itself (nilearn expands those too)."""
+    return (isinstance(x, (str, os.PathLike)) and any(c in str(x) for c in "*?[")
+            and not os.path.exists(x))
+
+
 def _is_image_path(x) -> bool:
-    return isinstance(x, (str, os.PathLike)) and str(x).lower().endswith(_NIFTI_SUFFIXES)
+    return isinstance(x, (str, os.PathLike)) and (
+        str(x).lower().endswith(_NIFTI_SUFFIXES) or _is_pattern(x))
+
+
+def _is_sequence(X) -> bool:
+    """A list or tuple, or a 1D array or pandas Series of strings or objects (a table's column
+    of paths)."""
+    if isinstance(X, (list, tuple)):
+        return True
+    dtype = getattr(X, "dtype", None)
+    return getattr(dtype, "kind", "") in ("O", "S", "U") and getattr(X, "ndim", 0) == 1
 
 
 def _is_one_image(x) -> bool:
@@ -42,24 +59,45 @@ def is_images(X) -> bool:
     """
     if _is_one_image(X):
         return True
-    if isinstance(X, (list, tuple)) and len(X) > 0:
+    if _is_sequence(X) and len(X) > 0:
         return all(_is_one_image(x) for x in X)
     return False
 
 
-def _as_list(imgs) -> list:
-    return list(imgs) if isinstance(imgs, (list, tuple)) else [imgs]
+def image_list(imgs) -> list:
+    """The images ``imgs`` stands for, as a list: one image, a list, tuple, array or Series of
+    them; a path with wildcards (``"sub-*/beta.nii.gz"``) stands for the files it matches,
+    in sorted order.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming a pattern that matches no file.
+    """
+    out = []
+    for item in (list(imgs) if _is_sequence(imgs) else [imgs]):
+        if _is_pattern(item):
+            matches = sorted(glob.glob(os.path.expanduser(str(item))))
+            if not matches:
+                raise FileNotFoundError(f"{item}: no file matches this pattern")
+            out.extend(matches)
+        else:
+            out.append(item)
+    return out
 
 
 def _volumes(imgs):
     """Yield (name, img, data) for each 3D volume of ``imgs``, in order (4D images unrolled)."""
-    for item in _as_list(imgs):
+    items = image_list(imgs)
+    for i, item in enumerate(items):
         if isinstance(item, (str, os.PathLike)):
             img, data = read_image(Path(item))
+            name = str(item)
         else:
             img = load_img(item)
             data = read_data(img)
-        name = _name(img) if not isinstance(item, (str, os.PathLike)) else str(item)
+            name = img.get_filename() or (f"<in-memory image {i} of the list>" if len(items) > 1
+                                          else "<in-memory image>")
         if data.ndim == 3:
             yield name, img, data
         else:
@@ -76,19 +114,27 @@ def _on_grid(name: str, img, data: np.ndarray, shape, affine, resample: bool) ->
         raise ValueError(grid_mismatch(
             name, data.shape, img.affine, (shape, affine), "mask", " (resample=True in Python, "
             "--resample for fgscale predict, resamples the images to the mask's grid)"))
+    return _resampled(data, img.affine, (shape, affine))
+
+
+def _resampled(data: np.ndarray, affine, grid) -> np.ndarray:
+    """``data`` (on ``affine``) resampled to ``grid``, (shape, affine), linearly."""
     from nibabel.processing import resample_from_to
 
-    vol = nib.Nifti1Image(np.asarray(data, dtype=np.float32), img.affine)
-    return resample_from_to(vol, (tuple(shape), affine), order=1).get_fdata(dtype=np.float32)
+    vol = nib.Nifti1Image(np.asarray(data, dtype=np.float32), affine)
+    return resample_from_to(vol, (tuple(grid[0]), grid[1]), order=1).get_fdata(dtype=np.float32)
 
 
-def compute_mask(imgs) -> nib.Nifti1Image:
+def compute_mask(imgs, *, resample: bool = False) -> nib.Nifti1Image:
     """The voxels finite and non-zero in every volume of ``imgs`` (``fgscale convert``'s default
-    mask), as a uint8 image on their grid.
+    mask), as a uint8 image on the first image's grid.
 
     Parameters
     ----------
     imgs : str, Path, nibabel image, or a list of them (3D or 4D)
+    resample : bool, default=False
+        Resample images on another grid than the first image's to it (linear interpolation);
+        by default such an image is refused, naming it.
 
     Returns
     -------
@@ -98,8 +144,13 @@ def compute_mask(imgs) -> nib.Nifti1Image:
     for name, img, data in _volumes(imgs):
         if grid is None:
             grid = (tuple(data.shape), img.affine)
-        if not same_grid(data.shape, img.affine, grid):  # no mask: nothing to resample to
-            raise ValueError(grid_mismatch(name, data.shape, img.affine, grid, "first image"))
+        if not same_grid(data.shape, img.affine, grid):
+            if not resample:
+                raise ValueError(grid_mismatch(
+                    name, data.shape, img.affine, grid, "first image",
+                    " (resample=True resamples the images to the first one's grid, or to the "
+                    "mask's with mask=)"))
+            data = _resampled(data, img.affine, grid)
         keep = np.isfinite(data) & (data != 0)
         mask = keep if mask is None else mask & keep
     if mask is None:
@@ -138,6 +189,8 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
     if mask.ndim != 3:
         raise ValueError(f"{_name(mask_img)}: a mask must be 3D, got shape {mask.shape}")
     mask = np.isfinite(mask) & (mask != 0)
+    if not mask.any():
+        raise ValueError(f"{_name(mask_img)}: the mask is empty (no finite non-zero voxel)")
     rows = []
     for name, img, data in _volumes(imgs):
         vol = _on_grid(name, img, data, mask.shape, mask_img.affine, resample)

@@ -184,10 +184,17 @@ def _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction, seed
 def make_classification_volumes(n_samples: int = 40, n_classes: int = 4, *, grid="4mm",
                                 snr_db: float = 0.0, n_subjects: int | None = None,
                                 test_fraction: float = 0.25, seed: int = 0,
-                                smooth_noise: float = 0.5):
+                                smooth_noise: float = 0.5, return_groups: bool = False):
     """Generate a SYNTHETIC cohort in memory, already masked.
 
-    Same data as :func:`make_cohort` with the same arguments (before writing to NIfTI).
+    Same data as :func:`make_cohort` with the same arguments (before writing to NIfTI); the
+    parameters are :func:`make_cohort`'s.
+
+    Parameters
+    ----------
+    return_groups : bool, default=False
+        Also return each sample's subject and split, the cohort table's ``group`` and
+        ``split`` columns: for ``GroupKFold`` or ``fit(..., groups=)``.
 
     Returns
     -------
@@ -196,12 +203,18 @@ def make_classification_volumes(n_samples: int = 40, n_classes: int = 4, *, grid
     y : ndarray of shape (n_samples,), int
     mask : ndarray of shape grid_shape, bool
     affine : ndarray of shape (4, 4)
+    groups : ndarray of shape (n_samples,), str
+        Only with ``return_groups``: ``"sub-000"``...; ``""`` for all without ``n_subjects``.
+    split : ndarray of shape (n_samples,), str
+        Only with ``return_groups``: ``"train"`` or ``"test"`` (by subject with
+        ``n_subjects``, else stratified by class), ``test_fraction`` of them tested.
     """
     design, volumes = _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction,
                                seed, smooth_noise)
     mask = design["mask"]
     X = np.stack([vol[mask] for vol in volumes])
-    return X, design["y"], mask, design["affine"]
+    out = (X, design["y"], mask, design["affine"])
+    return out + (design["groups"], design["split"]) if return_groups else out
 
 
 def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,15 +188,29 @@ class Store:
         return nib.Nifti1Image(self.mask.astype(np.uint8), self.affine)
 
 
+def _images_hint(folder: Path) -> str:
+    """What to do with a folder of NIfTI images given where a store was expected."""
+    with os.scandir(folder) as entries:  # the first thousand: a hint is not worth more
+        if not any(e.name.lower().endswith((".nii", ".nii.gz"))
+                   for e in itertools.islice(entries, 1000)):
+            return ""
+    return (f"; it holds NIfTI images: give them to fit as paths or a pattern such as "
+            f"'{folder / '*.nii.gz'}', or convert them to a store (fgscale convert)")
+
+
 def open_group_checked(path, mode: str = "r") -> zarr.Group:
     """Open an fgscale store group and check its format version (complete or not)."""
     path = Path(path)
     if not path.exists():
         raise StoreError(f"{path}: no such store (create one with fgscale convert)")
+    if path.is_file():
+        raise StoreError(f"{path}: a file, not a store folder" + (
+            "; a cohort table is converted to a store first (fgscale convert, or "
+            "fgscale.convert in Python)" if path.suffix.lower() in (".csv", ".tsv") else ""))
     try:
         g = zarr.open_group(str(path), mode=mode)
     except Exception as exc:  # zarr raises several types for a foreign directory
-        raise StoreError(f"{path}: not a Zarr group ({exc})") from exc
+        raise StoreError(f"{path}: not a Zarr group ({exc}){_images_hint(path)}") from exc
     version = g.attrs.get("fgscale_format_version")
     if version is None or "X" not in g:
         raise StoreError(f"{path}: not an fgscale store (no fgscale_format_version attribute)")

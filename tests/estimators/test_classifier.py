@@ -124,6 +124,24 @@ def test_bad_parameters_are_named(rng, params, match):
         FeatureGroupingClassifier(**params).fit(X, y)
 
 
+def test_one_class_a_mask_of_ones_and_zeros_and_maps_before_fit(rng):
+    from sklearn.exceptions import NotFittedError
+
+    X, y, mask = smooth_problem(rng, n=40)
+    with pytest.raises(ValueError, match=r"y holds 1 class \(\[0\]\); classification needs "
+                                         "samples of at least 2 classes"):
+        FeatureGroupingClassifier(mask=mask).fit(X, np.zeros(len(X), int))
+    fast = dict(n_groupings=3, n_bootstrap=10, max_epochs=3, random_state=0)
+    as_bool = FeatureGroupingClassifier(mask=mask, **fast).fit(X, y)
+    as_int = FeatureGroupingClassifier(mask=mask.astype(np.int8), **fast).fit(X, y)
+    np.testing.assert_array_equal(as_int.coef_, as_bool.coef_)
+    with pytest.raises(ValueError, match=r"mask must be a boolean array \(or one of 0s and 1s\), "
+                                         r"got dtype int64 with values \[0, 2\]"):
+        FeatureGroupingClassifier(mask=mask.astype(np.int64) * 2, **fast).fit(X, y)
+    with pytest.raises(NotFittedError):
+        FeatureGroupingClassifier(mask=mask).coef_img_  # noqa: B018
+
+
 def test_public_names_resolve():
     import fgscale
 

@@ -84,10 +84,14 @@ def test_images_on_another_grid_are_refused_naming_the_file(cohort, tmp_path):
     with pytest.raises(ValueError, match=r"moved\.nii\.gz: grid .* does not match the mask.*"
                                           r"resample=True"):
         clf.predict([paths[1], str(moved)])
-    # without a mask there is nothing to resample to: the images must share the first one's grid
+    # without a mask the images must share the first one's grid, or be resampled to it
     with pytest.raises(ValueError, match=r"moved\.nii\.gz: grid .* first image's grid \([^)]*\) "
-                                          r"with affine [^(]*$"):
+                                          r"with affine .*resample=True"):
         compute_mask([paths[0], str(moved)])
+    resampled = np.asarray(compute_mask([paths[0], str(moved)], resample=True).dataobj) != 0
+    alone = np.asarray(compute_mask([paths[0]]).dataobj) != 0
+    assert resampled.sum() < alone.sum()  # the shifted image's edge leaves the mask
+    assert not (resampled & ~alone).any()
     # resample=True: the image is resampled to the mask's grid, as nilearn's resample_to_img
     from nilearn.image import resample_to_img
 
@@ -118,3 +122,57 @@ def test_a_run_on_a_store_predicts_the_cohorts_images(tiny_cohort, tmp_path, cli
     rows = np.arange(store.n_samples)
     np.testing.assert_allclose(clf.predict_proba(paths), clf.predict_proba(store.read_rows(rows)),
                                rtol=1e-6)
+
+
+def test_a_column_of_paths_or_a_pattern_fits_as_the_list_does(cohort, tmp_path):
+    """A table's column of paths (an array, a pandas Series) and a shell pattern are images,
+    as nilearn's maskers take them."""
+    import pandas as pd
+
+    paths, y, _ = cohort
+    as_list = FeatureGroupingClassifier(**FAST).fit(paths, y)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i, path in enumerate(paths):  # names that sort in the list's order
+        (folder / f"img{i:03d}.nii.gz").symlink_to(path)
+    for X in (np.array(paths), np.array(paths, dtype=object), pd.Series(paths),
+              str(folder / "img*.nii.gz"), folder / "img*"):
+        assert is_images(X)
+        clf = FeatureGroupingClassifier(**FAST).fit(X, y)
+        np.testing.assert_array_equal(clf.coef_, as_list.coef_)
+        np.testing.assert_array_equal(clf.predict(X), as_list.predict(paths))
+    with pytest.raises(FileNotFoundError, match=r"nothing\*\.nii\.gz: no file matches this "
+                                                r"pattern"):
+        FeatureGroupingClassifier(**FAST).fit(str(folder / "nothing*.nii.gz"), y)
+
+
+def test_a_table_or_a_folder_of_images_given_as_X_says_what_to_give(cohort, tiny_cohort,
+                                                                     tmp_path):
+    paths, y, _ = cohort
+    clf = FeatureGroupingClassifier(**FAST)
+    with pytest.raises(ValueError, match=r"cohort\.csv: a file, not a store folder; a cohort "
+                                         r"table is converted to a store first"):
+        clf.fit(str(tiny_cohort), y)
+    with pytest.raises(ValueError, match=r"not a Zarr group .*; it holds NIfTI images: give them "
+                                         r"to fit as paths or a pattern such as '.*\*\.nii\.gz'"):
+        clf.fit(str(tiny_cohort.parent), y)
+    four_d = nib.concat_images(paths[:6])
+    with pytest.raises(ValueError, match=r"the images hold 6 volumes but y has 1 targets: give "
+                                         r"one target per volume \(a 4D image gives one row"):
+        clf.fit([four_d], y[:1])
+
+
+def test_errors_name_the_in_memory_image_by_its_place_in_the_list(cohort):
+    paths, y, _ = cohort
+    imgs = [nib.load(p) for p in paths[:4]]
+    data = np.asarray(imgs[2].dataobj, dtype=np.float32).copy()
+    data[data != 0] = np.where(np.arange((data != 0).sum()) == 0, np.nan, 1.0)
+    imgs[2] = nib.Nifti1Image(data, imgs[2].affine)
+    mask = compute_mask(paths)
+    with pytest.raises(ValueError, match=r"<in-memory image 2 of the list>: 1 non-finite value"):
+        mask_images(imgs, mask)
+    with pytest.raises(ValueError, match=r"^<in-memory image>: 1 non-finite"):
+        mask_images(imgs[2], mask)
+    empty = nib.Nifti1Image(np.zeros(TINY_GRID, np.uint8), mask.affine)
+    with pytest.raises(ValueError, match=r"the mask is empty"):
+        mask_images(paths[:2], empty)

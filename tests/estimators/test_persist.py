@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from helpers import mask_img, smooth_problem
 
-from fgscale import FeatureGroupingClassifier
-from fgscale.estimators._persist import load_model, save_model
+from fgscale import FeatureGroupingClassifier, load_model, save_model
 
 FAST = dict(n_groupings=5, n_bootstrap=10, max_epochs=10, learning_rate=0.1, batch_size=50,
             random_state=0)

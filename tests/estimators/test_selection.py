@@ -9,7 +9,7 @@ import torch
 from helpers import smooth_problem
 from sklearn.model_selection import GridSearchCV
 
-from fgscale import FeatureGroupingClassifier
+from fgscale import FeatureGroupingClassifier, load_model, save_model
 from fgscale._auto import AUTO_FALLBACK, AUTO_GRIDS
 from fgscale.estimators._selection import candidates
 
@@ -93,12 +93,51 @@ def test_default_k_is_chosen_among_three_fractions_tried_once_each():
 
 def test_a_list_without_a_validation_split_is_refused_and_auto_takes_its_fallback(rng):
     X, y, mask = _problem(rng, n=40)
-    with pytest.raises(ValueError, match="candidate hyper-parameters"):
+    with pytest.raises(ValueError, match=r"2 candidate hyper-parameters to choose from, but "
+                                         r"early_stopping=False leaves no validation split to "
+                                         r"choose on; give single values, or early_stopping='auto'"):
         FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=[0.0, 0.1],
                                   early_stopping=False, **SMALL).fit(X, y)
+    with pytest.raises(ValueError, match=r"but 4 training rows leave no validation split to "
+                                         r"choose on; give single values, or more rows"):
+        FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=[0.0, 0.1],
+                                  **SMALL).fit(X[:4], y[:4])
     clf = FeatureGroupingClassifier(mask=mask, regularizer="l2", early_stopping=False,
                                     **SMALL).fit(X, y)
     assert len(clf.cv_results_) == 1 and clf.alpha_ == AUTO_FALLBACK["alpha"]
+
+
+def test_an_array_of_values_is_a_list_of_candidates(rng, tmp_path):
+    X, y, mask = _problem(rng, n=90)
+    alphas = np.logspace(-4, -2, 3)  # as scikit-learn's RidgeCV and LogisticRegressionCV take
+    as_array = FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=alphas,
+                                         **SMALL).fit(X, y)
+    as_list = FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=alphas.tolist(),
+                                        **SMALL).fit(X, y)
+    assert [c["alpha"] for c in as_array.cv_results_] == alphas.tolist()
+    assert as_array.alpha_ == as_list.alpha_
+    np.testing.assert_array_equal(as_array.coef_, as_list.coef_)
+    save_model(as_array, tmp_path / "m")  # the array is saved as the list of its values
+    assert load_model(tmp_path / "m").get_params()["alpha"] == alphas.tolist()
+
+
+@pytest.mark.parametrize("params, ignored", [
+    (dict(regularizer="none", alpha=1.0), "alpha=1.0 has no effect with regularizer='none'"),
+    (dict(regularizer="l2", dropout=[0.1, 0.3]), r"dropout=\[0.1, 0.3\] has no effect"),
+    (dict(regularizer="dropout", n_clusters=0.2, hidden_layer_sizes=(8,)),
+     r"n_clusters=0.2, hidden_layer_sizes=\(8,\) have no effect with regularizer='dropout' "
+     "and model='logreg'"),
+])
+def test_a_parameter_with_no_effect_is_warned_of(params, ignored, rng):
+    X, y, mask = _problem(rng, n=60)
+    with pytest.warns(UserWarning, match=ignored):
+        FeatureGroupingClassifier(mask=mask, max_epochs=2, **SMALL, **params).fit(X, y)
+    # the defaults, and values that apply, warn of nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        for fine in (dict(), dict(regularizer="l2", alpha=0.1, dropout=0.5, n_clusters="auto"),
+                     dict(model="mlp", hidden_layer_sizes=[8], dropout=np.float64(0.2))):
+            FeatureGroupingClassifier(mask=mask, max_epochs=2, **SMALL, **fine).fit(X, y)
 
 
 def test_works_inside_grid_search(rng):

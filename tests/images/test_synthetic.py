@@ -57,6 +57,15 @@ def test_subjects_split_by_subject(tmp_path):
     assert len(test_groups) == 1 and len(train_groups) == 3 and not test_groups & train_groups
 
 
+def test_in_memory_cohort_returns_the_tables_groups_and_split(tmp_path):
+    kwargs = dict(n_samples=24, n_classes=3, grid=TINY_GRID, n_subjects=4, seed=2)
+    rows = cohort_rows(make_cohort(tmp_path, **kwargs))
+    X, y, mask, affine, groups, split = make_classification_volumes(**kwargs, return_groups=True)
+    assert groups.tolist() == [r["group"] for r in rows]
+    assert split.tolist() == [r["split"] for r in rows]
+    np.testing.assert_array_equal(X, make_classification_volumes(**kwargs)[0])
+
+
 def test_stratified_split_without_subjects():
     from fgscale.images._synthetic import _design
 

@@ -364,3 +364,27 @@ def test_asking_for_what_a_store_lacks_is_refused(cohort, client, tmp_path):
         StoreSource(client, store_path)
     with pytest.raises(ValueError, match="target_scale finite and > 0, got 0.0 and 0.0"):
         StoreSource(client, store_path, targets="target", target_scale=0.0)
+
+
+def test_groups_given_to_fit_split_as_a_stores_group_column(cohort, client, tmp_path):
+    """``fit(X, y, groups=)`` keeps each subject on one side of the validation split, as a
+    store's ``group`` column does: the same model either way, another one without groups."""
+    path, X, y, mask, split = cohort
+    groups = np.array([f"sub-{i % 9}" for i in range(len(y))])
+    store_path = tmp_path / "g.zarr"
+    write_store(store_path, X, y, mask, np.eye(4), split=split, groups=groups, block_rows=16)
+    train = split == "train"
+    # early stopping on a validation split; no refit, which would train on all rows alike
+    params = dict(PARAMS, **MLP_FG, refit=False)
+    streamed = FeatureGroupingClassifier(**params).fit(store_path, client=client)
+    grouped = FeatureGroupingClassifier(mask=mask, **params).fit(X[train], y[train],
+                                                                 groups=groups[train])
+    ungrouped = FeatureGroupingClassifier(mask=mask, **params).fit(X[train], y[train])
+    assert_same_model(streamed, grouped)
+    with pytest.raises(AssertionError):
+        assert_same_model(grouped, ungrouped)
+    with pytest.raises(ValueError, match=r"groups must hold one value per sample: got shape "
+                                         r"\(3,\) for \d+ samples"):
+        FeatureGroupingClassifier(mask=mask, **params).fit(X[train], y[train], groups=groups[:3])
+    with pytest.raises(ValueError, match="groups must be None when X is a store"):
+        FeatureGroupingClassifier(**params).fit(store_path, groups=groups, client=client)
