@@ -248,8 +248,8 @@ class FeatureGroupingBase(BaseEstimator):
         val_rows = None
         if validation:
             train, val = validation_split(y_idx[rows], self.validation_fraction, seed,
-                                           None if groups is None else groups[rows],
-                                           stratify=self._is_classifier())
+                                          None if groups is None else groups[rows],
+                                          stratify=self._is_classifier())
             fit_rows, val_rows = rows[train], rows[val]
         elif len(grid) > 1:
             off = self.early_stopping is False

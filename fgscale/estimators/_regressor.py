@@ -89,7 +89,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
                 np.asarray(y, dtype=np.float64)
             except (TypeError, ValueError):
                 raise ValueError(f"y must be numeric targets, got values such as "
-                                 f"{np.asarray(y).ravel()[0]!r}; for class labels use "
+                                 f"{str(np.asarray(y).ravel()[0])!r}; for class labels use "
                                  "FeatureGroupingClassifier") from None
         return super().fit(X, y, groups=groups, client=client)
 

@@ -1,4 +1,5 @@
-"""Hyper-parameters chosen on validation data: the candidates of ``"auto"`` and of lists.
+"""Hyper-parameters chosen on validation data: the validation split (by group when the rows
+have subjects), the candidates of ``"auto"`` and of lists, and which parameters apply at all.
 
 ``alpha``, ``dropout`` and ``n_clusters`` each take a value, a list of values or ``"auto"``
 (``fgscale._auto.AUTO_GRIDS``). The candidates are every combination of the values that

@@ -113,7 +113,7 @@ def test_a_store_without_targets_is_refused_with_a_message(tiny_store, client):
 def test_class_labels_given_to_the_regressor_are_refused_naming_y(rng):
     X = rng.standard_normal((30, 8)).astype(np.float32)
     with pytest.raises(ValueError, match=r"y must be numeric targets, got values such as "
-                                         r"np\.str_\('old'\); for class labels use "
+                                         r"'old'; for class labels use "
                                          "FeatureGroupingClassifier"):
         FeatureGroupingRegressor().fit(X, np.array(["old", "young"] * 15))
     as_text = FeatureGroupingRegressor(max_epochs=3, random_state=0).fit(X, [str(v) for v in
