@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 
 from fgscale._cli_args import (
     Parser,
@@ -123,12 +124,12 @@ def _cmd_train(args) -> int:
     name = "R²" if "r2" in test else "accuracy"
     score = test.get("r2", test.get("accuracy"))
     score = "n/a" if score is None else f"{score:.4f}"
-    print(f"trained {args.model}/{args.regularizer} for {summary['epochs']} epochs in "
+    print(f"trained {params['model']}/{params['regularizer']} for {summary['epochs']} epochs in "
           f"{summary['seconds']:.1f} s; test {name} {score} on {test['n']} rows")
     maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
+    each = "one 3D map per class" if name == "accuracy" else "the target's 3D map"
     print(f"run folder: {summary['run']} " + ("(no weight maps: the CNN has none)" if maps is None
-          else f"(maps: {maps}, one 3D map per class in maps/, see maps.json); fgscale report "
-          "RUN draws them"))
+          else f"(maps: {maps}, {each} in maps/, see maps.json); fgscale report RUN draws them"))
     return 0
 
 
@@ -151,8 +152,9 @@ def _cmd_predict(args) -> int:
     summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
                           resample=args.resample, device=args.device,
                           progress=not args.no_progress)
-    counts = ", ".join(f"{label} {n}" for label, n in summary["counts"].items())
-    print(f"{summary['n']} predictions written to {summary['out']} ({counts})")
+    detail = (", ".join(f"{label} {n}" for label, n in summary["counts"].items()) if "counts"
+              in summary else ", ".join(f"{k} {summary[k]:.4g}" for k in ("min", "mean", "max")))
+    print(f"{summary['n']} predictions written to {summary['out']} ({detail})")
     return 0
 
 
@@ -186,8 +188,9 @@ def _cmd_convert(args) -> int:
               f"{store.n_features} voxels)")
         return 0
     s = store.attrs.get("summary", {})
-    print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, {len(store.classes)}"
-          f" classes, {s.get('bytes', 0) / 1e6:.1f} MB; {s.get('seconds', 0):.1f} s, "
+    what = f"{len(store.classes)} classes" if store.has_labels else "a target (regression)"
+    print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, {what}, "
+          f"{s.get('bytes', 0) / 1e6:.1f} MB; {s.get('seconds', 0):.1f} s, "
           f"{s.get('rows_per_s', 0):.1f} rows/s, {s.get('mb_per_s', 0):.1f} MB/s "
           f"({s.get('blocks_skipped', 0)} blocks already done)")
     return 0
@@ -303,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output image (.nii or .nii.gz)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--npy", default=None, help=".npy of shape (p,) or (n, p)")
-    what.add_argument("--grouping", type=int, default=None, help="row I of the store's bank")
+    what.add_argument("--grouping", type=int, default=None,
+                      help="row I of the store's bank, its clusters numbered from 1")
     what.add_argument("--omega", action="store_true", help="the bank's Omega diagonal")
     p.add_argument("--bank", default=None, metavar="KEY",
                    help="the bank of --grouping/--omega (default the store's only bank; "
@@ -400,6 +404,7 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    warnings.formatwarning = lambda message, *_, **__: f"fgscale {args.command}: warning: {message}\n"
     try:
         return args.func(args)
     except (ValueError, OSError) as exc:  # OSError: a missing file, a full disk, a scheduler

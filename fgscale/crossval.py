@@ -18,8 +18,9 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
                    echo=None, task: str = "auto") -> dict:
     """K-fold cross-validation on a store's training rows, each fold trained by streaming.
 
-    Folds are grouped by the store's ``group`` column when every row has one (rows of a
-    subject never straddle folds), else stratified by class (shuffled for regression). Each
+    Folds are grouped by the store's ``group`` column when the rows have one (rows of a
+    subject never straddle folds; a store where only some rows have a group is refused), else
+    stratified by class (shuffled for regression). Each
     fold standardizes with, and builds its banks from, its own training rows; the store's test
     rows are never read.
 
@@ -52,7 +53,15 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     name = "accuracy" if is_classifier(clf) else "r2"
     rows = store.train_rows()
     groups = store.groups[rows]
-    grouped = bool((groups != "").all() and len(set(groups)) >= n_folds)
+    grouped = bool((groups != "").any())
+    if grouped and not (groups != "").all():
+        raise ValueError(f"{store.path}: {int((groups == '').sum())} of the {rows.size} training "
+                         "rows have no group: give each row its subject, or none of them")
+    most = len(set(groups)) if grouped else rows.size
+    if not 2 <= n_folds <= most:
+        unit = "subjects (rows of a subject never straddle folds)" if grouped else "rows"
+        raise ValueError(f"{store.path}: {n_folds} folds; give 2 or more, and at most the "
+                         f"{most} training {unit}")
     if grouped:
         splits = GroupKFold(n_splits=n_folds).split(rows, groups=groups)
     elif name == "accuracy":

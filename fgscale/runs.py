@@ -2,7 +2,7 @@
 
 A run folder holds::
 
-    config.json      the estimator's parameters, the store, the fgscale/torch/Python versions
+    config.json      the estimator's parameters, the store (path, identity), the versions
     checkpoint.pt    model, optimiser, early-stopping and RNG state after the last epoch
                      (tensors, numbers and strings only: it loads with ``weights_only=True``)
     metrics.jsonl    one JSON line per epoch (train loss, validation loss and accuracy)
@@ -34,7 +34,6 @@ import json
 import logging
 import platform
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +50,7 @@ from fgscale.maps import MAPS_IMAGE, has_maps, write_maps
 from fgscale.reports import predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
-__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run",
-           "predict_run", "train_run"]
+__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "train_run"]
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +60,9 @@ _UNSEEN_PARAMS = ("verbose", "prefetch")
 
 
 def _versions() -> dict:
-    try:
-        fgscale_version = version("fgscale")
-    except PackageNotFoundError:  # run from a source tree that was not installed
-        fgscale_version = "unknown"
-    return {"fgscale": fgscale_version, "torch": torch.__version__,
-            "python": platform.python_version()}
+    from fgscale import __version__  # "0+unknown" in a source tree that was not installed
+
+    return {"fgscale": __version__, "torch": torch.__version__, "python": platform.python_version()}
 
 
 class RunFolder:
@@ -100,7 +95,11 @@ class RunFolder:
             if not resume:
                 raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
                                  "continue it or choose another --out")
-            saved = self._saved_params()
+            saved_run = json.loads(config.read_text())
+            if saved_run.get("store_id", store.identity()) != store.identity():
+                raise ValueError(f"{self.path}: --resume on another store than the run's "
+                                 f"({saved_run['store']}): give that store, or another --out")
+            saved = saved_run["params"]
             changed = _changed(params, saved)
             if changed:
                 raise ValueError(f"{self.path}: --resume with other parameters than the saved "
@@ -111,6 +110,7 @@ class RunFolder:
                 return json.loads(final.read_text())
         self.path.mkdir(parents=True, exist_ok=True)
         self._write_json({"params": params, "store": str(store.path.resolve()),
+                          "store_id": store.identity(),
                           "synthetic": bool(store.attrs.get("synthetic", False)),
                           "versions": _versions()}, "config.json")
         return None
@@ -407,11 +407,14 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
     Returns
     -------
     summary : dict
-        ``n`` predictions, ``out``, the ``counts`` of each predicted class.
+        ``n`` predictions, ``out``; the ``counts`` of each predicted class, or a regressor's
+        ``min``, ``mean`` and ``max`` prediction.
     """
     clf = load_run(run_dir, device=device)
     table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress)
-    path = write_table(table, out)
-    labels, counts = np.unique(np.asarray(table["prediction"]).astype(str), return_counts=True)
-    return {"n": len(table["prediction"]), "out": str(path),
-            "counts": dict(zip(labels.tolist(), counts.tolist(), strict=True))}
+    summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])
+    summary["n"] = len(predicted)
+    if not isinstance(clf, FeatureGroupingClassifier):
+        return {**summary, **{f.__name__: float(f(predicted)) for f in (np.min, np.mean, np.max)}}
+    labels, counts = np.unique(predicted.astype(str), return_counts=True)
+    return {**summary, "counts": dict(zip(labels.tolist(), counts.tolist(), strict=True))}

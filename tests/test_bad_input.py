@@ -339,6 +339,18 @@ def test_resume_with_other_parameters_or_a_foreign_checkpoint_is_refused(store, 
             r".*config\.json\)")
     refused(["train", store, "--out", run, *FAST], capsys,
             r"run: a run already exists there; pass --resume")
+    # another store (other rows, here another split) is refused before anything is rewritten;
+    # a copy of the run's own store resumes (a moved store keeps its identity)
+    config = (run / "config.json").read_text()
+    other_split = synthetic_store(tmp_path / "o.zarr", 40, 4, n_subjects=5, seed=0,
+                                  split=np.where(np.arange(40) % 4 == 0, "test", "train")).path
+    refused(["train", other_split, "--out", run, *FAST, "--resume"], capsys,
+            r"run: --resume on another store than the run's \(.*s\.zarr\): give that store, "
+            "or another --out")
+    assert (run / "config.json").read_text() == config
+    assert main(["train", str(copy_store(store, tmp_path)), "--out", str(run), *FAST,
+                 "--resume"]) == 0
+    assert "already complete" in capsys.readouterr().out
     # a checkpoint of another run (other k) in a run folder whose run never finished
     other = tmp_path / "other"
     assert main(["train", str(store), "--out", str(other), *changed]) == 0

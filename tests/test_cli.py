@@ -199,3 +199,22 @@ def test_cv_without_progress(tiny_store, capsys):
     assert main(["cv", str(tiny_store.path), *TRAIN, "--folds", "2", "--no-progress"]) == 0
     out, err = capsys.readouterr()
     assert "2-fold cross-validation" in out and BAR not in err
+
+
+def test_a_resumed_run_says_its_own_model_and_a_warning_is_one_line(tiny_store, tmp_path):
+    """In a fresh process (pytest keeps warnings to itself): a parameter with no effect is
+    said in one line, as errors are; a finished run asked again with --resume alone reports
+    its saved model and regularizer, not the options' defaults."""
+    run = tmp_path / "mlp"
+    fgscale = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out", str(run),
+               *TRAIN, "--no-progress"]
+    first = subprocess.run([*fgscale, "--model", "mlp", "--hidden-layer-sizes", "8",
+                            "--regularizer", "dropout"], capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert ("fgscale train: warning: n_clusters=0.1 has no effect with regularizer='dropout' and "
+            "model='mlp'\n") in first.stderr
+    assert "UserWarning" not in first.stderr and ".py:" not in first.stderr  # no source line
+    again = subprocess.run([*fgscale, "--resume"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "already complete" in again.stdout and "trained mlp/dropout for" in again.stdout

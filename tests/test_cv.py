@@ -59,3 +59,22 @@ def test_cli(grouped_store, client, capsys):
     lines = out.splitlines()
     assert sum(line.startswith("fold ") for line in lines) == 3
     assert "3-fold cross-validation, grouped by subject" in lines[-1]
+
+
+def test_more_folds_than_subjects_or_rows_partly_grouped_are_refused(grouped_store, tmp_path,
+                                                                     capsys):
+    """Refused before any fold trains, not split into folds that share a subject."""
+    for folds, most in ((7, "6 training subjects"), (1, "6 training subjects")):
+        assert main(["cv", str(grouped_store.path), "--folds", str(folds)]) == 2
+        err = capsys.readouterr().err
+        assert (f"fgscale cv: error: {grouped_store.path}: {folds} folds; give 2 or more, and at "
+                f"most the {most} (rows of a subject never straddle folds)") in err, err
+        assert "dashboard" not in err.lower()
+    groups = grouped_store.groups.copy()
+    groups[:3] = ""
+    partly = write_store(tmp_path / "partly.zarr", grouped_store.read_rows(np.arange(60)),
+                         grouped_store.y, grouped_store.mask, grouped_store.affine,
+                         groups=groups, split=grouped_store.split, classes=grouped_store.classes)
+    with pytest.raises(ValueError, match=r"partly\.zarr: 3 of the 48 training rows have no "
+                                         "group: give each row its subject, or none of them"):
+        cross_validate(partly.path, params=PARAMS, n_folds=3)

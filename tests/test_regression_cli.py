@@ -45,7 +45,8 @@ def test_regression_from_a_target_column_to_predictions(regression_cohort, tmp_p
     assert not store.has_labels and np.array_equal(store.target, targets)
 
     assert main(["train", str(store_path), "--out", str(run), *TRAIN]) == 0
-    assert "test R² " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "test R² " in out and "the target's 3D map in maps/" in out
     assert type(load_run(run)).__name__ == "FeatureGroupingRegressor"
 
     predictions = tmp_path / "test_predictions.csv"
@@ -66,6 +67,10 @@ def test_regression_from_a_target_column_to_predictions(regression_cohort, tmp_p
                  str(out), "--no-progress"]) == 0
     from_images = np.array([float(r["prediction"]) for r in _read(out)])
     np.testing.assert_allclose(from_images, pred, rtol=1e-5)
+    # numbers summed up by their range, not counted as if each were a class
+    assert capsys.readouterr().out.strip() == (
+        f"{len(pred)} predictions written to {out} (min {from_images.min():.4g}, mean "
+        f"{from_images.mean():.4g}, max {from_images.max():.4g})")
 
 
 def test_task_regression_on_a_store_with_labels_only_is_refused(tiny_store, tmp_path, capsys):

@@ -31,7 +31,8 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
         Output image (``.nii`` or ``.nii.gz``).
     values : array-like of shape (n_features,) or (n_maps, n_features), or a ``.npy`` path
     grouping : int, optional
-        Row of the bank: the cluster labels of that grouping (it must be built).
+        Row of the bank: the cluster labels of that grouping (it must be built), numbered
+        from 1 (0 is outside the mask, as in nilearn's atlases).
     omega : bool
         The bank's Omega diagonal (see :func:`fgscale.grouping.omega_diagonal`); every grouping
         of the bank must be built.
@@ -98,4 +99,5 @@ def _bank_values(store: Store, key: str | None, grouping: int | None) -> np.ndar
                          f"{done.size} groupings")
     if not done[grouping]:
         raise ValueError(f"{store.path}: grouping {grouping} of bank {key!r} is not built yet")
-    return bank.labels[grouping]
+    # clusters numbered from 1: 0 is outside the mask, as in nilearn's parcellations
+    return bank.labels[grouping].astype(np.int64) + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from collections.abc import Iterator
@@ -182,6 +183,17 @@ class Store:
     def test_rows(self) -> np.ndarray:
         """Rows whose split is "test", shape (n_test,), int64."""
         return np.flatnonzero(self.split == "test").astype(np.int64)
+
+    def identity(self) -> str:
+        """A digest of what a run trains on: the shape, labels, targets, splits, groups, mask
+        and the conversion's fingerprint of its inputs, not the rows' values (a moved or
+        copied store keeps it; a store of other rows or another split does not)."""
+        digest = hashlib.sha256(repr((self.X.shape, self.classes.tolist(), self.attrs.get(
+            "params", {}).get("fingerprint"))).encode())
+        for array in (self.y, self.target, self.split, self.groups, self.mask):
+            if array is not None:
+                digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()
 
     def mask_img(self) -> nib.Nifti1Image:
         """The mask as a uint8 NIfTI image on the store's grid."""

@@ -153,8 +153,9 @@ def test_export_bank(tiny_store, tmp_path, rng, capsys):
     key = _write_bank(store, 50, bank)
     assert main(["export", str(store.path), "--grouping", "1",
                  "--out", str(tmp_path / "g.nii.gz")]) == 0
-    np.testing.assert_array_equal(np.asarray(nib.load(tmp_path / "g.nii.gz").dataobj)[store.mask],
-                                  bank[1])
+    exported = np.asarray(nib.load(tmp_path / "g.nii.gz").dataobj)
+    np.testing.assert_array_equal(exported[store.mask], bank[1] + 1)  # from 1: 0 is outside
+    assert (exported[~store.mask] == 0).all() and (exported[store.mask] >= 1).all()
     assert main(["export", str(store.path), "--omega", "--out", str(tmp_path / "o.nii")]) == 0
     np.testing.assert_allclose(nib.load(tmp_path / "o.nii").get_fdata()[store.mask],
                                omega_diagonal(bank), rtol=1e-6)
@@ -172,7 +173,7 @@ def test_export_bank(tiny_store, tmp_path, rng, capsys):
     assert main(["export", str(store.path), "--grouping", "0", "--bank", other_key,
                  "--out", str(tmp_path / "y.nii")]) == 0
     np.testing.assert_array_equal(np.asarray(nib.load(tmp_path / "y.nii").dataobj)[store.mask],
-                                  other[0])
+                                  other[0] + 1)
     export_map(store, tmp_path / "o2.nii", omega=True, bank=key)
     np.testing.assert_allclose(nib.load(tmp_path / "o2.nii").get_fdata()[store.mask],
                                omega_diagonal(bank), rtol=1e-6)
