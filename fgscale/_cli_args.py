@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
            "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
-           "add_worker_kind_arg", "given_options", "parse_grid", "saved_unless_given",
-           "security_from"]
+           "add_worker_kind_arg", "given_options", "one_line_warnings", "parse_grid",
+           "saved_unless_given", "security_from"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -191,3 +192,17 @@ def saved_unless_given(params: dict, run_dir, given: set) -> dict:
     option = {"random_state": "seed"}
     return {k: v if k == "verbose" or k not in saved or option.get(k, k) in given
             else saved[k] for k, v in params.items()}
+
+
+def one_line_warnings(command: str) -> None:
+    """fgscale's own warnings said in one line, as its errors are (``fgscale train: warning:
+    ...``), not with the source line that raised them; other libraries' keep their format."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    default = warnings.formatwarning
+
+    def formatwarning(message, category, filename, lineno, line=None):
+        if os.path.abspath(filename).startswith(package + os.sep):
+            return f"fgscale {command}: warning: {message}\n"
+        return default(message, category, filename, lineno, line)
+
+    warnings.formatwarning = formatwarning

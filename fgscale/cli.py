@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import sys
-import warnings
 
 from fgscale._cli_args import (
     Parser,
@@ -24,6 +23,7 @@ from fgscale._cli_args import (
     add_progress_arg,
     add_worker_kind_arg,
     given_options,
+    one_line_warnings,
     saved_unless_given,
     security_from,
 )
@@ -404,7 +404,7 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    warnings.formatwarning = lambda message, *_, **__: f"fgscale {args.command}: warning: {message}\n"
+    one_line_warnings(args.command)
     try:
         return args.func(args)
     except (ValueError, OSError) as exc:  # OSError: a missing file, a full disk, a scheduler

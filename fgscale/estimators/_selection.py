@@ -71,7 +71,7 @@ def warn_ignored(estimator) -> None:
     if ignored:
         warnings.warn(f"{', '.join(ignored)} ha{'s' if len(ignored) == 1 else 've'} no effect "
                       f"with regularizer={estimator.regularizer!r} and model={estimator.model!r}",
-                      UserWarning, stacklevel=4)
+                      UserWarning, stacklevel=5)  # the caller of the estimator's fit
 
 
 def check_groups(groups, n_samples: int):
