@@ -212,9 +212,10 @@ def test_a_resumed_run_says_its_own_model_and_a_warning_is_one_line(tiny_store, 
                             "--regularizer", "dropout"], capture_output=True, text=True,
                            timeout=300)
     assert first.returncode == 0, first.stderr
-    assert ("fgscale train: warning: n_clusters=0.1 has no effect with regularizer='dropout' and "
-            "model='mlp'\n") in first.stderr
-    assert "UserWarning" not in first.stderr and ".py:" not in first.stderr  # no source line
+    # one line, no source line (Dask's own warnings, a dashboard port taken, keep their format)
+    assert [line for line in first.stderr.splitlines() if "n_clusters" in line] == [
+        "fgscale train: warning: n_clusters=0.1 has no effect with regularizer='dropout' and "
+        "model='mlp'"]
     again = subprocess.run([*fgscale, "--resume"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "already complete" in again.stdout and "trained mlp/dropout for" in again.stdout
