@@ -49,7 +49,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
 
     store = open_store(store_path)
     clf = make_estimator(store, params, task)
-    clf._check_params()
+    clf._check_params(warn_level=3)
     name = "accuracy" if is_classifier(clf) else "r2"
     rows = store.train_rows()
     groups = store.groups[rows]

@@ -275,7 +275,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     folder = RunFolder(out)
     store = open_store(store_path)
     clf = make_estimator(store, params, task)
-    clf._check_params()  # a bad parameter (or a GPU this machine lacks) stops before any write
+    clf._check_params(warn_level=3)  # a bad parameter (or a GPU this machine lacks) stops before any write
     params = params_to_json(clf.get_params())  # every parameter, as saved
     fresh = not (folder / "config.json").exists()
     done = folder.start(params, store, resume=resume)

@@ -82,10 +82,13 @@ class FeatureGroupingBase(BaseEstimator):
 
     __init__.__signature__ = estimator_signature()
 
-    def _check_params(self):
-        """Check every parameter (the table's constraints), before any work."""
+    def _check_params(self, warn_level: int = 0):
+        """Check every parameter (the table's constraints), before any work; with
+        ``warn_level``, warn of those that have no effect, naming that frame of the stack
+        (``warnings.warn``'s ``stacklevel``: 3 is the caller of this method)."""
         validate_params(self.get_params(), type(self).__name__)
-        warn_ignored(self)
+        if warn_level:
+            warn_ignored(self, warn_level)
 
     def _seed(self) -> int:
         """The run's seed: an int ``random_state`` as it is (so ``fgscale bank --seed S`` and
@@ -101,7 +104,7 @@ class FeatureGroupingBase(BaseEstimator):
         subclasses document it and encode ``y`` (:meth:`_encode_targets`)."""
         from fgscale.images._masking import is_images
 
-        self._check_params()
+        self._check_params(warn_level=5)  # the caller of the subclass's fit
         if is_store(X):
             if y is not None or groups is not None:
                 from fgscale.store._reader import open_group_checked

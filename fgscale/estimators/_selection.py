@@ -61,7 +61,7 @@ def _is_default(value, default) -> bool:
         return False
 
 
-def warn_ignored(estimator) -> None:
+def warn_ignored(estimator, stacklevel: int = 2) -> None:
     """Warn of parameters given another value than their default where it has no effect
     (``alpha`` with ``regularizer="none"``, ``dropout`` with ``"l2"``...), as scikit-learn's
     ``LogisticRegression`` warns of an ``l1_ratio`` without elastic net."""
@@ -71,7 +71,7 @@ def warn_ignored(estimator) -> None:
     if ignored:
         warnings.warn(f"{', '.join(ignored)} ha{'s' if len(ignored) == 1 else 've'} no effect "
                       f"with regularizer={estimator.regularizer!r} and model={estimator.model!r}",
-                      UserWarning, stacklevel=5)  # the caller of the estimator's fit
+                      UserWarning, stacklevel=stacklevel)
 
 
 def check_groups(groups, n_samples: int):
