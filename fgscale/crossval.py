@@ -53,9 +53,10 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     name = "accuracy" if is_classifier(clf) else "r2"
     rows = store.train_rows()
     groups = store.groups[rows]
-    grouped = bool((groups != "").any())
-    if grouped and not (groups != "").all():
-        raise ValueError(f"{store.path}: {int((groups == '').sum())} of the {rows.size} training "
+    has_group = groups != ""
+    grouped = bool(has_group.any())
+    if grouped and not has_group.all():
+        raise ValueError(f"{store.path}: {int((~has_group).sum())} of the {rows.size} training "
                          "rows have no group: give each row its subject, or none of them")
     most = len(set(groups)) if grouped else rows.size
     if not 2 <= n_folds <= most:

@@ -90,13 +90,13 @@ class RunFolder:
         parameters, bar :data:`RUNTIME_PARAMS`. Returns the summary of a run that already ended
         with these parameters, bar :data:`_UNSEEN_PARAMS` (nothing is written then), else None.
         """
-        config = self / "config.json"
+        config, identity = self / "config.json", store.identity()
         if config.exists():
             if not resume:
                 raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
                                  "continue it or choose another --out")
             saved_run = json.loads(config.read_text())
-            if saved_run.get("store_id", store.identity()) != store.identity():
+            if saved_run.get("store_id", identity) != identity:
                 raise ValueError(f"{self.path}: --resume on another store than the run's "
                                  f"({saved_run['store']}): give that store, or another --out")
             saved = saved_run["params"]
@@ -110,7 +110,7 @@ class RunFolder:
                 return json.loads(final.read_text())
         self.path.mkdir(parents=True, exist_ok=True)
         self._write_json({"params": params, "store": str(store.path.resolve()),
-                          "store_id": store.identity(),
+                          "store_id": identity,
                           "synthetic": bool(store.attrs.get("synthetic", False)),
                           "versions": _versions()}, "config.json")
         return None

@@ -105,16 +105,19 @@ def _volumes(imgs):
                 yield f"{name} (volume {t})", img, data[..., t]
 
 
-def _on_grid(name: str, img, data: np.ndarray, shape, affine, resample: bool) -> np.ndarray:
-    """``data`` on the mask's grid (shape, affine): as it is if it matches, resampled if
-    allowed."""
-    if same_grid(data.shape, img.affine, (shape, affine)):
+_MASK_HINT = (" (resample=True in Python, --resample for fgscale predict, resamples the images "
+              "to the mask's grid)")
+
+
+def _on_grid(name: str, img, data: np.ndarray, grid, resample: bool, reference: str = "mask",
+             hint: str = _MASK_HINT) -> np.ndarray:
+    """``data`` on the ``reference``'s grid (shape, affine): as it is if it matches, resampled
+    if allowed, else refused naming ``name``, with ``hint``."""
+    if same_grid(data.shape, img.affine, grid):
         return data
     if not resample:
-        raise ValueError(grid_mismatch(
-            name, data.shape, img.affine, (shape, affine), "mask", " (resample=True in Python, "
-            "--resample for fgscale predict, resamples the images to the mask's grid)"))
-    return _resampled(data, img.affine, (shape, affine))
+        raise ValueError(grid_mismatch(name, data.shape, img.affine, grid, reference, hint))
+    return _resampled(data, img.affine, grid)
 
 
 def _resampled(data: np.ndarray, affine, grid) -> np.ndarray:
@@ -144,13 +147,9 @@ def compute_mask(imgs, *, resample: bool = False) -> nib.Nifti1Image:
     for name, img, data in _volumes(imgs):
         if grid is None:
             grid = (tuple(data.shape), img.affine)
-        if not same_grid(data.shape, img.affine, grid):
-            if not resample:
-                raise ValueError(grid_mismatch(
-                    name, data.shape, img.affine, grid, "first image",
-                    " (resample=True resamples the images to the first one's grid, or to the "
-                    "mask's with mask=)"))
-            data = _resampled(data, img.affine, grid)
+        data = _on_grid(name, img, data, grid, resample, "first image",
+                        " (resample=True resamples the images to the first one's grid, or to "
+                        "the mask's with mask=)")
         keep = np.isfinite(data) & (data != 0)
         mask = keep if mask is None else mask & keep
     if mask is None:
@@ -193,7 +192,7 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
         raise ValueError(f"{_name(mask_img)}: the mask is empty (no finite non-zero voxel)")
     rows = []
     for name, img, data in _volumes(imgs):
-        vol = _on_grid(name, img, data, mask.shape, mask_img.affine, resample)
+        vol = _on_grid(name, img, data, (mask.shape, mask_img.affine), resample)
         row = np.asarray(vol[mask], dtype=np.float32)
         if not np.isfinite(row).all():
             raise ValueError(f"{name}: {int((~np.isfinite(row)).sum())} non-finite value(s) "
