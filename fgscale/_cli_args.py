@@ -5,11 +5,12 @@ the help formatter that shows every option's default."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
-           "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
+           "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg", "add_task_arg",
            "add_worker_kind_arg", "given_options", "one_line_warnings", "parse_grid",
            "saved_unless_given", "security_from"]
 
@@ -36,6 +37,23 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but arguments that the subcommand does not know are reported by it
+        (``fgscale train: error: ...``, with its usage and its closest options), not by the
+        top parser, which knows none of the subcommand's options."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            commands = [a.choices for a in self._actions
+                        if isinstance(a, argparse._SubParsersAction)]
+            command = commands[0].get(getattr(namespace, "command", None), self) if commands else self
+            known = [o for a in command._actions for o in a.option_strings]
+            close = {w: difflib.get_close_matches(w.split("=")[0], known, n=1, cutoff=0.7)
+                     for w in extras if w.startswith("--")}
+            hints = [f"{c[0]} (not {w.split('=')[0]})" for w, c in close.items() if c]
+            command.error(f"unrecognized arguments: {' '.join(extras)}"
+                          + (f"; did you mean {', '.join(hints)}?" if hints else ""))
+        return namespace
 
 
 def add_progress_arg(p) -> None:
@@ -146,6 +164,12 @@ def add_device_arg(p) -> None:
                    help="torch device (default: the run's own, else the CPU where it has no GPU)")
 
 
+def add_task_arg(p) -> None:
+    p.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
+                   help="classification on the store's labels, regression on its target; "
+                        "auto: classification when the store has labels")
+
+
 def add_worker_kind_arg(p) -> None:
     p.add_argument("--worker-processes", action="store_true",
                    help="LocalCluster of worker processes (each with a memory limit) instead of "
@@ -182,13 +206,12 @@ def saved_unless_given(params: dict, run_dir, given: set) -> dict:
     """``--resume``: the saved run's value of every parameter not given on the command line
     (a resumed 6-epoch run stays a 6-epoch run without ``--max-epochs``), but for the progress
     bars, which this command's ``--no-progress`` sets."""
-    import json
+    from fgscale._files import read_json
 
     config = os.path.join(run_dir, "config.json")
     if not os.path.isfile(config):
         return params
-    with open(config) as f:
-        saved = json.load(f).get("params", {})
+    saved = read_json(config, "run configuration").get("params", {})
     option = {"random_state": "seed"}
     return {k: v if k == "verbose" or k not in saved or option.get(k, k) in given
             else saved[k] for k, v in params.items()}

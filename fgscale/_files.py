@@ -1,14 +1,15 @@
-"""Files written whole or not at all: :func:`atomic_path`, shared by every writer of a run
-folder or a saved model."""
+"""Files written whole or not at all (:func:`atomic_path`), shared by every writer of a run
+folder or a saved model, and JSON read back with the file named in its errors (:func:`read_json`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path"]
+__all__ = ["atomic_path", "read_json"]
 
 
 @contextmanager
@@ -25,9 +26,30 @@ def atomic_path(path) -> Iterator[Path]:
         yield tmp
         os.replace(tmp, path)
     except OSError as exc:  # a full or read-only disk: say which file, and what is kept
-        if exc.filename is not None and str(path) in str(exc):
-            raise
+        if exc.filename2 is None and _as_path(exc.filename) == path:
+            raise  # names the file already, and not by its temporary name
         raise OSError(exc.errno, f"{path}: not written ({exc.strerror or exc}); the previous "
                                  "version, if any, is kept") from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _as_path(name) -> Path | None:
+    return None if name is None else Path(os.fsdecode(name))
+
+
+def read_json(path, what: str = "JSON file"):
+    """The JSON document in ``path``; a ValueError naming the file when it is not valid JSON.
+
+    Parameters
+    ----------
+    path : str or Path
+    what : str, default="JSON file"
+        What the file should be, for the message ("run configuration").
+    """
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a valid {what} ({exc}); it was cut short or is not "
+                         "fgscale's: move it away, or choose another folder") from exc

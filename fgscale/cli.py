@@ -21,6 +21,7 @@ from fgscale._cli_args import (
     add_device_arg,
     add_estimator_args,
     add_progress_arg,
+    add_task_arg,
     add_worker_kind_arg,
     given_options,
     one_line_warnings,
@@ -247,12 +248,6 @@ def _version() -> str:
     return __version__
 
 
-def add_task_arg(p) -> None:
-    p.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
-                   help="classification on the store's labels, regression on its target; "
-                        "auto: classification when the store has labels")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="fgscale",
@@ -329,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train on a store, streaming minibatches from the workers")
     add_estimator_args(p)
     p.add_argument("--out", required=True, help="run folder (config, checkpoints, metrics, maps)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out; with no run there, start it (requeued jobs)")
     add_task_arg(p)
     add_cluster_args(p)
     add_worker_kind_arg(p)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
-from fgscale._files import atomic_path
+from fgscale._files import atomic_path, read_json
 from fgscale.images._nifti import unmask
 
 __all__ = ["MAPS_IMAGE", "MAPS_JSON", "file_stems", "has_maps", "linearized_weights", "output_weights",
@@ -216,7 +216,7 @@ def read_maps(folder) -> tuple[dict, dict[str, Path]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; the run has not finished, or an older "
                                 "fgscale trained it (its maps are in weights.nii.gz)")
-    sidecar = json.loads(path.read_text())
+    sidecar = read_json(path, "maps sidecar")
     if sidecar.get("format") != _FORMAT:
         raise ValueError(f"{path}: not an fgscale maps sidecar (expected \"format\": "
                          f"\"{_FORMAT}\")")

@@ -25,7 +25,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale._files import atomic_path
+from fgscale._files import atomic_path, read_json
 from fgscale.maps import read_maps
 
 __all__ = ["write_report"]
@@ -73,8 +73,8 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
         nilearn = importlib.util.find_spec("nilearn") is not None
     elif nilearn:
         _require("nilearn", "pip install nilearn, or draw the maps with matplotlib alone")
-    config = json.loads((run / "config.json").read_text())
-    final = _read_json(run / "final.json")
+    config = read_json(run / "config.json", "run configuration")
+    final = _read_json(run / "final.json", "run summary")
     parts = [_header(run, config, final)]
     if final is not None:
         parts.append(_scores(final["test"]))
@@ -98,8 +98,8 @@ def _require(module: str, fix: str) -> None:
         raise ModuleNotFoundError(f"fgscale report needs {module}: {fix}", name=module)
 
 
-def _read_json(path: Path):
-    return json.loads(path.read_text()) if path.is_file() else None
+def _read_json(path: Path, what: str):
+    return read_json(path, what) if path.is_file() else None
 
 
 def _history(run: Path) -> list[dict]:
@@ -109,7 +109,7 @@ def _history(run: Path) -> list[dict]:
     metrics = run / "metrics.jsonl"
     rows = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
             if metrics.is_file() else [])
-    saved = (_read_json(run / "model.json") or {}).get("history_", [])
+    saved = (_read_json(run / "model.json", "saved model") or {}).get("history_", [])
     if not rows:
         rows = [h for h in saved if h.get("phase") != "refit"]
     return rows + [h for h in saved if h.get("phase") == "refit"]
@@ -131,7 +131,9 @@ def _header(run: Path, config: dict, final: dict | None) -> str:
              "random_state": params.get("random_state"),
              **{f"{k} version": v for k, v in config.get("versions", {}).items()}}
     if final is not None:
-        facts.update({"epochs": final.get("epochs"), "refit epochs": final.get("refit_epochs"),
+        facts.update({"training rows": final.get("n_train"),
+                      "test rows": final.get("test", {}).get("n"),
+                      "epochs": final.get("epochs"), "refit epochs": final.get("refit_epochs"),
                       "seconds": final.get("seconds")})
     return "\n".join(lines) + "\n" + _kv_table(facts)
 
@@ -173,8 +175,11 @@ def _choice(final: dict) -> str:
     candidates = final.get("candidates") or []
     if candidates:
         header = list(dict.fromkeys(k for c in candidates for k in c))
-        out += [f"<p>{len(candidates)} candidate(s):</p>",
-                _table(header, [[c.get(k) for k in header] for c in candidates])]
+        chosen = final.get("selected", {})
+        rows = [["✓" if all(c.get(k) == v for k, v in chosen.items()) else "",
+                 *(c.get(k) for k in header)] for c in candidates]
+        out += [f"<p>{len(candidates)} candidate(s), ✓ the one selected:</p>",
+                _table(["selected", *header], rows)]
     return "\n".join(out)
 
 

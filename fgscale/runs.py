@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fgscale._files import atomic_path
+from fgscale._files import atomic_path, read_json
 from fgscale._params import RUNTIME_PARAMS, check_device, params_to_json
 from fgscale.cluster import get_client
 from fgscale.estimators._base import _cuda, _History
@@ -95,7 +95,7 @@ class RunFolder:
             if not resume:
                 raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
                                  "continue it or choose another --out")
-            saved_run = json.loads(config.read_text())
+            saved_run = read_json(config, "run configuration")
             if saved_run.get("store_id", identity) != identity:
                 raise ValueError(f"{self.path}: --resume on another store than the run's "
                                  f"({saved_run['store']}): give that store, or another --out")
@@ -107,7 +107,7 @@ class RunFolder:
             final = self / "final.json"
             if final.exists() and all(saved.get(k) == params[k] for k in params
                                       if k not in _UNSEEN_PARAMS):
-                return json.loads(final.read_text())
+                return read_json(final, "run summary")
         self.path.mkdir(parents=True, exist_ok=True)
         self._write_json({"params": params, "store": str(store.path.resolve()),
                           "store_id": identity,
@@ -117,7 +117,7 @@ class RunFolder:
 
     def _saved_params(self) -> dict | None:
         config = self / "config.json"
-        return json.loads(config.read_text())["params"] if config.exists() else None
+        return read_json(config, "run configuration")["params"] if config.exists() else None
 
     def changed_params(self, params: dict) -> list[str]:
         """The parameters (bar :data:`RUNTIME_PARAMS`) whose value in ``params`` differs from
@@ -295,10 +295,10 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     folder.write_estimator(clf, store)
     maps = folder.write_maps(clf, store) if has_maps(clf) else None
     refit = [h for h in clf.history_ if h.get("phase") == "refit"]
-    summary = {"test": test, "epochs": len(clf.history_) - len(refit),
-               "refit_epochs": len(refit), "seconds": round(seconds, 2),
-               "n_iter": clf.n_iter_, "run": str(folder.path),
-               "maps": None if maps is None else str(maps),
+    summary = {"test": test, "n_train": int(store.train_rows().size),
+               "epochs": len(clf.history_) - len(refit),
+               "refit_epochs": len(refit), "seconds": round(seconds, 2), "n_iter": clf.n_iter_,
+               "run": str(folder.path), "maps": None if maps is None else str(maps),
                "selected": {"alpha": clf.alpha_, "dropout": clf.dropout_,
                             "n_clusters": clf.n_clusters_},
                "candidates": clf.cv_results_}

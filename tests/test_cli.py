@@ -74,6 +74,23 @@ def test_make_cohort_writes_a_synthetic_cohort_once(tmp_path, capsys):
     assert "expected 4mm, 2mm, 1mm or XxYxZ" in capsys.readouterr().err
 
 
+def test_unknown_options_are_reported_by_their_subcommand(tmp_path, capsys):
+    # the top parser would report them with its own usage, which names no option of train
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", str(tmp_path / "s.zarr"), "--out", str(tmp_path / "run"),
+              "--max-epocs", "3", "--regulariser=fg", "--nonsense"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: fgscale train " in err
+    assert ("fgscale train: error: unrecognized arguments: --max-epocs 3 --regulariser=fg "
+            "--nonsense; did you mean --max-epochs (not --max-epocs), --regularizer (not "
+            "--regulariser)?") in err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit):
+        main(["--nonsense"])
+    assert "fgscale: error: unrecognized arguments: --nonsense\n" in capsys.readouterr().err
+
+
 @dashboard_port_may_be_taken
 def test_convert_progress_then_already_complete(tmp_path, capsys):
     table = tmp_path / "cohort" / "cohort.csv"

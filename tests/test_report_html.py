@@ -2,6 +2,7 @@
 rendered by a real headless Chromium in the slow test."""
 
 import base64
+import json
 import re
 import shutil
 import subprocess
@@ -62,8 +63,14 @@ def test_report_of_a_finished_run(tiny_runs, tmp_path, name, nilearn):
         assert section in text
     assert "house/home: maps/house_home.nii.gz" in text  # the class and its file, escaped safely
     assert ("nilearn.plotting.plot_stat_map" if nilearn else "drawn with matplotlib") in text
-    if name == "mlp":  # two candidates in a table, the one chosen above it
-        assert len(re.findall(r"<tr><td>0\.1</td>", text)) == 1
+    # 40 rows, every fifth a test row
+    assert "<tr><td>training rows</td><td>32</td></tr>" in text
+    assert "<tr><td>test rows</td><td>8</td></tr>" in text
+    if name == "mlp":  # two candidates in a table, the one selected marked
+        final = json.loads((tiny_runs[name] / "final.json").read_text())
+        rows = re.findall(r"<tr><td>(✓?)</td><td>([0-9.]+)</td>", text)
+        assert len(rows) == 2 and [mark for mark, _ in rows].count("✓") == 1
+        assert float(next(alpha for mark, alpha in rows if mark)) == final["selected"]["alpha"]
 
 
 def test_report_of_an_unfinished_run_shows_its_epochs_so_far(tiny_runs, tmp_path):

@@ -201,6 +201,21 @@ def test_atomic_path_keeps_the_old_file_when_a_write_fails(tmp_path):
     assert target.read_text() == "new" and list(tmp_path.iterdir()) == [target]
 
 
+def test_atomic_path_error_names_the_file_not_its_temporary(tmp_path, monkeypatch):
+    from fgscale._files import atomic_path, read_json
+
+    monkeypatch.chdir(tmp_path)  # a relative path: its temporary name contains it
+    (tmp_path / "final.json").mkdir()
+    (tmp_path / "final.json" / "keep").write_text("x")  # the rename onto it fails for real
+    with pytest.raises(OSError) as err, atomic_path("final.json") as tmp:
+        tmp.write_text("new")
+    assert str(err.value.strerror).startswith("final.json: not written (")
+    assert ".tmp" not in str(err.value) and not (tmp_path / ".tmp-final.json").exists()
+    (tmp_path / "config.json").write_text('{"params": {"alpha": 0.1')  # cut short
+    with pytest.raises(ValueError, match=r"^config.json: not a valid run configuration \("):
+        read_json("config.json", "run configuration")
+
+
 def test_evaluate_report_is_sklearn_metrics_of_its_predictions(tiny_store, client, tmp_path):
     run = tmp_path / "run"
     summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)

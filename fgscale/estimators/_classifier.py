@@ -47,6 +47,9 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         The standardization, ``(x - mean_) * scale_`` (None with ``standardize=False``).
     bank_ : ndarray of shape (n_groupings, n_features), int32, or None
     batch_size_ : int
+        The minibatch size, ``batch_size`` or the one "auto" chose. An epoch's last minibatch
+        holds the rows left over, so a ``batch_size_`` of at least the training rows makes each
+        epoch one full-batch step.
     model_ : torch.nn.Module
     coef_ : ndarray of shape (n_classes, n_features)
         Logistic regression weights on the standardized features, in feature space
