@@ -75,6 +75,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         ``n_folds``; for classification also ``mean_accuracy`` and ``std_accuracy``; with
         ``out``, ``out`` and ``already_complete`` (the file had every fold: none was trained).
     """
+    if resume and out is None:
+        raise ValueError("resume=True continues the cross-validation saved in out: give out")
     store = open_store(store_path)
     clf = make_estimator(store, params, task)
     clf._check_params(warn_level=3)
@@ -218,10 +220,10 @@ def _saved_folds(out, header: dict, resume: bool) -> list:
     file); an existing file is refused unless ``resume``, a differing one always."""
     if not Path(out).exists():
         return []
+    saved = read_results(out)  # a file of anything else is said so, whether resumed or not
     if not resume:
         raise ValueError(f"{out}: cross-validation results already exist there; pass --resume "
                          "to continue them, or choose another --out")
-    saved = read_results(out)
     for field in _SHARED:
         differs = _differs(field, saved, header)
         if differs:
