@@ -10,9 +10,9 @@ import os
 import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
-           "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg", "add_task_arg",
-           "add_worker_kind_arg", "given_options", "one_line_warnings", "parse_grid",
-           "saved_unless_given", "security_from"]
+           "add_cv_args", "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
+           "add_task_arg", "add_worker_kind_arg", "given_options", "one_line_warnings",
+           "parse_grid", "saved_cv_unless_given", "saved_unless_given", "security_from"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -145,6 +145,22 @@ def add_estimator_args(p) -> None:
             add_param(p, param.name)
 
 
+def add_task_arg(p) -> None:
+    p.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
+                   help="classification on the store's labels, regression on its target; "
+                        "auto: classification when the store has labels")
+
+
+def add_cv_args(p) -> None:
+    p.add_argument("--folds", type=int, default=5, help="number of folds (default: 5)")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="write the results so far to this JSON file after each fold "
+                        "(default: none, print only)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the cross-validation saved in --out: train only its missing "
+                        "folds")
+
+
 def add_cluster_args(p) -> None:
     p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT) "
                    "(default: none, start a LocalCluster)")
@@ -162,12 +178,6 @@ def add_cluster_args(p) -> None:
 def add_device_arg(p) -> None:
     p.add_argument("--device", default=None,
                    help="torch device (default: the run's own, else the CPU where it has no GPU)")
-
-
-def add_task_arg(p) -> None:
-    p.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
-                   help="classification on the store's labels, regression on its target; "
-                        "auto: classification when the store has labels")
 
 
 def add_worker_kind_arg(p) -> None:
@@ -211,7 +221,25 @@ def saved_unless_given(params: dict, run_dir, given: set) -> dict:
     config = os.path.join(run_dir, "config.json")
     if not os.path.isfile(config):
         return params
-    saved = read_json(config, "run configuration").get("params", {})
+    return _unless_given(params, read_json(config, "run configuration").get("params", {}), given)
+
+
+def saved_cv_unless_given(params: dict, args) -> tuple[dict, int, str]:
+    """``fgscale cv --resume``: the estimator's parameters, ``--folds`` and ``--task`` of the
+    results saved in ``--out``, where the command line gave none (as :func:`saved_unless_given`)."""
+    from fgscale.crossval import read_results
+
+    if args.out is None:
+        raise ValueError("--resume continues the cross-validation saved in --out: give --out")
+    if not os.path.isfile(args.out):
+        return params, args.folds, args.task
+    saved = read_results(args.out)
+    return (_unless_given(params, saved["params"], args.given),
+            args.folds if "folds" in args.given else saved["n_folds"],
+            args.task if "task" in args.given else saved["task"])
+
+
+def _unless_given(params: dict, saved: dict, given: set) -> dict:
     option = {"random_state": "seed"}
     return {k: v if k == "verbose" or k not in saved or option.get(k, k) in given
             else saved[k] for k, v in params.items()}

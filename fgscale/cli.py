@@ -18,6 +18,7 @@ from fgscale._cli_args import (
     add_bank_args,
     add_cluster_args,
     add_cohort_args,
+    add_cv_args,
     add_device_arg,
     add_estimator_args,
     add_progress_arg,
@@ -25,6 +26,7 @@ from fgscale._cli_args import (
     add_worker_kind_arg,
     given_options,
     one_line_warnings,
+    saved_cv_unless_given,
     saved_unless_given,
     security_from,
 )
@@ -98,14 +100,15 @@ def _estimator_params(args) -> dict:
 
 
 def _cmd_cv(args) -> int:
-    from fgscale.crossval import cross_validate
+    from fgscale.crossval import cross_validate, summary_line
 
+    params, folds, task = _estimator_params(args), args.folds, args.task
+    if args.resume:
+        params, folds, task = saved_cv_unless_given(params, args)
     with _client(args, processes=args.worker_processes) as client:
-        scores = cross_validate(args.store, params=_estimator_params(args), n_folds=args.folds,
-                                client=client, echo=print, task=args.task)
-    kind = "grouped by subject" if scores["grouped"] else "shuffled (the store has no groups)"
-    print(f"{args.folds}-fold cross-validation, {kind}: {scores['score']} "
-          f"{scores['mean_score']:.4f} ± {scores['std_score']:.4f} (mean ± sd)")
+        scores = cross_validate(args.store, params=params, n_folds=folds, client=client,
+                                echo=print, task=task, out=args.out, resume=args.resume)
+    print(summary_line(scores))
     return 0
 
 
@@ -334,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cv", help="cross-validate on a store's training rows, folds by subject")
     add_estimator_args(p)
-    p.add_argument("--folds", type=int, default=5, help="number of folds (default: 5)")
+    add_cv_args(p)
     add_task_arg(p)
     add_cluster_args(p)
     add_worker_kind_arg(p)

@@ -1,21 +1,40 @@
 """Cross-validation on a store's training rows, each fold trained by streaming
-(``fgscale cv``)."""
+(``fgscale cv``); with ``out``, the results so far are kept in a JSON file after every fold,
+and a killed cross-validation resumes from it with the folds it has not finished.
+
+The results file holds the store (path and identity), the estimator's parameters, the number
+of folds, the task, whether the folds are grouped, the seed and each fold's test rows: what a
+resumed cross-validation must share with the one it continues; then every finished fold and,
+once all are, the mean and standard deviation of the scores and ``"complete": true``. It is
+written whole under a temporary name, then renamed (:func:`fgscale._files.atomic_path`), and
+read back as JSON only.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 from sklearn.base import clone, is_classifier
 
+from fgscale._files import atomic_path
+from fgscale._params import params_to_json
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
 from fgscale.reports import score_store
+from fgscale.runs import _UNSEEN_PARAMS, _versions
 from fgscale.store._reader import open_store
 
-__all__ = ["cross_validate"]
+__all__ = ["cross_validate", "read_results", "summary_line"]
+
+_KIND = "fgscale cv results"  # tells a results file from any other JSON file at --out
+# What a resumed cross-validation must share with the saved one, in the order they are checked
+_SHARED = ("store_id", "params", "n_folds", "task", "seed", "test_rows")
 
 
 def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, client=None,
-                   echo=None, task: str = "auto") -> dict:
+                   echo=None, task: str = "auto", out=None, resume: bool = False) -> dict:
     """K-fold cross-validation on a store's training rows, each fold trained by streaming.
 
     Folds are grouped by the store's ``group`` column when the rows have one (rows of a
@@ -28,29 +47,77 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     ----------
     store_path : str or Path
     params : dict, optional
-        Estimator parameters.
+        Estimator parameters. With ``out``, give an int ``random_state``: a resumed
+        cross-validation must draw the same folds.
     n_folds : int, default=5
     client : distributed.Client, optional
         Default the active ``distributed`` client, else an embedded LocalCluster of threads.
     echo : callable, optional
-        Called with a line of text after each fold.
+        Called with a line of text after each fold (and, when resuming, for each saved fold).
     task : {"auto", "classification", "regression"}, default="auto"
         As :func:`fgscale.runs.train_run`.
+    out : str or Path, optional
+        A JSON file where the results so far are written after each fold (see the module
+        docstring); an existing one is refused unless ``resume``. Default: none, nothing is
+        written.
+    resume : bool, default=False
+        Continue the cross-validation saved in ``out``: the same store, parameters (bar
+        ``verbose`` and ``prefetch``), folds, task and seed, or a ValueError names what
+        differs; only the folds not in the file are trained, and the result equals that of
+        a cross-validation run in one go.
 
     Returns
     -------
     scores : dict
         ``folds`` (a dict per fold: its report, as :func:`fgscale.reports.classification_report`
         or ``regression_report``, its training rows, the chosen hyper-parameters),
-        ``score`` (``"accuracy"`` or ``"r2"``), ``mean_score``, ``std_score``, ``grouped``;
-        for classification also ``mean_accuracy`` and ``std_accuracy``.
+        ``score`` (``"accuracy"`` or ``"r2"``), ``mean_score``, ``std_score``, ``grouped``,
+        ``n_folds``; for classification also ``mean_accuracy`` and ``std_accuracy``; with
+        ``out``, ``out`` and ``already_complete`` (the file had every fold: none was trained).
     """
-    from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
-
+    if resume and out is None:
+        raise ValueError("resume=True continues the cross-validation saved in out: give out")
     store = open_store(store_path)
     clf = make_estimator(store, params, task)
     clf._check_params(warn_level=3)
     name = "accuracy" if is_classifier(clf) else "r2"
+    rows, grouped = _training_rows(store, n_folds)
+    seed = clf._seed()  # drawn once: the split's, and the file's
+    splits = list(_splits(rows, store, n_folds, grouped, name, seed))
+    header = {"kind": _KIND, "store": str(store.path.resolve()), "store_id": store.identity(),
+              "params": params_to_json(clf.get_params()), "n_folds": n_folds,
+              "task": "classification" if name == "accuracy" else "regression", "score": name,
+              "grouped": grouped, "seed": seed, "test_rows": [rows[t].tolist() for _, t in splits]}
+    folds = [] if out is None else _saved_folds(out, header, resume)  # before any cluster starts
+    done = len(folds)
+    for fold in folds:
+        if echo is not None:
+            echo(_fold_line(fold, name, saved=out))
+    if done < n_folds:
+        with get_client(client, processes=False) as client:
+            for fold, (train, test) in enumerate(splits[done:], start=done):
+                model = clone(clf)
+                model._fit_store(store.path, client, rows=rows[train])
+                metrics, _ = score_store(model, store, client, rows[test],
+                                         progress=bool(model.verbose))
+                # as JSON keeps it: a resumed cross-validation reads its saved folds back
+                folds.append(json.loads(json.dumps(
+                    {"fold": fold, "n_train": int(train.size), **metrics,
+                     "selected": {"alpha": model.alpha_, "dropout": model.dropout_,
+                                  "n_clusters": model.n_clusters_}}, default=_plain)))
+                if out is not None:
+                    _write(out, header, folds)
+                if echo is not None:
+                    echo(_fold_line(folds[-1], name))
+    scores = {"folds": folds, **_summary(folds, name), "grouped": grouped, "n_folds": n_folds}
+    if out is not None:
+        scores.update(out=str(out), already_complete=done == n_folds)
+    return scores
+
+
+def _training_rows(store, n_folds: int) -> tuple[np.ndarray, bool]:
+    """The store's training rows and whether they are grouped; a store or a number of folds
+    that cannot make ``n_folds`` folds is refused."""
     rows = store.train_rows()
     groups = store.groups[rows]
     has_group = groups != ""
@@ -63,29 +130,124 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         unit = "subjects (rows of a subject never straddle folds)" if grouped else "rows"
         raise ValueError(f"{store.path}: {n_folds} folds; give 2 or more, and at most the "
                          f"{most} training {unit}")
+    return rows, grouped
+
+
+def _splits(rows, store, n_folds: int, grouped: bool, name: str, seed: int):
+    from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
+
     if grouped:
-        splits = GroupKFold(n_splits=n_folds).split(rows, groups=groups)
-    elif name == "accuracy":
-        splits = StratifiedKFold(n_splits=n_folds, shuffle=True,
-                                 random_state=clf._seed()).split(rows, store.y[rows])
-    else:
-        splits = KFold(n_splits=n_folds, shuffle=True, random_state=clf._seed()).split(rows)
-    folds = []
-    with get_client(client, processes=False) as client:
-        for fold, (train, test) in enumerate(splits):
-            model = clone(clf)
-            model._fit_store(store.path, client, rows=rows[train])
-            metrics, _ = score_store(model, store, client, rows[test],
-                                     progress=bool(model.verbose))
-            folds.append({"fold": fold, "n_train": int(train.size), **metrics,
-                          "selected": {"alpha": model.alpha_, "dropout": model.dropout_,
-                                       "n_clusters": model.n_clusters_}})
-            if echo is not None:
-                echo(f"fold {fold}: {name} {metrics[name]:.4f} on {metrics['n']} rows "
-                     f"(trained on {train.size}; {folds[-1]['selected']})")
-    score = np.array([f[name] for f in folds], float)
-    scores = {"folds": folds, "score": name, "mean_score": float(score.mean()),
-              "std_score": float(score.std()), "grouped": grouped}
+        return GroupKFold(n_splits=n_folds).split(rows, groups=store.groups[rows])
     if name == "accuracy":
-        scores.update(mean_accuracy=scores["mean_score"], std_accuracy=scores["std_score"])
-    return scores
+        return StratifiedKFold(n_splits=n_folds, shuffle=True,
+                               random_state=seed).split(rows, store.y[rows])
+    return KFold(n_splits=n_folds, shuffle=True, random_state=seed).split(rows)
+
+
+def _plain(value):
+    """A numpy number as the Python one (``json.dumps``'s ``default``)."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _summary(folds: list, name: str) -> dict:
+    score = np.array([f[name] for f in folds], float)
+    summary = {"score": name, "mean_score": float(score.mean()), "std_score": float(score.std())}
+    if name == "accuracy":
+        summary.update(mean_accuracy=summary["mean_score"], std_accuracy=summary["std_score"])
+    return summary
+
+
+def _fold_line(fold: dict, name: str, saved=None) -> str:
+    line = (f"fold {fold['fold']}: {name} {fold[name]:.4f} on {fold['n']} rows (trained on "
+            f"{fold['n_train']}; {fold['selected']})")
+    return line if saved is None else f"{line}, saved in {saved}"
+
+
+def summary_line(scores: dict) -> str:
+    """The last line of ``fgscale cv``: the folds' mean score ± sd, and where they are kept."""
+    kind = "grouped by subject" if scores["grouped"] else "shuffled (the store has no groups)"
+    line = (f"{scores['n_folds']}-fold cross-validation, {kind}: {scores['score']} "
+            f"{scores['mean_score']:.4f} ± {scores['std_score']:.4f} (mean ± sd)")
+    if "out" not in scores:
+        return line
+    if scores["already_complete"]:
+        return f"{line}; already complete in {scores['out']}, nothing trained"
+    return f"{line}; results in {scores['out']}"
+
+
+def _write(out, header: dict, folds: list) -> None:
+    results = {**header, "folds": folds, "complete": len(folds) == header["n_folds"],
+               "versions": _versions()}
+    if results["complete"]:
+        results.update(_summary(folds, header["score"]))
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def read_results(out) -> dict:
+    """The results file ``out`` of a cross-validation (:func:`cross_validate`), checked to be
+    one: JSON, of this kind, its folds in order.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, when it is not such a file.
+    """
+    path = Path(out)
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder; --out is the results file, such as cv.json")
+    hint = "not a results file of fgscale cv; choose another --out"
+    try:  # JSON only: nothing read back runs code
+        results = json.loads(path.read_text())
+    except ValueError as exc:  # not JSON, or not text (UnicodeDecodeError is a ValueError)
+        raise ValueError(f"{path}: {hint} (it is not JSON: {exc})") from None
+    fields = ("store", "score", *_SHARED)
+    if not (isinstance(results, dict) and results.get("kind") == _KIND
+            and all(k in results for k in fields) and isinstance(results.get("folds"), list)):
+        raise ValueError(f"{path}: {hint} (it has no {_KIND!r} of {', '.join(fields)}, folds)")
+    folds, name = results["folds"], results["score"]
+    if not all(isinstance(f, dict) and f.get("fold") == i and {name, "n", "n_train", "selected"}
+               <= f.keys() for i, f in enumerate(folds)) or len(folds) > results["n_folds"]:
+        raise ValueError(f"{path}: {hint} (its folds are not those of {results['n_folds']} "
+                         "folds in order)")
+    return results
+
+
+def _saved_folds(out, header: dict, resume: bool) -> list:
+    """The folds saved in ``out`` by the same cross-validation as ``header`` (none without the
+    file); an existing file is refused unless ``resume``, a differing one always."""
+    if not Path(out).exists():
+        return []
+    saved = read_results(out)  # a file of anything else is said so, whether resumed or not
+    if not resume:
+        raise ValueError(f"{out}: cross-validation results already exist there; pass --resume "
+                         "to continue them, or choose another --out")
+    for field in _SHARED:
+        differs = _differs(field, saved, header)
+        if differs:
+            raise ValueError(f"{out}: --resume with another {differs} than the saved "
+                             f"cross-validation: choose another --out, or delete {out} to "
+                             "start afresh")
+    return saved["folds"]
+
+
+def _differs(field: str, saved: dict, given: dict) -> str:
+    """What differs in ``field`` between the saved and the given cross-validation, for its
+    error; "" when nothing does."""
+    if field == "params":  # bar those that change how folds are shown or fed, not their results
+        old, new = saved["params"], given["params"]
+        changed = sorted(k for k in old.keys() | new.keys()
+                         if k not in _UNSEEN_PARAMS and old.get(k) != new.get(k))
+        return "parameters (" + "; ".join(f"{k}: saved {old.get(k)!r}, given {new.get(k)!r}"
+                                          for k in changed) + ")" if changed else ""
+    if saved[field] == given[field]:
+        return ""
+    if field == "store_id":
+        return (f"store (saved {saved['store']}, given {given['store']}: other rows, labels, "
+                "split or mask)")
+    if field == "test_rows":
+        return "split (the folds' test rows differ)"
+    note = " (random_state=None draws one: give an int)" if field == "seed" else ""
+    return f"{field} (saved {saved[field]!r}, given {given[field]!r}{note})"

@@ -1,5 +1,7 @@
 """fgscale cv: grouped K-fold on a store, each fold streamed, against in-memory fits."""
 
+import json
+
 import numpy as np
 import pytest
 from sklearn.model_selection import GroupKFold
@@ -24,6 +26,13 @@ def grouped_store(tmp_path_factory):
                        groups=groups, split=split, block_rows=16)
 
 
+def _copy_store(store, path, **changes):
+    """A copy of ``store`` at ``path``, with other ``groups`` or ``split`` if given."""
+    kwargs = {"groups": store.groups, "split": store.split, **changes}
+    return write_store(path, store.read_rows(np.arange(store.n_samples)), store.y, store.mask,
+                       store.affine, classes=store.classes, **kwargs)
+
+
 def test_each_fold_equals_an_in_memory_fit_on_its_rows(grouped_store, client):
     store = grouped_store
     scores = cross_validate(store.path, params=PARAMS, n_folds=3, client=client)
@@ -41,10 +50,7 @@ def test_each_fold_equals_an_in_memory_fit_on_its_rows(grouped_store, client):
 
 
 def test_feature_grouping_folds_build_their_own_banks(grouped_store, client, tmp_path):
-    store = write_store(tmp_path / "copy.zarr", grouped_store.read_rows(np.arange(60)),
-                        grouped_store.y, grouped_store.mask, grouped_store.affine,
-                        groups=grouped_store.groups, split=grouped_store.split,
-                        classes=grouped_store.classes)
+    store = _copy_store(grouped_store, tmp_path / "copy.zarr")
     cross_validate(store.path, params=dict(n_groupings=3, n_bootstrap=8, max_epochs=5,
                                            n_clusters=0.1, random_state=0),
                    n_folds=2, client=client)
@@ -72,9 +78,179 @@ def test_more_folds_than_subjects_or_rows_partly_grouped_are_refused(grouped_sto
         assert "dashboard" not in err.lower()
     groups = grouped_store.groups.copy()
     groups[:3] = ""
-    partly = write_store(tmp_path / "partly.zarr", grouped_store.read_rows(np.arange(60)),
-                         grouped_store.y, grouped_store.mask, grouped_store.affine,
-                         groups=groups, split=grouped_store.split, classes=grouped_store.classes)
+    partly = _copy_store(grouped_store, tmp_path / "partly.zarr", groups=groups)
     with pytest.raises(ValueError, match=r"partly\.zarr: 3 of the 48 training rows have no "
                                          "group: give each row its subject, or none of them"):
         cross_validate(partly.path, params=PARAMS, n_folds=3)
+
+
+# --- the results file (--out) and --resume ---
+
+QUICK = dict(regularizer="none", max_epochs=5, random_state=0)
+
+
+class _Killed(Exception):
+    """Stands for a cross-validation killed between two folds."""
+
+
+@pytest.fixture(scope="module")
+def full_run(grouped_store, client, tmp_path_factory):
+    """An uninterrupted 3-fold cross-validation with a results file: (its scores, the file,
+    the number of folds the file held at each fold's line)."""
+    out = tmp_path_factory.mktemp("cv_out") / "cv.json"
+    held = []
+    scores = cross_validate(grouped_store.path, params=QUICK, n_folds=3, client=client,
+                            out=out, echo=lambda line: held.append(_read(out)["folds"]))
+    return scores, out, [len(folds) for folds in held]
+
+
+def _read(path):
+    return json.loads(path.read_text())
+
+
+def test_the_results_file_is_written_after_each_fold(full_run, grouped_store):
+    scores, out, held = full_run
+    assert held == [1, 2, 3]  # on disk before each fold's line
+    saved = _read(out)
+    assert saved["complete"] and not scores["already_complete"] and scores["out"] == str(out)
+    assert saved["folds"] == scores["folds"]
+    assert saved["mean_score"] == scores["mean_score"] == pytest.approx(
+        np.mean([f["accuracy"] for f in saved["folds"]]))
+    assert saved["std_score"] == scores["std_score"]
+    assert saved["store"] == str(grouped_store.path.resolve())
+    assert saved["store_id"] == grouped_store.identity()
+    assert (saved["n_folds"], saved["task"], saved["grouped"], saved["seed"]) == (
+        3, "classification", True, 0)
+    assert saved["params"]["max_epochs"] == 5 and "fgscale" in saved["versions"]
+    test_rows = np.concatenate(saved["test_rows"])
+    assert np.array_equal(np.sort(test_rows), grouped_store.train_rows())  # each row once
+    assert [len(t) for t in saved["test_rows"]] == [f["n"] for f in saved["folds"]]
+    assert list(out.parent.iterdir()) == [out]  # no temporary file left
+
+
+def test_an_interrupted_cross_validation_resumes_to_the_uninterrupted_result(
+        full_run, grouped_store, client, tmp_path, monkeypatch):
+    scores, full, _ = full_run
+    out = tmp_path / "cv.json"
+
+    def killed_after_fold_1(line):
+        if line.startswith("fold 1:"):
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        cross_validate(grouped_store.path, params=QUICK, n_folds=3, client=client, out=out,
+                       echo=killed_after_fold_1)
+    assert not _read(out)["complete"] and len(_read(out)["folds"]) == 2
+    lines = []
+    resumed = cross_validate(grouped_store.path, params={**QUICK, "verbose": 1}, n_folds=3,
+                             client=client, out=out, resume=True, echo=lines.append)
+    assert [line.endswith(f"saved in {out}") for line in lines] == [True, True, False]
+    # the same numbers as in one go: each fold's seed and rows come from the plan, not the run
+    assert resumed["folds"] == scores["folds"]
+    assert resumed["mean_score"] == scores["mean_score"]
+    assert resumed["std_score"] == scores["std_score"]
+    assert {**_read(out), "params": None} == {**_read(full), "params": None}
+
+    # complete: reported, nothing trained (no cluster asked for), the file left as it is
+    before = out.read_bytes()
+    monkeypatch.setattr("fgscale.crossval.get_client", None)
+    again = cross_validate(grouped_store.path, params=QUICK, n_folds=3, out=out, resume=True)
+    assert again["already_complete"] and again["folds"] == scores["folds"]
+    assert out.read_bytes() == before
+
+
+def test_resume_refuses_other_parameters_folds_or_store_and_leaves_the_file(
+        full_run, grouped_store, tmp_path, monkeypatch):
+    _, full, _ = full_run
+    before = full.read_bytes()
+    monkeypatch.setattr("fgscale.crossval.get_client", None)  # refused before any cluster
+    split = grouped_store.split.copy()
+    split[:3] = "test"
+    other = _copy_store(grouped_store, tmp_path / "other.zarr", split=split)
+    for store, params, folds, differs in (
+            (grouped_store, {**QUICK, "max_epochs": 6}, 3,
+             "parameters (max_epochs: saved 5, given 6)"),
+            (grouped_store, {**QUICK, "random_state": 1}, 3,
+             "parameters (random_state: saved 0, given 1)"),
+            (grouped_store, QUICK, 2, "n_folds (saved 3, given 2)"),
+            (other, QUICK, 3, f"store (saved {grouped_store.path.resolve()}, given "
+                              f"{other.path.resolve()}")):
+        with pytest.raises(ValueError) as info:
+            cross_validate(store.path, params=params, n_folds=folds, out=full, resume=True)
+        assert str(info.value).startswith(f"{full}: --resume with another {differs}"), info.value
+        assert f"choose another --out, or delete {full} to start afresh" in str(info.value)
+        assert full.read_bytes() == before
+
+
+def test_an_existing_file_is_refused_without_resume(full_run, grouped_store, monkeypatch):
+    _, full, _ = full_run
+    before = full.read_bytes()
+    monkeypatch.setattr("fgscale.crossval.get_client", None)
+    with pytest.raises(ValueError, match=f"{full}: cross-validation results already exist "
+                                         "there; pass --resume to continue them, or choose "
+                                         "another --out"):
+        cross_validate(grouped_store.path, params=QUICK, n_folds=3, out=full)
+    assert full.read_bytes() == before
+
+
+def test_a_file_that_is_not_cv_results_is_refused_by_name(grouped_store, tmp_path, capsys):
+    out = tmp_path / "cv.json"
+    for text, why in (("{not json", "it is not JSON"), (b"\xff\xfe\x00", "it is not JSON"),
+                      ("[1, 2]", "it has no 'fgscale cv results'"),
+                      ('{"params": {}}', "it has no 'fgscale cv results'")):
+        out.write_bytes(text if isinstance(text, bytes) else text.encode())
+        for resume in ([], ["--resume"]):  # the CLI reads the file first with --resume
+            assert main(["cv", str(grouped_store.path), "--out", str(out), *resume]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"fgscale cv: error: {out}: not a results file of fgscale cv; "
+                                  f"choose another --out ({why}"), err
+            assert "Traceback" not in err
+    with pytest.raises(ValueError, match="not a results file of fgscale cv"):
+        cross_validate(grouped_store.path, params=QUICK, n_folds=3, out=out, resume=True)
+    with pytest.raises(ValueError, match=f"{tmp_path}: a folder; --out is the results file"):
+        cross_validate(grouped_store.path, params=QUICK, n_folds=3, out=tmp_path)
+
+
+def test_a_cross_validation_refused_or_failed_before_its_first_fold_writes_nothing(
+        grouped_store, client, tmp_path, monkeypatch):
+    out = tmp_path / "cv.json"
+    with pytest.raises(ValueError, match="max_epochs"):
+        cross_validate(grouped_store.path, params={**QUICK, "max_epochs": 0}, out=out)
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("a worker died")
+
+    monkeypatch.setattr("fgscale.crossval.score_store", fails)
+    with pytest.raises(RuntimeError):
+        cross_validate(grouped_store.path, params=QUICK, n_folds=3, client=client, out=out)
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_cli_out_and_resume_with_the_saved_parameters(full_run, grouped_store, client,
+                                                      tmp_path, capsys):
+    scores, full, _ = full_run
+    out = tmp_path / "cv.json"
+    scheduler = ["--scheduler", client.scheduler.address, "--no-progress"]
+    assert main(["cv", str(grouped_store.path), "--folds", "3", "--regularizer", "none",
+                 "--max-epochs", "5", "--out", str(out), *scheduler]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("fold ") for line in lines) == 3
+    assert lines[-1].startswith("3-fold cross-validation, grouped by subject: accuracy ")
+    assert lines[-1].endswith(f"(mean ± sd); results in {out}")
+    assert _read(out)["folds"] == scores["folds"]
+    # --resume alone: the saved folds and parameters, not the options' defaults (5 folds,
+    # feature grouping), so the finished cross-validation is found finished
+    assert main(["cv", str(grouped_store.path), "--out", str(out), "--resume", *scheduler]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all(line.endswith(f"saved in {out}") for line in lines[:3])
+    assert lines[-1].endswith(f"already complete in {out}, nothing trained")
+    # an option given on the command line is the command's, and is checked against the file
+    assert main(["cv", str(grouped_store.path), "--out", str(out), "--resume",
+                 "--max-epochs", "6", *scheduler]) == 2
+    assert "max_epochs: saved 5, given 6" in capsys.readouterr().err
+    assert main(["cv", str(grouped_store.path), "--resume", *scheduler]) == 2
+    assert "--resume continues the cross-validation saved in --out: give --out" in \
+        capsys.readouterr().err
+    with pytest.raises(ValueError, match="resume=True continues the cross-validation saved in "
+                                         "out: give out"):
+        cross_validate(grouped_store.path, params=QUICK, resume=True)
