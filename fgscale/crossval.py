@@ -20,10 +20,10 @@ from sklearn.base import clone, is_classifier
 
 from fgscale._files import atomic_path
 from fgscale._params import params_to_json
+from fgscale._run_folder import UNSEEN_PARAMS, versions
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
 from fgscale.reports import score_store
-from fgscale.runs import _UNSEEN_PARAMS, _versions
 from fgscale.store._reader import open_store
 
 __all__ = ["cross_validate", "read_results", "summary_line"]
@@ -179,7 +179,7 @@ def summary_line(scores: dict) -> str:
 
 def _write(out, header: dict, folds: list) -> None:
     results = {**header, "folds": folds, "complete": len(folds) == header["n_folds"],
-               "versions": _versions()}
+               "versions": versions()}
     if results["complete"]:
         results.update(_summary(folds, header["score"]))
     with atomic_path(out) as tmp:
@@ -239,7 +239,7 @@ def _differs(field: str, saved: dict, given: dict) -> str:
     if field == "params":  # bar those that change how folds are shown or fed, not their results
         old, new = saved["params"], given["params"]
         changed = sorted(k for k in old.keys() | new.keys()
-                         if k not in _UNSEEN_PARAMS and old.get(k) != new.get(k))
+                         if k not in UNSEEN_PARAMS and old.get(k) != new.get(k))
         return "parameters (" + "; ".join(f"{k}: saved {old.get(k)!r}, given {new.get(k)!r}"
                                           for k in changed) + ")" if changed else ""
     if saved[field] == given[field]:

@@ -1,243 +1,28 @@
-"""Run folders: the one module that writes and reads the files of a training run.
-
-A run folder holds::
-
-    config.json      the estimator's parameters, the store (path, identity), the versions
-    checkpoint.pt    model, optimiser, early-stopping and RNG state after the last epoch
-                     (tensors, numbers and strings only: it loads with ``weights_only=True``)
-    metrics.jsonl    one JSON line per epoch (train loss, validation loss and accuracy)
-    checkpoint-<phase>.pt, metrics-<phase>.jsonl
-                     the same for the other phases of a fit: each candidate of a search
-                     (``candidate-1`` ...), whose checkpoint.pt and metrics.jsonl are not
-                     written, and the refit on all training rows after early stopping
-                     (``refit``); a resumed run continues the phase it was in, and a
-                     finished phase is read back rather than trained again
-    model.json       the fitted estimator as data: class, parameters, classes, the selected
-    model.npz        hyper-parameters; the model's weights and the standardization; the mask
-    mask.nii.gz      of the store (:mod:`fgscale.estimators._persist`); model.json is written
-                     last: a run without it has not finished
-    maps/            a 3D map per class on the store's grid (``maps/<class>.nii.gz``), for
-    maps.nii.gz      nilearn.plotting; maps.nii.gz holds them as one 4D image; maps.json says
-    maps.json        which volume and file is which class, and what the values are
-                     (:mod:`fgscale.maps`)
-    final.json       the test report on the store's test rows and the run's summary
-
-Every file is written under a temporary name and renamed (:func:`atomic_path`): a run killed
-mid-write keeps the previous version of each file. Nothing read back executes code: JSON,
-``np.load(allow_pickle=False)``, NIfTI, and ``torch.load(weights_only=True)`` for the
-checkpoint; :func:`load_run` is the way back to a fitted estimator.
+"""Training runs on a store: :func:`train_run` (``fgscale train``), :func:`evaluate_run`,
+:func:`predict_run` and :func:`load_run`, each on a run folder whose files
+:mod:`fgscale._run_folder` writes and reads.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import platform
 import time
-from pathlib import Path
 
 import numpy as np
-import torch
 
-from fgscale._files import atomic_path, read_json
-from fgscale._params import RUNTIME_PARAMS, check_device, params_to_json
+from fgscale._files import atomic_path
+from fgscale._params import check_device, params_to_json
+from fgscale._run_folder import RunFolder
 from fgscale.cluster import get_client
-from fgscale.estimators._base import _cuda, _History
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._factory import make_estimator
-from fgscale.estimators._persist import load_model, save_model
-from fgscale.maps import MAPS_IMAGE, has_maps, write_maps
+from fgscale.maps import has_maps
 from fgscale.reports import predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
 __all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "train_run"]
 
 log = logging.getLogger(__name__)
-
-# Parameters that change how a run is shown or fed, never what it computes: a finished run asked
-# again with other values (`fgscale train --resume --no-progress`) has nothing left to do.
-_UNSEEN_PARAMS = ("verbose", "prefetch")
-
-
-def _versions() -> dict:
-    from fgscale import __version__  # "0+unknown" in a source tree that was not installed
-
-    return {"fgscale": __version__, "torch": torch.__version__, "python": platform.python_version()}
-
-
-class RunFolder:
-    """The files of one run folder (see the module docstring), read and written here only.
-
-    Parameters
-    ----------
-    path : str or Path
-    """
-
-    def __init__(self, path):
-        self.path = Path(path)
-
-    def __truediv__(self, name: str) -> Path:
-        return self.path / name
-
-    def _write_json(self, obj, name: str) -> None:
-        with atomic_path(self / name) as tmp:
-            tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-
-    def start(self, params: dict, store, *, resume: bool) -> dict | None:
-        """Check that a run may start (or resume) here, then write ``config.json``.
-
-        A folder with a run in it is refused unless ``resume``, and then only with the same
-        parameters, bar :data:`RUNTIME_PARAMS`. Returns the summary of a run that already ended
-        with these parameters, bar :data:`_UNSEEN_PARAMS` (nothing is written then), else None.
-        """
-        config, identity = self / "config.json", store.identity()
-        if config.exists():
-            if not resume:
-                raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
-                                 "continue it or choose another --out")
-            saved_run = read_json(config, "run configuration")
-            if saved_run.get("store_id", identity) != identity:
-                raise ValueError(f"{self.path}: --resume on another store than the run's "
-                                 f"({saved_run['store']}): give that store, or another --out")
-            saved = saved_run["params"]
-            changed = _changed(params, saved)
-            if changed:
-                raise ValueError(f"{self.path}: --resume with other parameters than the saved "
-                                 f"run ({', '.join(changed)}; see {config})")
-            final = self / "final.json"
-            if final.exists() and all(saved.get(k) == params[k] for k in params
-                                      if k not in _UNSEEN_PARAMS):
-                return read_json(final, "run summary")
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._write_json({"params": params, "store": str(store.path.resolve()),
-                          "store_id": identity,
-                          "synthetic": bool(store.attrs.get("synthetic", False)),
-                          "versions": _versions()}, "config.json")
-        return None
-
-    def _saved_params(self) -> dict | None:
-        config = self / "config.json"
-        return read_json(config, "run configuration")["params"] if config.exists() else None
-
-    def changed_params(self, params: dict) -> list[str]:
-        """The parameters (bar :data:`RUNTIME_PARAMS`) whose value in ``params`` differs from
-        the run saved here; [] for a folder with no run."""
-        saved = self._saved_params()
-        return [] if saved is None else _changed(params, saved)
-
-    def forget_unstarted(self) -> None:
-        """Remove what :meth:`start` wrote when the run failed before its first epoch ended
-        (a bad parameter found late, a cluster that went away, Ctrl-C), so that the corrected
-        command starts afresh instead of being refused; a run with a checkpoint is kept."""
-        if any(self.path.glob("checkpoint*.pt")):
-            return
-        (self / "config.json").unlink(missing_ok=True)
-        try:
-            self.path.rmdir()  # only if nothing else is in it
-        except OSError:
-            pass
-
-    def checkpoints(self, estimator, optimizer, stopper, phase: str = "",
-                    params=None) -> _Checkpoints:
-        """The estimator's per-epoch hook: a checkpoint and the metrics after every epoch of
-        one phase (:class:`~fgscale.estimators._base._History`)."""
-        return _Checkpoints(self, estimator, optimizer, stopper, phase, params)
-
-    def write_estimator(self, clf, store) -> None:
-        """``model.json``, ``model.npz`` and the store's mask (:func:`save_model`)."""
-        save_model(clf, self.path, mask_img=store.mask_img())
-
-    def read_estimator(self):
-        if not (self / "model.json").exists() and not (self / "config.json").exists():
-            raise FileNotFoundError(f"{self.path}: not a run folder (no config.json or "
-                                    "model.json); expected the --out folder of fgscale train")
-        if not (self / "model.json").exists():
-            raise FileNotFoundError(f"{self / 'model.json'}: no such file; the run in "
-                                    f"{self.path} has not finished (fgscale train writes it "
-                                    "at the end; --resume continues a killed run)")
-        return load_model(self.path)
-
-    def write_maps(self, clf, store) -> Path:
-        """A map per class and maps.json (:func:`fgscale.maps.write_maps`); returns the 4D one."""
-        write_maps(self.path, clf, store.mask, store.affine)
-        return self / MAPS_IMAGE
-
-    def write_final(self, summary: dict) -> None:
-        self._write_json(summary, "final.json")
-
-
-def _changed(params: dict, saved: dict) -> list[str]:
-    return sorted(k for k in params if k not in RUNTIME_PARAMS and saved.get(k) != params[k])
-
-
-class _Checkpoints(_History):
-    """Checkpoints and per-epoch metrics of one fit in a run folder."""
-
-    def __init__(self, folder: RunFolder, estimator, optimizer, stopper, phase="",
-                 params=None):
-        super().__init__(estimator, optimizer, stopper, phase, params)
-        self.folder = folder
-        self.estimator_params = {k: v for k, v in params_to_json(estimator.get_params()).items()
-                                 if k not in RUNTIME_PARAMS}
-        self.phase_params = None if params is None else params_to_json(params)
-        self.gpu = _cuda(estimator.device)  # its generator is checkpointed
-        suffix = f"-{phase}" if phase else ""
-        self.checkpoint_path = folder / f"checkpoint{suffix}.pt"
-        self.metrics_path = folder / f"metrics{suffix}.jsonl"
-
-    def resume(self) -> int:
-        """Load the phase's checkpoint if there is one; return the first epoch left to run.
-
-        A refit's checkpoint made with other hyper-parameters than those chosen now (a
-        resumed search whose candidates trained longer chose another) is started afresh.
-        """
-        path = self.checkpoint_path
-        if not path.exists():
-            return 0
-        try:  # weights_only: tensors, numbers, strings and containers, never code
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # an unpickling error (a foreign object), a damaged file
-            raise ValueError(f"{path}: not a checkpoint of plain tensors and numbers, refused "
-                             f"unread ({type(exc).__name__}); delete it to restart the run, "
-                             "or use a new run folder") from None
-        if state["params"] != self.estimator_params:
-            changed = _changed(self.estimator_params, state["params"])
-            raise ValueError(f"{path}: saved with other parameters ({', '.join(changed)}); "
-                             "use a new run folder")
-        if "phase_params" in state and state["phase_params"] != self.phase_params:
-            log.info("%s: made with %s, not %s: this phase starts afresh", path,
-                     state.get("phase_params"), self.phase_params)
-            return 0
-        self.estimator.model_.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.stopper is not None:
-            self.stopper.load_state_dict(state["stopper"])
-        torch.set_rng_state(state["rng"])
-        if state.get("cuda_rng") is not None and self.gpu is not None:
-            torch.cuda.set_rng_state(state["cuda_rng"], self.gpu)
-        self.history = state["history"]
-        log.info("resumed %s after epoch %d", self.folder.path, state["epoch"])
-        return state["epoch"] + 1
-
-    def epoch_end(self, metrics: dict) -> None:
-        super().epoch_end(metrics)
-        cuda_rng = None if self.gpu is None else torch.cuda.get_rng_state(self.gpu)
-        model = self.estimator.model_.state_dict()
-        stopper = None if self.stopper is None else self.stopper.state_dict()
-        if stopper is not None and stopper["best_epoch"] == metrics["epoch"]:
-            # the best weights are this epoch's: the model's own tensors, which torch.save
-            # stores once, rather than a copy that would double the checkpoint
-            stopper["best_state"] = model
-        state = {"epoch": metrics["epoch"], "model": model,
-                 "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
-                 "cuda_rng": cuda_rng, "stopper": stopper, "history": self.history,
-                 "params": self.estimator_params, "phase_params": self.phase_params}
-        # into an open file: on a full disk that raises the OSError, which torch's own writer
-        # of a path turns into a RuntimeError naming no file
-        with atomic_path(self.checkpoint_path) as tmp, open(tmp, "wb") as f:
-            torch.save(state, f)
-        with atomic_path(self.metrics_path) as tmp:
-            tmp.write_text("".join(json.dumps(h) + "\n" for h in self.history))
 
 
 def train_run(store_path, out, *, params: dict | None = None, resume: bool = False,
