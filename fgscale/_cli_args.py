@@ -99,7 +99,8 @@ def add_cohort_args(p) -> None:
 
 def add_param(p, name: str, note: str = "") -> None:
     """The option of an estimator parameter, from the table: its type, default and help."""
-    from fgscale._params import _BY_NAME, Options, _Sizes
+    from fgscale._constraints import Options, Sizes
+    from fgscale._params import _BY_NAME
 
     param = _BY_NAME[name]
 
@@ -114,7 +115,7 @@ def add_param(p, name: str, note: str = "") -> None:
         return value
 
     default = param.default
-    if isinstance(param.constraint, _Sizes):  # --hidden-layer-sizes 256 128
+    if isinstance(param.constraint, Sizes):  # --hidden-layer-sizes 256 128
         kwargs = {"type": int, "nargs": "+", "default": list(default)}
         default = " ".join(map(str, default))
     else:

@@ -1,0 +1,238 @@
+"""What values a parameter of the estimators takes: the constraints of the table in
+:mod:`fgscale._params`, each able to check a value, say what it expects (in the style of
+scikit-learn's messages) and read a command-line string. Imports nothing heavy (torch only
+inside :func:`check_device`).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = ["Anything", "Bool", "Constraint", "Device", "Fraction", "Interval", "InvalidParameterError",
+           "Options", "RandomState", "Searchable", "Sizes", "Union", "check_device"]
+
+
+class InvalidParameterError(ValueError):
+    """A parameter value outside its constraint (a ValueError, as in scikit-learn)."""
+
+
+class Constraint:
+    """What values a parameter takes: ``check`` returns the value or raises, ``describe`` says
+    what is expected, ``parse`` reads a command-line string."""
+
+    def check(self, value):
+        if not self.accepts(value):
+            raise InvalidParameterError(self.describe())
+        return value
+
+    def accepts(self, value) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def parse(self, text: str):
+        return text
+
+
+class Options(Constraint):
+    def __init__(self, *choices):
+        self.choices = choices
+
+    def accepts(self, value):
+        return isinstance(value, str) and value in self.choices
+
+    def describe(self):
+        return "a str among " + ", ".join(repr(c) for c in self.choices)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+class Interval(Constraint):
+    """A number in ``[low, high]``; ``closed`` says which ends belong to it."""
+
+    def __init__(self, kind: type, low=None, high=None, closed: str = "both"):
+        self.kind, self.low, self.high, self.closed = kind, low, high, closed
+
+    def accepts(self, value):
+        if not (_is_int(value) if self.kind is int else _is_real(value)):
+            return False
+        if not np.isfinite(value):
+            return False
+        left_open = self.closed in ("right", "neither")
+        right_open = self.closed in ("left", "neither")
+        if self.low is not None and (value < self.low or (left_open and value == self.low)):
+            return False
+        return self.high is None or not (value > self.high or (right_open and value == self.high))
+
+    def describe(self):
+        left = "(" if self.closed in ("right", "neither") or self.low is None else "["
+        right = ")" if self.closed in ("left", "neither") or self.high is None else "]"
+        low = "-inf" if self.low is None else self.low
+        high = "inf" if self.high is None else self.high
+        return f"{'an int' if self.kind is int else 'a float'} in the range {left}{low}, {high}{right}"
+
+    def parse(self, text):
+        return self.kind(text)
+
+
+class Union(Constraint):
+    def __init__(self, *options: Constraint):
+        self.options = options
+
+    def accepts(self, value):
+        return any(o.accepts(value) for o in self.options)
+
+    def describe(self):
+        return " or ".join(o.describe() for o in self.options)
+
+    def parse(self, text):
+        for option in self.options:
+            try:
+                value = option.parse(text)
+            except ValueError:
+                continue
+            if option.accepts(value):
+                return value
+        raise ValueError(f"{text!r} is not {self.describe()}")
+
+
+class Bool(Constraint):
+    _WORDS = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
+
+    def accepts(self, value):
+        return isinstance(value, (bool, np.bool_))
+
+    def describe(self):
+        return "a bool"
+
+    def parse(self, text):
+        try:
+            return self._WORDS[text.lower()]
+        except KeyError:
+            raise ValueError(f"{text!r} is not on or off") from None
+
+
+class Fraction(Constraint):
+    """k as a count >= 1 or as a fraction of the features in (0, 1)."""
+
+    def accepts(self, value):
+        return ((_is_int(value) and value >= 1)
+                or (_is_real(value) and not _is_int(value) and 0 < value < 1))
+
+    def describe(self):
+        return "an int >= 1 (clusters) or a float in (0, 1) (a fraction of the features)"
+
+    def parse(self, text):
+        value = float(text)
+        return int(value) if value >= 1 and value.is_integer() else value
+
+
+class Searchable(Constraint):
+    """A value, ``"auto"`` (a grid chosen on validation data) or a non-empty list or 1-D array."""
+
+    def __init__(self, single: Constraint, none: bool = False):
+        self.single, self.none = single, none
+
+    def accepts(self, value):
+        if value is None:
+            return self.none
+        if isinstance(value, str):
+            return value == "auto"
+        if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+            return len(value) >= 1 and all(self.single.accepts(v) for v in value)
+        return self.single.accepts(value)
+
+    def describe(self):
+        return (("None, " if self.none else "") + f"{self.single.describe()}, 'auto' or a list "
+                "of such values")
+
+    def parse(self, text):
+        if text == "auto":
+            return text
+        if text.lower() == "none" and self.none:
+            return None
+        values = [self.single.parse(v) for v in text.split(",")]
+        return values[0] if len(values) == 1 else values
+
+
+class Sizes(Constraint):
+    def accepts(self, value):
+        return (isinstance(value, (tuple, list)) and len(value) >= 1
+                and all(_is_int(v) and v >= 1 for v in value))
+
+    def describe(self):
+        return "a non-empty tuple of ints >= 1"
+
+    def parse(self, text):
+        return tuple(int(v) for v in text.replace(",", " ").split())
+
+
+class Device(Constraint):
+    def check(self, value):
+        check_device(value)
+        return value
+
+    def accepts(self, value):
+        return isinstance(value, str)
+
+    def describe(self):
+        return "a torch device ('cpu', 'cuda', 'cuda:1')"
+
+
+class Anything(Constraint):
+    def __init__(self, description: str):
+        self.description = description
+
+    def accepts(self, value):
+        return True
+
+    def describe(self):
+        return self.description
+
+
+class RandomState(Constraint):
+    def accepts(self, value):
+        return value is None or (_is_int(value) and value >= 0) or isinstance(
+            value, np.random.RandomState)
+
+    def describe(self):
+        return "None, an int >= 0 or a numpy RandomState"
+
+    def parse(self, text):
+        return int(text)
+
+
+def check_device(device) -> None:
+    """A device torch can use here; checked before any work, so that a run asking for a GPU
+    on a machine without one stops at once, not after its bank is built."""
+    import torch  # here: checking the other parameters imports no torch
+
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must name a torch device ('cpu', 'cuda', 'cuda:1'), "
+                         f"got {device!r}") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"device={str(device)!r}: this torch {torch.__version__} sees no "
+                             "CUDA GPU (use device='cpu')")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"device={str(device)!r}: this machine has {count} CUDA GPU(s)")
+    elif device.type != "cpu":  # mps, xpu...: can torch put a tensor there?
+        try:
+            usable = device.type != "meta" and torch.empty(1, device=device).numel() == 1
+        except Exception:  # noqa: BLE001 - RuntimeError, AssertionError, a missing backend module
+            usable = False
+        if not usable:
+            raise ValueError(f"device={str(device)!r}: this torch {torch.__version__} cannot hold "
+                             "a model there (use device='cpu', or 'cuda' on a machine with a GPU)")
