@@ -12,7 +12,7 @@ flag i. Tasks never share a chunk, and a task that runs twice (a worker died, Da
 writes the same bytes again, so the result is the in-memory :func:`fgscale.grouping.make_bank`
 exactly, whatever the number of workers or failures. A bank is resumable (only rows whose flag is
 unset are computed) and extensible (a larger b resizes the arrays and computes the new rows only),
-where it lies when that place is writable.
+where new derived data of the store go.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from fgscale.store._banks import (
     find_banks,
     open_bank,
 )
-from fgscale.store._derived import writable, write_location
+from fgscale.store._derived import DERIVED_ENV, write_location
 from fgscale.store._reader import Store, open_store
 from fgscale.store._shards import resumable_write
 
@@ -85,14 +85,16 @@ def _complete(banks: list[Bank], n_groupings: int | None) -> Bank | None:
 
 
 def _build_location(store: Store, key: str, found: list[Bank], overwrite: bool) -> str:
-    """Where to build bank ``key``: where a copy of it lies and can be written (resumed or
-    extended there), else where new derived data go."""
-    if overwrite and found and not writable(found[0].location):
-        raise BankError(f"{found[0].location}: bank {key!r} lies in a store this process may "
-                        "not write, where readers look first: it cannot be rebuilt; make the "
-                        "store writable, or train from a writable copy")
-    here = None if overwrite else next((b.location for b in found if writable(b.location)), None)
-    return here or write_location(store)
+    """Where to build bank ``key``: where new derived data of the store go (a copy there is
+    resumed or extended; one elsewhere is left as it is)."""
+    where = write_location(store)
+    path = str(store.path.resolve())
+    if overwrite and found and found[0].location == path != where:
+        # a copy rebuilt in the cache would never be read: readers look in the store first
+        raise BankError(f"{path}: bank {key!r} lies in the store, and new banks go to its cache "
+                        f"store {where} (the store is read-only, or {DERIVED_ENV}=cache): it "
+                        "cannot be rebuilt; make the store writable, or use a copy of it")
+    return where
 
 
 def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
@@ -145,7 +147,7 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     ValueError
         On bad parameters or a store without training rows.
     fgscale.store.BankError
-        With ``overwrite``, if the bank lies in a store this process may not write.
+        With ``overwrite``, if the bank lies in the store and new banks go to its cache.
     fgscale.store.StoreError
         If groupings are to be built and neither the store nor the cache dir is writable.
     """
@@ -156,7 +158,7 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     key, params, rows = _params(store, n_clusters, n_bootstrap, seed, rows)
     found = find_banks(store, key)
     bank = None if overwrite else _complete(found, int(n_groupings))
-    if bank is None:  # something to write: where the bank lies if writable, else the default
+    if bank is None:  # something to build
         where = _build_location(store, key, found, overwrite)
         bank = create_bank(zarr.open_group(where, mode="r+"), key, params, int(n_groupings),
                            store.n_features, rows=rows, overwrite=overwrite)
