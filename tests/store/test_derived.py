@@ -25,7 +25,7 @@ from helpers import smooth_cohort, synthetic_store
 
 from fgscale import FeatureGroupingClassifier
 from fgscale.cli import main
-from fgscale.grouping._bank import resolve_n_clusters
+from fgscale.grouping._bank import make_bank, resolve_n_clusters
 from fgscale.grouping._dask_bank import build_bank
 from fgscale.store import StoreError, bank_key, list_banks, open_store, stats_key, write_store
 from fgscale.store._derived import (
@@ -241,6 +241,24 @@ def test_a_read_only_store_that_holds_its_bank_is_read_not_copied(locked, tmp_pa
     assert tree_digest(store.path) == before
 
 
+def test_a_bank_in_the_cache_is_resumed_and_extended_there(locked, client):
+    store = synthetic_store(locked.folder / "s.zarr", 24, 2, seed=0, block_rows=4)
+    locked.lock()
+    before = tree_digest(store.path)
+    kw = dict(n_bootstrap=4, n_clusters=20, client=client, progress=False, return_info=True)
+    _, info = build_bank(store.path, n_groupings=3, **kw)
+    cache = str(cache_path(store))
+    assert (info["location"], info["built"]) == (cache, 3)
+    done = zarr.open_group(cache, mode="r+")[f"banks/{info['key']}/done"]
+    done[1] = False  # as a run killed before grouping 1 was written
+    bank, info = build_bank(store.path, n_groupings=5, **kw)
+    assert (info["location"], info["built"], info["reused"]) == (cache, 3, 2)
+    expected = make_bank(store.X[:], store.mask, 20, n_groupings=5, n_bootstrap=4,
+                         rows=store.train_rows(), seed=0)
+    np.testing.assert_array_equal(bank, expected)
+    assert tree_digest(store.path) == before
+
+
 # ---------------------------------------------------------------- the command line
 
 
@@ -268,3 +286,20 @@ def test_cli_bank_lists_both_places_and_refuses_to_shadow_the_store(locked, tmp_
     assert main(["export", str(store.path), "--omega", "--bank", list_banks(store.path)[1]["key"],
                  "--out", str(tmp_path / "omega.nii.gz")]) == 0
     assert tree_digest(store.path) == before
+
+
+@pytest.mark.parametrize("locked", ["chmod", "mount"], indirect=True)
+def test_cli_train_and_cv_from_a_read_only_store(locked, tmp_path, capsys):
+    split = np.where(np.arange(40) % 5 == 0, "test", "train")
+    store = synthetic_store(locked.folder / "s.zarr", 40, 4, n_subjects=5, seed=0, split=split,
+                            block_rows=8)
+    locked.lock()
+    before = tree_digest(store.path)
+    train = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size",
+             "8", "--max-epochs", "2", "--n-workers", "1", "--no-progress"]
+    assert main(["train", str(store.path), "--out", str(tmp_path / "run"), *train]) == 0
+    assert main(["cv", str(store.path), *train, "--folds", "2"]) == 0
+    assert "2-fold cross-validation" in capsys.readouterr().out
+    assert tree_digest(store.path) == before
+    cached = list_banks(store.path)  # the run's bank, then a bank per fold: all in the cache
+    assert len(cached) == 3 and {b["location"] for b in cached} == {str(cache_path(store))}
