@@ -158,7 +158,9 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     key, params, rows = _params(store, n_clusters, n_bootstrap, seed, rows)
     found = find_banks(store, key)
     bank = None if overwrite else _complete(found, int(n_groupings))
-    if bank is None:  # something to build
+    if bank is not None:
+        bank.check(params, store.n_features)
+    else:  # something to build
         where = _build_location(store, key, found, overwrite)
         bank = create_bank(zarr.open_group(where, mode="r+"), key, params, int(n_groupings),
                            store.n_features, rows=rows, overwrite=overwrite)
@@ -220,6 +222,7 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
     # the first copy with every grouping asked for (the store's, then the cache's), else the
     # errors of the first copy found
     bank = _complete(find_banks(store, key), n) or open_bank(store, key)
+    bank.check(params, store.n_features)
     n = bank.n_groupings if n is None else n
     if n > bank.n_groupings:
         raise BankError(f"{store.path}: bank {key!r} holds {bank.n_groupings} groupings, "

@@ -158,6 +158,15 @@ class Bank:
         self.labels[index] = np.asarray(labels, dtype=np.int32)
         self.done[index] = True
 
+    def check(self, params: dict, n_features: int) -> None:
+        """Raise a BankError unless the bank holds ``params`` on ``n_features`` features (a
+        collision of the rows' hash prefix, or a bank copied from another store)."""
+        params = {name: params[name] for name in PARAMS}
+        if self.params != params or self.labels.shape[1] != n_features:
+            raise BankError(f"bank {self.key!r} holds {self.params} on {self.labels.shape[1]} "
+                            f"features, asked {params} on {n_features}; rebuild it with "
+                            "overwrite")
+
     def info(self) -> dict:
         """``key``, the parameters, ``built``, ``total`` (b) and ``location``."""
         done = self.done[:]
@@ -295,9 +304,7 @@ def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_f
             sub.create_array(ROWS, data=np.unique(np.asarray(rows, dtype=np.int64)))
         return Bank(key, sub, _name(group))
     bank = Bank(key, banks[key], _name(group))
-    if bank.params != params or bank.labels.shape[1] != n_features:
-        raise BankError(f"bank {key!r} holds {bank.params} on {bank.labels.shape[1]} features, "
-                        f"asked {params} on {n_features}; rebuild it with overwrite")
+    bank.check(params, n_features)
     if bank.n_groupings < n_groupings:
         bank.labels.resize((n_groupings, n_features))
         bank.done.resize((n_groupings,))

@@ -11,7 +11,11 @@ into a Zarr group of the cache::
 
 under the same keys (they name the rows and parameters, not the place), so a killed run
 resumes in the cache as it would in the store. The identity is :meth:`Store.identity`, what
-the rows are rather than where they lie: a moved or copied store finds the same cache. The
+the rows are rather than where they lie: a moved or copied store finds the same cache. It
+leaves the rows' values out, so the cache store also records a digest of the store's first and
+last rows (``rows_sample``), and is neither read nor written for a store whose rows differ (one
+written from other arrays with the same labels, split and mask, or re-converted from changed
+files at the same paths). The
 cache dir is ``$FGSCALE_CACHE_DIR``, else ``$XDG_CACHE_HOME/fgscale``, else
 ``~/.cache/fgscale``. ``FGSCALE_DERIVED=cache`` sends new derived data to the cache even for a
 store this process may write: a shared store that should stay as converted, or a process whose
@@ -25,6 +29,7 @@ Nothing here imports torch or scikit-learn: workers import this module.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -84,12 +89,33 @@ def writable(location) -> bool:
                                  if d.is_dir())
 
 
+def _rows_sample(store: Store) -> str:
+    """SHA-256 of the store's first and last rows: a cheap check of what the identity leaves
+    out."""
+    return hashlib.sha256(store.read_rows([0, store.n_samples - 1]).tobytes()).hexdigest()
+
+
+def _other_rows(store: Store, cache: Path) -> str | None:
+    """The store a cache store was made for, when its rows differ from ``store``'s; else None."""
+    attrs = zarr.open_group(str(cache), mode="r").attrs
+    if attrs.get("rows_sample") in (None, _rows_sample(store)):
+        return None
+    return str(attrs.get("fgscale_derived_of", "another store"))
+
+
 def read_locations(store: Store) -> list[str]:
     """The places that may hold derived data of ``store``, in the order readers look: the
-    store, then its cache store when there is one; absolute paths."""
-    cache = cache_path(store)
-    return [str(Path(store.path).resolve()), *([str(cache)] if (cache / "zarr.json").is_file()
-                                               else [])]
+    store, then its cache store when there is one (and it was made for these rows); absolute
+    paths."""
+    path, cache = str(Path(store.path).resolve()), cache_path(store)
+    if not (cache / "zarr.json").is_file():
+        return [path]
+    other = _other_rows(store, cache)
+    if other is not None:
+        log.warning("%s: the cache store %s was made for %s, of the same identity but other "
+                    "rows; not read", path, cache, other)
+        return [path]
+    return [path, str(cache)]
 
 
 def _mode() -> str:
@@ -118,7 +144,7 @@ def write_location(store: Store) -> str:
     ------
     StoreError
         If neither the store nor the cache dir is writable: the message names both and
-        ``FGSCALE_CACHE_DIR``.
+        ``FGSCALE_CACHE_DIR``; or if the cache store was made for other rows.
     ValueError
         If ``FGSCALE_DERIVED`` is neither "auto" nor "cache".
     """
@@ -139,8 +165,12 @@ def write_location(store: Store) -> str:
             f"feature statistics and banks of groupings have nowhere to go; set {CACHE_DIR_ENV} "
             "to a writable folder" + (", or make the store writable" if mode == "auto" else ""))
     group = zarr.open_group(str(cache), mode="a")
-    if "fgscale_derived_of" not in group.attrs:
-        group.attrs["fgscale_derived_of"] = path  # for a person looking at the cache
+    if "rows_sample" not in group.attrs:  # the store's path: for a person looking at the cache
+        group.attrs.update({"fgscale_derived_of": path, "rows_sample": _rows_sample(store)})
+    elif (other := _other_rows(store, cache)) is not None:
+        raise StoreError(f"{path}: its cache store {cache} was made for {other}, of the same "
+                         "identity but other rows; remove that folder, or set "
+                         f"{CACHE_DIR_ENV} to another one")
     _announce(path, str(cache), f"{why}: stats and banks go to its cache store")
     return str(cache)
 

@@ -2,11 +2,11 @@
 
 The central process walks the same :class:`~fgscale.training.EpochPlan` as the in-memory trainer.
 For each minibatch it submits one small task carrying the store path, the row indices and the
-grouping index; the worker reads those rows, reduces them with the grouping (the bank is read
-from the store, or its cache store, once per worker process and cached) and returns an (m x k)
-block. A bounded window of in-flight tasks keeps the workers busy while the central memory holds
-only the model and at most ``prefetch`` blocks, however many rows the store has. By default (``"auto"``) the
-window holds two tasks per worker thread of the cluster, so that every thread has work while
+grouping index; the worker reads those rows, reduces them with the grouping (the bank is read from
+the store, or its cache store, once per worker process and cached) and returns an (m x k) block. A
+bounded window of in-flight tasks keeps the workers busy while the central memory holds only the
+model and at most ``prefetch`` blocks, however many rows the store has. By default (``"auto"``)
+the window holds two tasks per worker thread of the cluster, so that every thread has work while
 finished blocks wait their turn, within :data:`PREFETCH_BYTES` of blocks.
 """
 

@@ -172,6 +172,23 @@ def test_a_writable_store_keeps_its_derived_data_and_a_cache_is_made_only_for_wr
         write_location(tiny_store)
 
 
+def test_a_cache_store_is_never_used_for_other_rows_of_the_same_identity(tmp_path, monkeypatch,
+                                                                         caplog):
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(DERIVED_ENV, "cache")
+    X, y, mask, split = smooth_cohort()
+    a = write_store(tmp_path / "a.zarr", X, y, mask, np.eye(4), split=split)
+    b = write_store(tmp_path / "b.zarr", X + 1, y, mask, np.eye(4), split=split)
+    assert a.identity() == b.identity()  # written from arrays: the identity ignores the values
+    cache = write_location(a)
+    assert read_locations(a) == [str(a.path.resolve()), cache]
+    with caplog.at_level(logging.WARNING, logger="fgscale"):
+        assert read_locations(b) == [str(b.path.resolve())]
+    assert "other rows; not read" in caplog.text
+    with pytest.raises(StoreError, match="other rows; remove that folder"):
+        write_location(b)
+
+
 def test_nowhere_to_write_is_a_clear_error(locked, monkeypatch):
     store = synthetic_store(locked.folder / "s.zarr", 12, 2, seed=0, block_rows=4)
     blocker = locked.folder.parent / "a-file"
