@@ -44,19 +44,10 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_bank(args) -> int:
-    if args.list:
-        from fgscale.store._banks import list_banks
+    from fgscale._cli_banks import bank_list, built_line
 
-        banks = list_banks(args.store)
-        if not banks:
-            print(f"{args.store}: no bank")
-            return 0
-        rows = [("key", "k", "r", "seed", "rows", "built")] + [
-            (b["key"], str(b["n_clusters"]), str(b["n_bootstrap"]), str(b["seed"]),
-             str(b["n_rows"]), f"{b['built']}/{b['total']}") for b in banks]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        for row in rows:
-            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if args.list:
+        print("\n".join(bank_list(args.store)))
         return 0
     from fgscale._auto import searched_values
     from fgscale.grouping._dask_bank import build_bank
@@ -68,12 +59,8 @@ def _cmd_bank(args) -> int:
                             client=client, overwrite=args.overwrite, return_info=True,
                             progress=not args.no_progress)[1]
                  for k in searched_values("n_clusters", args.n_clusters)]
-    for i in infos:
-        print(f"bank {i['key']} of {args.store}: " + (
-            f"{i['built']} groupings built, {i['reused']} reused (b={i['n_groupings']}, "
-            f"k={i['n_clusters']}, r={i['n_bootstrap']}, seed={i['seed']}) in "
-            f"{i['seconds']:.1f} s" if i["built"] else
-            f"already complete ({i['n_groupings']} groupings, k={i['n_clusters']}), nothing to do"))
+    for info in infos:
+        print(built_line(info, args.store))
     return 0
 
 
@@ -314,13 +301,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     # --- distributed commands (bank, train, cv, evaluate), then predict ---
 
-    p = sub.add_parser("bank", help="build the bank of groupings into a store, on a Dask cluster")
+    p = sub.add_parser("bank", help="build the bank of groupings into a store (its cache store "
+                       "when the store is read-only: $FGSCALE_CACHE_DIR), on a Dask cluster")
     add_bank_args(p, "")
     add_cluster_args(p)
     p.add_argument("--overwrite", action="store_true",
                    help="rebuild the bank of these parameters from scratch (other banks are kept)")
     p.add_argument("--list", action="store_true",
-                   help="list the store's banks (key, k, r, seed, rows, built/total); build nothing")
+                   help="list the banks of the store and of its cache store (key, k, r, seed, "
+                        "rows, built/total, in); build nothing")
     add_progress_arg(p)
     p.set_defaults(func=_cmd_bank)
 

@@ -1,6 +1,7 @@
 """Shared fixtures (a real LocalCluster, small data) and the ``cuda`` marker; shared helpers
 that are not fixtures live in tests/helpers.py."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -42,6 +43,23 @@ def client():
                       dashboard_address=None, memory_limit="2GiB") as cluster:
         with Client(cluster, set_as_default=False) as c:
             yield c
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Point the cache of derived data (fgscale.store._derived) at a folder of the session's, so
+    that no test reads or writes the user's own; a test that writes into a cache gives itself
+    one of its own (``monkeypatch.setenv("FGSCALE_CACHE_DIR", ...)``), so that another test's
+    store of the same identity never finds its banks there."""
+    from fgscale.store._derived import CACHE_DIR_ENV
+
+    before = os.environ.get(CACHE_DIR_ENV)
+    os.environ[CACHE_DIR_ENV] = str(tmp_path_factory.mktemp("fgscale-cache"))
+    yield os.environ[CACHE_DIR_ENV]
+    if before is None:
+        del os.environ[CACHE_DIR_ENV]
+    else:
+        os.environ[CACHE_DIR_ENV] = before
 
 
 @pytest.fixture

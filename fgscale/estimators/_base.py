@@ -190,15 +190,15 @@ class FeatureGroupingBase(BaseEstimator):
             sources = {}
             targets = self._store_targets(store)
             for k in self._cluster_counts(targets[rows]):
-                bank, key = None, ""
+                bank, info = None, {"key": "", "location": None}
                 if k is not None:
                     # the bank of exactly these parameters and training rows, built if missing
                     bank, info = ensure_bank(store.path, n_groupings=self.n_groupings,
                                              n_bootstrap=self.n_bootstrap, n_clusters=k,
                                              seed=seed, rows=rows, client=client)
-                    key = info["key"]
-                    log.info("using the store's bank %s", key)
-                sources[k] = (StoreSource(client, store.path, n_clusters=k or 0, bank_key=key,
+                    log.info("using bank %s of %s", info["key"], info["location"])
+                sources[k] = (StoreSource(client, store.path, n_clusters=k or 0,
+                                          bank_key=info["key"], bank_at=info["location"],
                                           prefetch=self.prefetch,
                                           standardize=bool(self.standardize), stats_rows=rows,
                                           **self._store_source_kwargs()),

@@ -1,16 +1,18 @@
-"""Build banks of groupings on a Dask cluster, straight into the store.
+"""Build banks of groupings on a Dask cluster, straight into the store (or, for a store this
+process may not write, into its cache store: :mod:`fgscale.store._derived`).
 
 A store holds any number of banks, each under the key of its parameters (k, r, seed and the
 training rows; the layout is :mod:`fgscale.store._banks`), so asking for a bank never reads
 another: a run with k = 50% does not get the bank built with k = 10%.
 
-The client draws every grouping's seed up front (:func:`fgscale.grouping.grouping_seed`); each task
-gets only ``(store path, bank key, i, seed_i, k, r)``, reads its r bootstrap rows from the
-training rows, runs ReNA and writes row i of that bank, then flag i. Tasks never share a chunk,
-and a task that runs twice (a worker died, Dask retried it) writes the same bytes again, so the
-result is the in-memory :func:`fgscale.grouping.make_bank` exactly, whatever the number of
-workers or failures. A bank is resumable (only rows whose flag is unset are computed) and
-extensible (a larger b resizes the arrays and computes the new rows only).
+The client draws every grouping's seed up front (:func:`fgscale.grouping.grouping_seed`); each
+task gets only ``(store path, path of the group holding the bank, bank key, i, seed_i, k, r)``,
+reads its r bootstrap rows from the training rows, runs ReNA and writes row i of that bank, then
+flag i. Tasks never share a chunk, and a task that runs twice (a worker died, Dask retried it)
+writes the same bytes again, so the result is the in-memory :func:`fgscale.grouping.make_bank`
+exactly, whatever the number of workers or failures. A bank is resumable (only rows whose flag is
+unset are computed) and extensible (a larger b resizes the arrays and computes the new rows only),
+where new derived data of the store go.
 """
 
 from __future__ import annotations
@@ -19,11 +21,21 @@ import logging
 import time
 
 import numpy as np
+import zarr
 from distributed import Client
 
 from fgscale.cluster import get_client, run_tasks
 from fgscale.grouping._bank import build_grouping, grouping_seed, resolve_n_clusters
-from fgscale.store._banks import BankError, bank_key, bank_params, create_bank, open_bank
+from fgscale.store._banks import (
+    Bank,
+    BankError,
+    bank_key,
+    bank_params,
+    create_bank,
+    find_banks,
+    open_bank,
+)
+from fgscale.store._derived import DERIVED_ENV, write_location
 from fgscale.store._reader import Store, open_store
 from fgscale.store._shards import resumable_write
 
@@ -32,14 +44,15 @@ log = logging.getLogger(__name__)
 __all__ = ["build_bank", "ensure_bank", "load_bank"]
 
 
-def _grouping_task(path: str, key: str, index: int, seed: int, n_clusters: int,
+def _grouping_task(path: str, derived: str, key: str, index: int, seed: int, n_clusters: int,
                    n_bootstrap: int) -> int:
-    """Build grouping ``index`` of bank ``key`` and write it into the store (runs on a worker)."""
-    store = open_store(path, mode="r+")
-    bank = open_bank(store, key)
+    """Build grouping ``index`` of bank ``key`` from the rows of the store ``path`` and write it
+    into the group ``derived`` (the store or its cache store; runs on a worker)."""
+    store = open_store(path)
+    bank = open_bank(zarr.open_group(derived, mode="r+"), key)
     labels = build_grouping(store.read_rows, bank.rows(), store.mask, n_clusters, n_bootstrap,
                             seed)
-    with resumable_write(path, f"grouping {index} of bank {key}"):
+    with resumable_write(derived, f"grouping {index} of bank {key}"):
         bank.write(index, labels)
     return index
 
@@ -64,6 +77,26 @@ def _params(store: Store, n_clusters, n_bootstrap, seed, rows=None
     return key, params, rows
 
 
+def _complete(banks: list[Bank], n_groupings: int | None) -> Bank | None:
+    """The first of ``banks`` whose first ``n_groupings`` (default all its) groupings are
+    built, or None."""
+    return next((b for b in banks if b.n_groupings >= (n_groupings or 0)
+                 and not b.todo(n_groupings).size), None)
+
+
+def _build_location(store: Store, key: str, found: list[Bank], overwrite: bool) -> str:
+    """Where to build bank ``key``: where new derived data of the store go (a copy there is
+    resumed or extended; one elsewhere is left as it is)."""
+    where = write_location(store)
+    path = str(store.path.resolve())
+    if overwrite and found and found[0].location == path != where:
+        # a copy rebuilt in the cache would never be read: readers look in the store first
+        raise BankError(f"{path}: bank {key!r} lies in the store, and new banks go to its cache "
+                        f"store {where} (the store is read-only, or {DERIVED_ENV}=cache): it "
+                        "cannot be rebuilt; make the store writable, or use a copy of it")
+    return where
+
+
 def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
                n_clusters: int | float = 0.1, seed: int = 0, rows=None,
                client: Client | None = None, progress: bool = True, overwrite: bool = False,
@@ -76,7 +109,9 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     Parameters
     ----------
     store_path : str or Path
-        A complete fgscale store; the bank is written into it.
+        A complete fgscale store; the bank is written into it, or into its cache store when
+        the store is not writable (:mod:`fgscale.store._derived`). A complete bank found in
+        either is reused.
     n_groupings : int, default=100
         b, groupings wanted. A stored bank with fewer rows is extended; one with more keeps them
         (the first ``n_groupings`` are built if need be, and returned).
@@ -98,7 +133,8 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
         Rebuild the bank of these parameters from scratch (other banks are kept).
     return_info : bool, default=False
         Also return a dict: ``key``, the bank parameters, ``n_groupings``, ``built``,
-        ``reused`` and ``seconds``.
+        ``reused``, ``seconds`` and ``location`` (the path of the store or cache store
+        holding the bank).
 
     Returns
     -------
@@ -110,34 +146,46 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     ------
     ValueError
         On bad parameters or a store without training rows.
+    fgscale.store.BankError
+        With ``overwrite``, if the bank lies in the store and new banks go to its cache.
+    fgscale.store.StoreError
+        If groupings are to be built and neither the store nor the cache dir is writable.
     """
     start = time.perf_counter()
     _check_count("n_groupings", n_groupings)
-    store = open_store(store_path, mode="r+")
-    path = store.path
+    store = open_store(store_path)
+    path = str(store.path.resolve())
     key, params, rows = _params(store, n_clusters, n_bootstrap, seed, rows)
-    bank = create_bank(store.group, key, params, int(n_groupings), store.n_features, rows=rows,
-                       overwrite=overwrite)
+    found = find_banks(store, key)
+    bank = None if overwrite else _complete(found, int(n_groupings))
+    if bank is not None:
+        bank.check(params, store.n_features)
+    else:  # something to build
+        where = _build_location(store, key, found, overwrite)
+        bank = create_bank(zarr.open_group(where, mode="r+"), key, params, int(n_groupings),
+                           store.n_features, rows=rows, overwrite=overwrite)
     todo = bank.todo(int(n_groupings))
-    log.info("bank %s of %s: %d of %d groupings to build", key, path, todo.size, n_groupings)
+    log.info("bank %s of %s: %d of %d groupings to build (in %s)", key, path, todo.size,
+             n_groupings, bank.location)
     if todo.size:
         seeds = [grouping_seed(params["seed"], i) for i in todo]
         with get_client(client=client) as c:
             run_tasks(c, _grouping_task,
-                      [(str(path), key, int(i), s, params["n_clusters"], params["n_bootstrap"])
-                       for i, s in zip(todo, seeds, strict=True)],
+                      [(path, bank.location, key, int(i), s, params["n_clusters"],
+                        params["n_bootstrap"]) for i, s in zip(todo, seeds, strict=True)],
                       progress=progress, desc="groupings", unit="grouping")
     labels = bank.labels[:n_groupings]
     if not return_info:
         return labels
     info = {"key": key, **params, "n_groupings": int(n_groupings), "built": int(todo.size),
-            "reused": int(n_groupings - todo.size), "seconds": time.perf_counter() - start}
+            "reused": int(n_groupings - todo.size), "seconds": time.perf_counter() - start,
+            "location": bank.location}
     return labels, info
 
 
 def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: int, rows=None,
               n_groupings: int | None = None) -> tuple[np.ndarray, dict]:
-    """Read the bank of these parameters from a store, and never another.
+    """Read the bank of these parameters from a store or its cache store, and never another.
 
     Parameters
     ----------
@@ -157,20 +205,25 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
     bank : ndarray of shape (n_groupings, n_features), int32
     info : dict
         ``key``, ``n_groupings``, ``n_clusters``, ``n_bootstrap``, ``seed``, ``rows_sha1``,
-        ``n_rows``.
+        ``n_rows``, ``location`` (the path of the store or cache store it was read from).
 
     Raises
     ------
     fgscale.store.BankError
-        (a ValueError) If the store holds no bank of that key (the message names the store,
-        the key asked and the keys present), or too few of its groupings are built.
+        (a ValueError) If neither the store nor its cache holds a bank of that key (the
+        message names the store, the key asked and the keys present), or too few of its
+        groupings are built.
     """
     store = open_store(store_path)
     key, params, _ = _params(store, n_clusters, n_bootstrap, seed, rows)
-    bank = open_bank(store, key)
     if n_groupings is not None:
         _check_count("n_groupings", n_groupings)
-    n = bank.n_groupings if n_groupings is None else int(n_groupings)
+    n = None if n_groupings is None else int(n_groupings)
+    # the first copy with every grouping asked for (the store's, then the cache's), else the
+    # errors of the first copy found
+    bank = _complete(find_banks(store, key), n) or open_bank(store, key)
+    bank.check(params, store.n_features)
+    n = bank.n_groupings if n is None else n
     if n > bank.n_groupings:
         raise BankError(f"{store.path}: bank {key!r} holds {bank.n_groupings} groupings, "
                         f"{n} asked; re-run 'fgscale bank' with --n-groupings {n} to extend it")
@@ -178,14 +231,15 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
     if todo.size:
         raise BankError(f"{store.path}: bank {key!r} is incomplete ({n - todo.size} of {n} "
                         "groupings built); re-run 'fgscale bank' to finish it")
-    return bank.labels[:n], {"key": key, "n_groupings": n, **params}
+    return bank.labels[:n], {"key": key, "n_groupings": n, **params, "location": bank.location}
 
 
 def ensure_bank(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: int | float,
                 seed: int, rows=None, client: Client | None = None,
                 progress: bool = False) -> tuple[np.ndarray, dict]:
-    """The bank of these parameters: read from the store, or built, finished or extended there
-    on the cluster first (the estimator's way to a bank).
+    """The bank of these parameters: read from the store or its cache store, or built, finished
+    or extended first on the cluster, as :func:`build_bank` does (the estimator's way to a
+    bank).
 
     Parameters
     ----------

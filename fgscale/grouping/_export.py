@@ -37,8 +37,8 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
         The bank's Omega diagonal (see :func:`fgscale.grouping.omega_diagonal`); every grouping
         of the bank must be built.
     bank : str, optional
-        Key of the bank (see :func:`fgscale.store.list_banks`) for ``grouping`` and ``omega``;
-        default the store's only bank.
+        Key of the bank (see :func:`fgscale.store.list_banks`) for ``grouping`` and ``omega``,
+        read from the store or else its cache store; default the only bank of either.
 
     Returns
     -------
@@ -80,10 +80,11 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
 def _bank_values(store: Store, key: str | None, grouping: int | None) -> np.ndarray:
     """Grouping ``grouping`` of bank ``key`` (default the only bank), or its Omega (None)."""
     if key is None:
-        keys = [b["key"] for b in list_banks(store)]
+        keys = sorted({b["key"] for b in list_banks(store)})  # the store's and its cache's
         if len(keys) != 1:
             raise ValueError(f"{store.path}: " + (
-                "no bank in the store yet (build one with 'fgscale bank')" if not keys else
+                "no bank in the store or its cache yet (build one with 'fgscale bank')"
+                if not keys else
                 f"the store holds {len(keys)} banks, choose one (--bank KEY): "
                 + ", ".join(keys)))
         key = keys[0]

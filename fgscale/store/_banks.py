@@ -1,6 +1,7 @@
 """Banks of groupings inside a store: their layout, keys, creation, listing and removal.
 
-A store may hold several banks, each in its own subgroup beside ``X``::
+A store may hold several banks, each in its own subgroup beside ``X`` (or, for a store this
+process may not write, in its cache store: :mod:`fgscale.store._derived`)::
 
     banks/<key>/labels  int32 (b, n_features)  row i is grouping i (labels 0 .. k-1), fill -1;
                                                one chunk per row
@@ -15,6 +16,9 @@ bank is asking for its key, and a bank of other parameters is never read in its 
 Writers never share a chunk: row i and flag i are written by the one task that builds
 grouping i, the row first (:meth:`Bank.write`), so a flag never claims a half-written row.
 
+Given a store (a path or a :class:`Store`), readers look at its banks, then at those of its
+cache store; given a zarr group, at that group's only.
+
 Stores of the first layout (one top-level ``bank`` array, ``bank_done`` and a ``bank``
 attribute) are not read: their bank is ignored, and rebuilt under ``banks/`` when asked for.
 """
@@ -28,10 +32,11 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from fgscale.store._derived import read_locations
 from fgscale.store._reader import Store, open_group_checked
 
 __all__ = ["BANKS", "DONE", "LABELS", "PARAMS", "Bank", "BankError", "bank_key", "bank_params", "create_bank",
-           "delete_bank", "list_banks", "open_bank", "rows_hash"]
+           "delete_bank", "find_banks", "list_banks", "open_bank", "rows_hash"]
 
 BANKS = "banks"
 """The subgroup of the store that holds one subgroup per bank."""
@@ -110,14 +115,17 @@ class Bank:
     Attributes
     ----------
     key : str
+    location : str
+        The group holding it (the store's or its cache store's path; "" when not known).
     params : dict
         ``n_clusters``, ``n_bootstrap``, ``seed``, ``rows_sha1``, ``n_rows``.
     labels : zarr.Array of shape (n_groupings, n_features), int32
     done : zarr.Array of shape (n_groupings,), bool
     """
 
-    def __init__(self, key: str, group: zarr.Group):
+    def __init__(self, key: str, group: zarr.Group, location: str = ""):
         self.key = key
+        self.location = location
         self.group = group
         self.labels = group[LABELS]
         self.done = group[DONE]
@@ -150,19 +158,39 @@ class Bank:
         self.labels[index] = np.asarray(labels, dtype=np.int32)
         self.done[index] = True
 
+    def check(self, params: dict, n_features: int) -> None:
+        """Raise a BankError unless the bank holds ``params`` on ``n_features`` features (a
+        collision of the rows' hash prefix, or a bank copied from another store)."""
+        params = {name: params[name] for name in PARAMS}
+        if self.params != params or self.labels.shape[1] != n_features:
+            raise BankError(f"bank {self.key!r} holds {self.params} on {self.labels.shape[1]} "
+                            f"features, asked {params} on {n_features}; rebuild it with "
+                            "overwrite")
+
     def info(self) -> dict:
-        """``key``, the parameters, ``built`` and ``total`` (b)."""
+        """``key``, the parameters, ``built``, ``total`` (b) and ``location``."""
         done = self.done[:]
-        return {"key": self.key, **self.params, "built": int(done.sum()), "total": done.size}
+        return {"key": self.key, **self.params, "built": int(done.sum()), "total": done.size,
+                "location": self.location}
 
 
-def _group(store, mode: str = "r") -> tuple[zarr.Group, str]:
-    """The store's root group and a name for messages, from a path, a Store or a group."""
+def _name(group: zarr.Group) -> str:
+    return str(getattr(group.store, "root", group.store))
+
+
+def _groups(store, mode: str = "r") -> tuple[list[tuple[zarr.Group, str]], str]:
+    """The groups to look in, each with its path, and a name for messages: a store's root group
+    then its cache store's (from a path or a Store), or the group given."""
     if isinstance(store, zarr.Group):
-        return store, str(getattr(store.store, "root", store.store))
-    if isinstance(store, Store):
-        return store.group, str(store.path)
-    return open_group_checked(store, mode), str(Path(store))
+        return [(store, _name(store))], _name(store)
+    if not isinstance(store, Store):
+        group = open_group_checked(store, mode)
+        if not group.attrs.get("complete", False):  # no cache: nothing is derived from it yet
+            return [(group, str(Path(store).resolve()))], str(Path(store))
+        store = Store(Path(store), group)
+    first, *others = read_locations(store)
+    return ([(store.group, first), *((zarr.open_group(o, mode=mode), o) for o in others)],
+            str(store.path))
 
 
 def _whole(sub: zarr.Group) -> bool:
@@ -178,22 +206,35 @@ def _keys(group: zarr.Group) -> list[str]:
     return sorted(key for key, sub in banks.groups() if _whole(sub))
 
 
-def _missing(where: str, key: str, group: zarr.Group) -> BankError:
-    keys = _keys(group)
+def _missing(where: str, key: str, groups: list[tuple[zarr.Group, str]]) -> BankError:
+    keys = sorted({k for group, _ in groups for k in _keys(group)})
     present = ", ".join(keys) if keys else "none"
     old = (" (its bank of the first layout, a top-level 'bank' array, is no longer read)"
-           if _OLD_LAYOUT in group else "")
-    return BankError(f"{where}: no bank {key!r} in the store; banks present: {present}{old}; "
-                     f"build it with 'fgscale bank {where}' and its parameters")
+           if _OLD_LAYOUT in groups[0][0] else "")
+    cache = " or its cache" if len(groups) > 1 else ""
+    return BankError(f"{where}: no bank {key!r} in the store{cache}; banks present: {present}"
+                     f"{old}; build it with 'fgscale bank {where}' and its parameters")
+
+
+def find_banks(store, key: str, mode: str = "r") -> list[Bank]:
+    """Every bank ``key`` of a store, in the order readers look: the store's, then its cache
+    store's (:func:`open_bank` for the parameters); empty when none."""
+    groups, _ = _groups(store, mode)
+    name = f"{BANKS}/{key}"
+    if not key or "/" in key:
+        return []
+    return [Bank(key, group[name], location) for group, location in groups
+            if name in group and _whole(group[name])]
 
 
 def open_bank(store, key: str, mode: str = "r") -> Bank:
-    """Open the bank ``key`` of a store.
+    """Open the bank ``key`` of a store: the store's own, else its cache store's.
 
     Parameters
     ----------
     store : str or Path or Store or zarr.Group
-        A store (complete or not); a Store or group is used in its own mode.
+        A store (complete or not); a Store or group is used in its own mode (a group: its
+        banks only).
     key : str
         From :func:`bank_key` or :func:`list_banks`.
     mode : {"r", "r+"}
@@ -206,13 +247,14 @@ def open_bank(store, key: str, mode: str = "r") -> Bank:
     Raises
     ------
     BankError
-        If the store holds no bank of that key; the message lists the keys present.
+        If neither the store nor its cache holds a bank of that key; the message lists the
+        keys present.
     """
-    group, where = _group(store, mode)
-    name = f"{BANKS}/{key}"
-    if not key or "/" in key or name not in group or not _whole(group[name]):
-        raise _missing(where, key, group)
-    return Bank(key, group[name])
+    found = find_banks(store, key, mode)
+    if not found:
+        groups, where = _groups(store, mode)
+        raise _missing(where, key, groups)
+    return found[0]
 
 
 def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_features: int,
@@ -260,11 +302,9 @@ def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_f
                          fill_value=False)
         if rows is not None:
             sub.create_array(ROWS, data=np.unique(np.asarray(rows, dtype=np.int64)))
-        return Bank(key, sub)
-    bank = Bank(key, banks[key])
-    if bank.params != params or bank.labels.shape[1] != n_features:
-        raise BankError(f"bank {key!r} holds {bank.params} on {bank.labels.shape[1]} features, "
-                        f"asked {params} on {n_features}; rebuild it with overwrite")
+        return Bank(key, sub, _name(group))
+    bank = Bank(key, banks[key], _name(group))
+    bank.check(params, n_features)
     if bank.n_groupings < n_groupings:
         bank.labels.resize((n_groupings, n_features))
         bank.done.resize((n_groupings,))
@@ -272,24 +312,30 @@ def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_f
 
 
 def delete_bank(store, key: str) -> None:
-    """Remove the bank ``key`` from a store (path, Store opened "r+", or group)."""
-    group, _ = _group(store, "r+")
-    open_bank(group, key)  # the same error as reading a missing bank
-    del group[BANKS][key]
+    """Remove the bank ``key`` from a store (path, Store opened "r+", or group): the one
+    readers would open (:func:`open_bank`)."""
+    groups, where = _groups(store, "r+")
+    holder = next((group for group, _ in groups if key in _keys(group)), None)
+    if holder is None:
+        raise _missing(where, key, groups)  # the same error as reading a missing bank
+    del holder[BANKS][key]
 
 
 def list_banks(store) -> list[dict]:
-    """The banks of a store.
+    """The banks of a store and of its cache store.
 
     Parameters
     ----------
     store : str or Path or Store or zarr.Group
+        A group: its banks only.
 
     Returns
     -------
     banks : list of dict
-        One per bank, sorted by key: ``key``, ``n_clusters``, ``n_bootstrap``, ``seed``,
-        ``rows_sha1``, ``n_rows``, ``built`` (rows written) and ``total`` (b).
+        One per bank, the store's first, each sorted by key: ``key``, ``n_clusters``,
+        ``n_bootstrap``, ``seed``, ``rows_sha1``, ``n_rows``, ``built`` (rows written),
+        ``total`` (b) and ``location`` (the path of the store or cache store holding it).
     """
-    group, _ = _group(store)
-    return [Bank(key, group[f"{BANKS}/{key}"]).info() for key in _keys(group)]
+    groups, _ = _groups(store)
+    return [Bank(key, group[f"{BANKS}/{key}"], location).info() for group, location in groups
+            for key in _keys(group)]

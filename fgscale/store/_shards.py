@@ -23,15 +23,16 @@ class StoreError(ValueError):
 
 @contextmanager
 def resumable_write(store, what: str) -> Iterator[None]:
-    """Name the store and the part being written in an OSError of a resumable job's task (a
-    full disk, a folder made read-only): a bare "[Errno 28] No space left on device" raised on
+    """Name the store (or the cache store being written: fgscale.store._derived) and the part
+    being written in an OSError of a resumable job's task (a full disk, a folder made
+    read-only): a bare "[Errno 28] No space left on device" raised on
     a Dask worker says neither which disk (the store's, or the worker's scratch space) nor what
     to do. The errno is kept; the parts written before stay, and a re-run resumes."""
     try:
         yield
     except OSError as exc:
         raise OSError(exc.errno, f"{store}: {what} could not be written ({exc.strerror}); the "
-                      "parts written before are kept: free space or make the store writable, "
+                      "parts written before are kept: free space or make it writable, "
                       "then re-run to resume") from exc
 
 

@@ -2,7 +2,8 @@
 
 Training on raw scanner units (values near 10,000 that vary by a few hundred) sends a model to
 chance; standardizing each feature, ``(x - mean) / std``, fixes it. The statistics of a set of
-rows live in the store, under a key that names the rows::
+rows live in the store (or, for a store this process may not write, in its cache store:
+:mod:`fgscale.store._derived`), under a key that names the rows::
 
     stats/<key>/               key: sha1 of the sorted, distinct row indices (int64 bytes)
         rows           int64   (n_rows,)         the rows described
@@ -17,13 +18,14 @@ with the attributes ``n_rows``, ``n_blocks``, ``span`` (rows per block, a multip
 deleted once the result is saved.
 
 Blocks are those of :meth:`fgscale.store.Store.iter_blocks` (one shard of rows each). Task i gets
-the store path, the key, i and its rows; it reads them, computes float64 partial statistics
-(count, mean, M2) with two passes over the block in memory, writes them to row i of the partial
-arrays, then flag i. The client merges the partials in block order with Chan et al.'s parallel
-update, so the result does not depend on the number of workers, nor on which blocks a killed run
-left behind: a re-run computes only the blocks whose flag is unset. ``std`` uses ``ddof=0``; a
-constant feature gets ``std = 1`` (the criterion of scikit-learn's ``StandardScaler``), so that
-``(x - mean) / std`` is 0 there and never divides by zero.
+the store path, the path of the group to write into (the store or its cache store), the key, i and
+its rows; it reads them, computes float64 partial statistics (count, mean, M2) with two passes
+over the block in memory, writes them to row i of the partial arrays, then flag i. The client
+merges the partials in block order with Chan et al.'s parallel update, so the result does not
+depend on the number of workers, nor on which blocks a killed run left behind: a re-run computes
+only the blocks whose flag is unset. ``std`` uses ``ddof=0``; a constant feature gets ``std = 1``
+(the criterion of scikit-learn's ``StandardScaler``), so that ``(x - mean) / std`` is 0 there and
+never divides by zero.
 
 Nothing here imports torch or scikit-learn: workers import this module.
 """
@@ -38,12 +40,13 @@ import numpy as np
 import zarr
 
 from fgscale.cluster import get_client, run_tasks
-from fgscale.store._reader import open_store
+from fgscale.store._derived import read_locations, write_location
+from fgscale.store._reader import Store, open_store
 from fgscale.store._shards import resumable_write
 
 log = logging.getLogger(__name__)
 
-__all__ = ["array_stats", "compute_stats", "load_stats", "stats_key"]
+__all__ = ["array_stats", "compute_stats", "load_stats", "stats_key", "stats_location"]
 
 STATS = "stats"
 _PARTIALS = ("partial_count", "partial_mean", "partial_m2", "done")
@@ -129,13 +132,14 @@ def _blocks(rows: np.ndarray, span: int) -> list[np.ndarray]:
     return [part for part in parts if part.size]
 
 
-def _block_task(path: str, key: str, index: int, rows: np.ndarray) -> int:
-    """Worker task: the partial statistics of one block, written to row ``index``."""
+def _block_task(path: str, derived: str, key: str, index: int, rows: np.ndarray) -> int:
+    """Worker task: the partial statistics of one block of the store ``path``, written to row
+    ``index`` of ``stats/<key>`` in the group ``derived`` (the store or its cache store)."""
     store = open_store(path)
     (part, X), = store.iter_blocks(rows, block_size=store.block_rows)
     n, mean, m2 = _partials(X)
-    with resumable_write(path, f"the statistics of block {index}"):
-        group = zarr.open_group(path, mode="r+")[f"{STATS}/{key}"]
+    with resumable_write(derived, f"the statistics of block {index}"):
+        group = zarr.open_group(derived, mode="r+")[f"{STATS}/{key}"]
         group["partial_count"][index] = n
         group["partial_mean"][index] = mean
         group["partial_m2"][index] = m2
@@ -155,8 +159,37 @@ def _saved(group: zarr.Group, key: str, rows: np.ndarray | None = None):
     return sub["mean"][:], sub["std"][:]
 
 
+def _find_saved(store: Store, key: str, rows: np.ndarray | None = None):
+    """``(location, (mean, std))`` of the first place holding complete statistics under
+    ``stats/<key>`` (the store, then its cache), or None."""
+    for location in read_locations(store):
+        saved = _saved(zarr.open_group(location, mode="r"), key, rows)
+        if saved is not None:
+            return location, saved
+    return None
+
+
+def stats_location(store: Store, rows) -> str:
+    """The path of the group holding the complete statistics of ``rows`` of ``store``: the
+    store, or its cache store (what workers read them from).
+
+    Raises
+    ------
+    ValueError
+        If neither holds them (compute them first with :func:`compute_stats`).
+    """
+    rows = _unique_rows(rows)
+    found = _find_saved(store, stats_key(rows), rows)
+    if found is None:
+        raise ValueError(f"{store.path}: no feature statistics saved under {STATS}/"
+                         f"{stats_key(rows)} of the store or its cache; compute them first "
+                         "with fgscale.store.compute_stats")
+    return found[0]
+
+
 def read_saved(group: zarr.Group, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """Float32 ``(mean, std)`` saved under ``stats/<key>`` of an open store group (workers).
+    """Float32 ``(mean, std)`` saved under ``stats/<key>`` of an open group (workers): the
+    store's, or its cache store's.
 
     Raises
     ------
@@ -171,7 +204,8 @@ def read_saved(group: zarr.Group, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_stats(store_path, rows=None) -> tuple[np.ndarray, np.ndarray] | None:
-    """The statistics of ``rows`` saved in a store, or None when they are not (all) computed.
+    """The statistics of ``rows`` saved in a store or its cache, or None when they are not
+    (all) computed.
 
     Parameters
     ----------
@@ -185,8 +219,9 @@ def load_stats(store_path, rows=None) -> tuple[np.ndarray, np.ndarray] | None:
     """
     store = open_store(store_path)
     rows = store.train_rows() if rows is None else _unique_rows(rows)
-    saved = _saved(store.group, stats_key(rows), rows)
-    return None if saved is None else (saved[0].astype(np.float32), saved[1].astype(np.float32))
+    found = _find_saved(store, stats_key(rows), rows)
+    return None if found is None else (found[1][0].astype(np.float32),
+                                       found[1][1].astype(np.float32))
 
 
 def _prepare(group: zarr.Group, key: str, rows: np.ndarray, n_blocks: int, span: int,
@@ -222,12 +257,13 @@ def compute_stats(store_path, rows=None, *, client=None, progress: bool = True
     One task per shard-aligned block of the rows (:meth:`Store.iter_blocks`); each writes its
     float64 partial statistics into the store (``stats/<key>/``, see the module's docstring), and
     the client merges them in block order. Saved results are reused; a killed run resumes with
-    the blocks it had not finished.
+    the blocks it had not finished. A store this process may not write gets them in its cache
+    store (:func:`fgscale.store._derived.write_location`).
 
     Parameters
     ----------
     store_path : str or Path
-        A complete store; the statistics are written into it.
+        A complete store; the statistics are written into it, or into its cache store.
     rows : array-like of int, optional
         Rows to describe (order and duplicates ignored); default the store's training rows.
     client : distributed.Client, optional
@@ -246,6 +282,8 @@ def compute_stats(store_path, rows=None, *, client=None, progress: bool = True
     ------
     ValueError
         If there is no row to describe.
+    StoreError
+        If they are to be computed and neither the store nor the cache dir is writable.
     """
     store = open_store(store_path)
     path = str(Path(store.path).resolve())
@@ -253,18 +291,20 @@ def compute_stats(store_path, rows=None, *, client=None, progress: bool = True
     if rows.size == 0:
         raise ValueError(f"{path}: no rows to compute feature statistics of")
     key = stats_key(rows)
-    saved = _saved(store.group, key, rows)
+    found = _find_saved(store, key, rows)
+    saved = None if found is None else found[1]
     if saved is None:
-        group = zarr.open_group(path, mode="r+")
+        derived = write_location(store)
+        group = zarr.open_group(derived, mode="r+")
         span = store.block_rows
         blocks = _blocks(rows, span)
         sub = _prepare(group, key, rows, len(blocks), span, store.n_features)
         todo = np.flatnonzero(sub["done"][:] == 0)
-        log.info("feature statistics of %d rows of %s: %d of %d blocks to compute", rows.size,
-                 path, todo.size, len(blocks))
+        log.info("feature statistics of %d rows of %s: %d of %d blocks to compute (in %s)",
+                 rows.size, path, todo.size, len(blocks), derived)
         if todo.size:
             with get_client(client=client) as c:
-                run_tasks(c, _block_task, [(path, key, int(i), blocks[i]) for i in todo],
+                run_tasks(c, _block_task, [(path, derived, key, int(i), blocks[i]) for i in todo],
                           progress=progress, desc="feature stats", unit="block")
         saved = _save_result(sub, len(blocks))
     return saved[0].astype(np.float32), saved[1].astype(np.float32)

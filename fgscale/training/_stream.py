@@ -2,11 +2,11 @@
 
 The central process walks the same :class:`~fgscale.training.EpochPlan` as the in-memory trainer.
 For each minibatch it submits one small task carrying the store path, the row indices and the
-grouping index; the worker reads those rows, reduces them with the grouping (the bank is read
-from the store once per worker process and cached) and returns an (m x k) block. A bounded
-window of in-flight tasks keeps the workers busy while the central memory holds only the model
-and at most ``prefetch`` blocks, however many rows the store has. By default (``"auto"``) the
-window holds two tasks per worker thread of the cluster, so that every thread has work while
+grouping index; the worker reads those rows, reduces them with the grouping (the bank is read from
+the store, or its cache store, once per worker process and cached) and returns an (m x k) block. A
+bounded window of in-flight tasks keeps the workers busy while the central memory holds only the
+model and at most ``prefetch`` blocks, however many rows the store has. By default (``"auto"``)
+the window holds two tasks per worker thread of the cluster, so that every thread has work while
 finished blocks wait their turn, within :data:`PREFETCH_BYTES` of blocks.
 """
 
@@ -30,7 +30,7 @@ from fgscale.grouping._projection import project_rows
 from fgscale.store._banks import BANKS, LABELS, open_bank
 from fgscale.store._buffers import POOL
 from fgscale.store._reader import Store, open_store
-from fgscale.store._stats import read_saved, stats_key
+from fgscale.store._stats import read_saved, stats_key, stats_location
 from fgscale.training._loop import Batch
 from fgscale.training._plan import EpochPlan
 
@@ -41,12 +41,13 @@ log = logging.getLogger(__name__)
 PREFETCH_BYTES = 2**30
 """With ``prefetch="auto"``: the bytes of the blocks in flight at most (1 GiB)."""
 
-# Per worker process: the open store and its bank, keyed by (path, key). The key names the
-# store's state (see StoreSource), so a store rewritten at the same path is opened afresh.
-# Thread workers (``get_client(processes=False)``) share them, hence the lock.
+# Per worker process: the open store and its bank, keyed by (path, key) and the bank's or the
+# statistics' location. The key names the store's state (see StoreSource), so a store rewritten
+# at the same path is opened afresh. Thread workers (``get_client(processes=False)``) share
+# them, hence the lock.
 _STORES: dict[tuple[str, str], Store] = {}
-_BANKS: dict[tuple[str, str], np.ndarray] = {}
-_STATS: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
+_BANKS: dict[tuple[str, str, str], np.ndarray] = {}
+_STATS: dict[tuple[str, str, str, str], tuple[np.ndarray, np.ndarray]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -58,36 +59,39 @@ def _store(path: str, key: str) -> Store:
         return _STORES[path, key]
 
 
-def _bank(path: str, key: str) -> np.ndarray:
-    """The labels of the bank named in ``key`` (its last ``|`` field, see StoreSource)."""
-    store = _store(path, key)
+def _bank(path: str, key: str, at: str) -> np.ndarray:
+    """The labels of the bank named in ``key`` (its last ``|`` field, see StoreSource), read
+    from the group ``at`` (the store's path or its cache store's)."""
     with _CACHE_LOCK:
-        if (path, key) not in _BANKS:
+        if (path, key, at) not in _BANKS:
             _BANKS.clear()
-            _BANKS[path, key] = open_bank(store, key.rpartition("|")[2]).labels[:]
-        return _BANKS[path, key]
+            group = zarr.open_group(at, mode="r")
+            _BANKS[path, key, at] = open_bank(group, key.rpartition("|")[2]).labels[:]
+        return _BANKS[path, key, at]
 
 
-def _stats(path: str, key: str, stats: str) -> tuple[np.ndarray, np.ndarray]:
-    """Float32 ``(mean, 1 / std)`` saved in the store under ``stats/<stats>``."""
-    store = _store(path, key)
+def _stats(path: str, key: str, stats: str, at: str) -> tuple[np.ndarray, np.ndarray]:
+    """Float32 ``(mean, 1 / std)`` saved under ``stats/<stats>`` of the group ``at``."""
     with _CACHE_LOCK:
-        if (path, key, stats) not in _STATS:
+        if (path, key, stats, at) not in _STATS:
             _STATS.clear()
-            mean, std = read_saved(store.group, stats)
-            _STATS[path, key, stats] = mean, 1 / std  # float32, as MemorySource gets it
-        return _STATS[path, key, stats]
+            mean, std = read_saved(zarr.open_group(at, mode="r"), stats)
+            _STATS[path, key, stats, at] = mean, 1 / std  # float32, as MemorySource gets it
+        return _STATS[path, key, stats, at]
 
 
 def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: int,
                key: str = "", stats: str | None = None,
-               target: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               target: tuple[float, float] | None = None, bank_at: str = "",
+               stats_at: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read a minibatch and reduce it with grouping ``grouping`` of the bank.
 
-    With ``stats`` (a key of :func:`fgscale.store.compute_stats`'s results in the store), each
-    row is standardized first, ``(x - mean) * (1 / std)`` in float32. With ``target``, a
+    With ``stats`` (a key of :func:`fgscale.store.compute_stats`'s results), each row is
+    standardized first, ``(x - mean) * (1 / std)`` in float32. With ``target``, a
     ``(mean, scale)`` pair, the rows come with the store's target instead of their class,
-    ``(target - mean) / scale`` computed in float64 and returned as float32.
+    ``(target - mean) / scale`` computed in float64 and returned as float32. ``bank_at`` and
+    ``stats_at`` are the paths of the groups holding the bank and the statistics (the store's
+    or its cache store's); "" (the default) is the store itself.
 
     Returns
     -------
@@ -95,7 +99,7 @@ def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: in
     y : ndarray of shape (m,), int64 (class indices), or float32 with ``target``
     """
     store = _store(path, key)
-    mean, scale = (None, None) if stats is None else _stats(path, key, stats)
+    mean, scale = (None, None) if stats is None else _stats(path, key, stats, stats_at or path)
     # blocks come from the pool: recycled memory, no page faults (fgscale.store._buffers)
     if grouping is None:
         x = store.read_rows(rows, out=POOL.empty((len(rows), store.n_features)))
@@ -103,7 +107,7 @@ def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: in
             np.subtract(x, mean, out=x)
             np.multiply(x, scale, out=x)
     else:  # reduce each row as it is read: the batch is never held whole
-        x = project_rows(store.iter_rows(rows), _bank(path, key)[grouping],
+        x = project_rows(store.iter_rows(rows), _bank(path, key, bank_at or path)[grouping],
                          len(rows), n_clusters, out=POOL.zeros((len(rows), n_clusters)),
                          mean=mean, scale=scale)
     if target is None:
@@ -113,9 +117,10 @@ def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: in
 
 
 def load_rows(path: str, rows: np.ndarray, key: str = "", stats: str | None = None,
-              target: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+              target: tuple[float, float] | None = None, stats_at: str = ""
+              ) -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read full rows (evaluation), with their class indices or their target."""
-    return load_batch(path, rows, None, 0, key, stats, target)
+    return load_batch(path, rows, None, 0, key, stats, target, "", stats_at)
 
 
 class Prefetcher:
@@ -214,6 +219,10 @@ class StoreSource:
         :func:`fgscale.grouping.load_bank`); "" without feature grouping. With the times the
         store's and the bank's metadata were last written, it keys the workers' caches: they
         reopen a store rewritten in place, and a bank rebuilt or extended.
+    bank_at : str, optional
+        The path of the group holding the bank: the store's or its cache store's
+        (``info["location"]`` of :func:`fgscale.grouping.load_bank`); default the first that
+        holds it (:func:`fgscale.store.open_bank`).
     prefetch : int or "auto"
         Blocks in flight at most; "auto" (the default): :func:`auto_window`, for each epoch's
         batches and each evaluation pass.
@@ -224,8 +233,8 @@ class StoreSource:
         faster.
     standardize : bool, default=False
         Standardize every row on the workers before it is reduced or returned, with the
-        statistics of ``stats_rows`` saved in the store by :func:`fgscale.store.compute_stats`
-        (compute them first).
+        statistics of ``stats_rows`` saved in the store or its cache store by
+        :func:`fgscale.store.compute_stats` (compute them first).
     stats_rows : array-like of int, optional
         The rows whose statistics standardize; default the store's training rows.
     targets : {"labels", "target"}, default="labels"
@@ -239,27 +248,32 @@ class StoreSource:
     """
 
     def __init__(self, client, path, *, n_clusters: int = 0, bank_key: str = "",
-                 prefetch: int | str = "auto", block_size: int | None = None,
-                 standardize: bool = False, stats_rows=None, targets: str = "labels",
-                 target_mean: float = 0.0, target_scale: float = 1.0):
+                 bank_at: str | None = None, prefetch: int | str = "auto",
+                 block_size: int | None = None, standardize: bool = False, stats_rows=None,
+                 targets: str = "labels", target_mean: float = 0.0, target_scale: float = 1.0):
         self.path = str(Path(path).resolve())
         self.n_clusters = n_clusters
         if "|" in bank_key:
             raise ValueError(f"bank_key must be a bank's key, got {bank_key!r}")
+        self.bank_at = ""  # where the workers read the bank: the store's path or its cache's
+        if bank_key:
+            self.bank_at = bank_at or open_bank(self.path, bank_key).location
         stamps = [Path(self.path) / "zarr.json"]
         if bank_key:
-            stamps.append(Path(self.path) / BANKS / bank_key / LABELS / "zarr.json")
+            stamps.append(Path(self.bank_at) / BANKS / bank_key / LABELS / "zarr.json")
         self.key = "|".join([*(str(os.stat(p).st_mtime_ns) if p.exists() else "" for p in stamps),
                              bank_key])  # the workers read the bank key in the last field
         group = zarr.open_group(self.path, mode="r")
         self.n_features = int(group["X"].shape[1])
         self.block_size = int(group.attrs["block_rows"]) if block_size is None else block_size
-        self.stats = None  # the key of the statistics the workers standardize with
+        self.stats, self.stats_at = None, ""  # the statistics the workers standardize with
         if standardize:
+            store = open_store(self.path)
             if stats_rows is None:
-                stats_rows = open_store(self.path).train_rows()
+                stats_rows = store.train_rows()
             self.stats = stats_key(stats_rows)
-            read_saved(group, self.stats)  # fails here, not on the workers, when not computed
+            # fails here, not on the workers, when not computed
+            self.stats_at = stats_location(store, stats_rows)
         self.target = _check_targets(self.path, group, targets, target_mean, target_scale)
         self.prefetch = check_prefetch(prefetch)
         self.prefetcher = Prefetcher(client)  # each pass sets its window: _window
@@ -274,7 +288,8 @@ class StoreSource:
         """The plan's minibatches, projected on the workers, in plan order."""
         groupings = plan.groupings if plan.groupings is not None else [None] * len(plan)
         args = ((self.path, rows, None if g is None else int(g), self.n_clusters, self.key,
-                 self.stats, self.target) for rows, g in zip(plan.batches, groupings, strict=True))
+                 self.stats, self.target, self.bank_at, self.stats_at)
+                for rows, g in zip(plan.batches, groupings, strict=True))
         width = self.n_features if plan.groupings is None else self.n_clusters
         size = self._window(max(map(len, plan.batches), default=1), width)
         for (x, y), g in zip(self.prefetcher.map(load_batch, args, size), groupings, strict=True):
@@ -283,8 +298,8 @@ class StoreSource:
     def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Full rows ``(x, y)`` in blocks of ``block_size``, for validation and testing."""
         rows = np.asarray(rows, dtype=np.int64)
-        args = ((self.path, rows[i : i + self.block_size], self.key, self.stats, self.target)
-                for i in range(0, rows.size, self.block_size))
+        args = ((self.path, rows[i : i + self.block_size], self.key, self.stats, self.target,
+                 self.stats_at) for i in range(0, rows.size, self.block_size))
         yield from self.prefetcher.map(load_rows, args,
                                        self._window(self.block_size, self.n_features))
         _trim_heap()

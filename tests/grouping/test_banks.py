@@ -61,7 +61,7 @@ def test_matches_in_memory_oracle_and_uses_train_rows_only(store_path, tmp_path,
     train = open_store(path).train_rows()
     key = bank_key(K, R, 3, train)
     assert info == {"key": key, "n_groupings": 5, "n_clusters": K, "n_bootstrap": R, "seed": 3,
-                    "rows_sha1": info["rows_sha1"], "n_rows": 30}
+                    "rows_sha1": info["rows_sha1"], "n_rows": 30, "location": str(path.resolve())}
     assert key.startswith(f"k{K}-r{R}-s3-") and info["rows_sha1"].startswith(key[-8:])
 
 

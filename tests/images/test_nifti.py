@@ -148,7 +148,7 @@ def _write_bank(store, k: int, labels) -> str:
 def test_export_bank(tiny_store, tmp_path, rng, capsys):
     store = tiny_store
     assert main(["export", str(store.path), "--omega", "--out", str(tmp_path / "o.nii")]) == 2
-    assert "no bank in the store yet" in capsys.readouterr().err
+    assert "no bank in the store or its cache yet" in capsys.readouterr().err
     bank = rng.integers(0, 50, size=(3, store.n_features)).astype(np.int32)
     key = _write_bank(store, 50, bank)
     assert main(["export", str(store.path), "--grouping", "1",

@@ -181,8 +181,9 @@ def test_cli_list(tiny_store, capsys):
     a.write(0, np.zeros(store.n_features, np.int32))
     assert main(["bank", str(store.path), "--list", "--n-clusters", "0.5"]) == 0  # builds nothing
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["key", "k", "r", "seed", "rows", "built"]
+    assert lines[0].split() == ["key", "k", "r", "seed", "rows", "built", "in"]
     assert [line.split() for line in lines[1:]] == [
-        [a.key, "20", str(R), "0", "32", "1/3"], [b.key, "60", str(R), "0", "32", "0/2"]]
+        [a.key, "20", str(R), "0", "32", "1/3", "store"],
+        [b.key, "60", str(R), "0", "32", "0/2", "store"]]
     assert len(list_banks(store.path)) == 2
     assert open_store(store.path).n_samples == 40

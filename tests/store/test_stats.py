@@ -102,7 +102,7 @@ def test_a_killed_run_resumes_with_the_missing_blocks_only(tmp_path, client):
     key, blocks = stats_key(rows), _blocks(rows, 5)
     sub = _prepare(group, key, rows, len(blocks), 5, X.shape[1])
     for i in (0, 4, 7):
-        _block_task(str(path), key, i, blocks[i])
+        _block_task(str(path), str(path), key, i, blocks[i])
     assert np.flatnonzero(sub["done"][:]).tolist() == [0, 4, 7]
     assert load_stats(path) is None  # not complete: not served
     with get_task_stream(client) as stream:

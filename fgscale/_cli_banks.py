@@ -1,0 +1,43 @@
+"""What ``fgscale bank`` prints: the table of ``--list`` and a line per bank built, each saying
+whether a bank lies in the store or in its cache store (:mod:`fgscale.store._derived`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["bank_list", "built_line"]
+
+
+def _place(location: str, store) -> str:
+    return "store" if Path(location) == Path(store).resolve() else "cache"
+
+
+def bank_list(store) -> list[str]:
+    """The lines of ``fgscale bank STORE --list``: a table of the banks of the store and of its
+    cache store (column ``in``), then the cache store's path when it holds any."""
+    from fgscale.store._banks import list_banks
+
+    banks = list_banks(store)
+    if not banks:
+        return [f"{store}: no bank"]
+    rows = [("key", "k", "r", "seed", "rows", "built", "in")] + [
+        (b["key"], str(b["n_clusters"]), str(b["n_bootstrap"]), str(b["seed"]),
+         str(b["n_rows"]), f"{b['built']}/{b['total']}", _place(b["location"], store))
+        for b in banks]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    caches = sorted({b["location"] for b in banks if _place(b["location"], store) == "cache"})
+    return lines + [f"cache: {c} (derived data of a store not written to)" for c in caches]
+
+
+def built_line(info: dict, store) -> str:
+    """The line of ``fgscale bank STORE`` for the bank ``info`` of :func:`build_bank`."""
+    where = ("" if _place(info["location"], store) == "store"
+             else f" (in its cache store {info['location']})")
+    return f"bank {info['key']} of {store}{where}: " + (
+        f"{info['built']} groupings built, {info['reused']} reused (b={info['n_groupings']}, "
+        f"k={info['n_clusters']}, r={info['n_bootstrap']}, seed={info['seed']}) in "
+        f"{info['seconds']:.1f} s" if info["built"] else
+        f"already complete ({info['n_groupings']} groupings, k={info['n_clusters']}), "
+        "nothing to do")
