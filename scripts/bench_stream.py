@@ -94,7 +94,8 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def compute_bound(store, bank, model, opt, plan, k: int, device: str) -> tuple[float, str]:
+def compute_bound(store, bank, info: dict, model, opt, plan, k: int,
+                  device: str) -> tuple[float, str]:
     """Samples/s the work of streamed FG training allows on this machine's cores, with no
     overhead at all: the CPU time per row of the worker task (read and project, run here in
     the calling thread) and of its share of the central step (one torch thread), each measured
@@ -113,7 +114,9 @@ def compute_bound(store, bank, model, opt, plan, k: int, device: str) -> tuple[f
     pairs = list(zip(plan.batches, plan.groupings.tolist(), strict=True))
     read = cpu_per_row(lambda: [None for b, _ in pairs for _ in store.iter_rows(b)])
     blocks = []
-    worker = cpu_per_row(lambda: blocks.extend(Batch(*load_batch(path, b, g, k), g)
+    # the worker task as StoreSource sends it: the bank's key in the last field, and its place
+    key, at = f"|{info['key']}", info["location"]
+    worker = cpu_per_row(lambda: blocks.extend(Batch(*load_batch(path, b, g, k, key, bank_at=at), g)
                                                for b, g in pairs))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -224,7 +227,7 @@ def main() -> None:
     # one epoch from memory, same steps (a quarter of the rows: they must fit in RAM)
     from fgscale.grouping._dask_bank import load_bank
 
-    bank = load_bank(store_path, **BANK)[0]
+    bank, info = load_bank(store_path, **BANK)
     rows = np.arange(n // 4)
     X = store.read_rows(rows)
     y = store.y.astype(np.int64)
@@ -240,7 +243,8 @@ def main() -> None:
                 bank=torch.as_tensor(bank, device=args.device), device=args.device)
     synchronize(args.device)
     memory = rows.size / (time.perf_counter() - start)
-    bound, costs = compute_bound(store, bank, model, opt, plan, int(bank.max()) + 1, args.device)
+    bound, costs = compute_bound(store, bank, info, model, opt, plan, int(bank.max()) + 1,
+                                 args.device)
 
     print(f"\n{args.n_workers} workers x {args.memory_limit}, batch {args.batch_size}, "
           f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}, "
