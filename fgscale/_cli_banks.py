@@ -1,11 +1,12 @@
-"""What ``fgscale bank`` prints: the table of ``--list`` and a line per bank built, each saying
-whether a bank lies in the store or in its cache store (:mod:`fgscale.store._derived`)."""
+"""What ``fgscale bank`` prints: the table of ``--list``, a line per bank built and one per bank
+removed (``--remove``), each saying whether a bank lies in the store or in its cache store
+(:mod:`fgscale.store._derived`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["bank_list", "built_line"]
+__all__ = ["bank_list", "built_line", "remove_banks"]
 
 
 def _place(location: str, store) -> str:
@@ -41,3 +42,32 @@ def built_line(info: dict, store) -> str:
         f"{info['seconds']:.1f} s" if info["built"] else
         f"already complete ({info['n_groupings']} groupings, k={info['n_clusters']}), "
         "nothing to do")
+
+
+def remove_banks(store, keys) -> list[str]:
+    """Remove the banks ``keys`` of a store, every copy (the store's and its cache store's);
+    the lines of ``fgscale bank STORE --remove KEY ...``.
+
+    Every key is checked before anything is removed: an unknown one is a ValueError that lists
+    the banks present, and no bank is removed then.
+    """
+    import zarr
+
+    from fgscale.store._banks import BANKS, delete_bank, list_banks
+
+    banks = list_banks(store)
+    missing = sorted(set(keys) - {b["key"] for b in banks})
+    if missing:
+        present = ", ".join(sorted({b["key"] for b in banks})) or "none"
+        raise ValueError(f"{store}: no bank {', '.join(missing)}; banks present: {present} "
+                         f"(fgscale bank {store} --list); nothing removed")
+    lines = []
+    for bank in (b for b in banks if b["key"] in keys):
+        folder = Path(bank["location"]) / BANKS / bank["key"]
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        delete_bank(zarr.open_group(bank["location"], mode="r+"), bank["key"])
+        lines.append(f"removed bank {bank['key']} (k={bank['n_clusters']}, "
+                     f"{bank['built']}/{bank['total']} groupings) from the "
+                     f"{_place(bank['location'], store)} {bank['location']}: "
+                     f"{size / 1e6:.1f} MB freed")
+    return lines

@@ -44,10 +44,10 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_bank(args) -> int:
-    from fgscale._cli_banks import bank_list, built_line
+    from fgscale._cli_banks import bank_list, built_line, remove_banks
 
-    if args.list:
-        print("\n".join(bank_list(args.store)))
+    if args.list or args.remove:
+        print("\n".join(bank_list(args.store) if args.list else remove_banks(args.store, args.remove)))
         return 0
     from fgscale._auto import searched_values
     from fgscale.grouping._dask_bank import build_bank
@@ -307,9 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_args(p)
     p.add_argument("--overwrite", action="store_true",
                    help="rebuild the bank of these parameters from scratch (other banks are kept)")
-    p.add_argument("--list", action="store_true",
-                   help="list the banks of the store and of its cache store (key, k, r, seed, "
-                        "rows, built/total, in); build nothing")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--list", action="store_true",
+                      help="list the banks of the store and of its cache store (key, k, r, seed, "
+                           "rows, built/total, in); build nothing")
+    what.add_argument("--remove", nargs="+", metavar="KEY", default=None,
+                      help="remove these banks (keys from --list), from the store and its cache")
     add_progress_arg(p)
     p.set_defaults(func=_cmd_bank)
 

@@ -187,3 +187,15 @@ def test_cli_list(tiny_store, capsys):
         [b.key, "60", str(R), "0", "32", "0/2", "store"]]
     assert len(list_banks(store.path)) == 2
     assert open_store(store.path).n_samples == 40
+    # an unknown key among them: nothing removed, the banks present named
+    assert main(["bank", str(store.path), "--remove", a.key, "nope"]) == 2
+    assert f"no bank nope; banks present: {', '.join(sorted([a.key, b.key]))}" in (
+        capsys.readouterr().err)
+    assert len(list_banks(store.path)) == 2
+    assert main(["bank", str(store.path), "--remove", a.key]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"removed bank {a.key} (k=20, 1/3 groupings) from the store ")
+    assert [x["key"] for x in list_banks(store.path)] == [b.key]
+    assert not (store.path / "banks" / a.key).exists()
+    with pytest.raises(SystemExit):
+        main(["bank", str(store.path), "--remove", b.key, "--list"])

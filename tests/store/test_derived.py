@@ -303,6 +303,13 @@ def test_cli_bank_lists_both_places_and_refuses_to_shadow_the_store(locked, tmp_
     assert main(["export", str(store.path), "--omega", "--bank", list_banks(store.path)[1]["key"],
                  "--out", str(tmp_path / "omega.nii.gz")]) == 0
     assert tree_digest(store.path) == before
+    capsys.readouterr()
+    cached = list_banks(store.path)[1]["key"]  # removed from the cache; the store left as it is
+    assert main(["bank", str(store.path), "--remove", cached]) == 0
+    assert capsys.readouterr().out.startswith(f"removed bank {cached} (k=30, 2/2 groupings) "
+                                              f"from the cache {cache}: ")
+    assert [b["n_clusters"] for b in list_banks(store.path)] == [20]
+    assert tree_digest(store.path) == before
 
 
 @pytest.mark.parametrize("locked", ["chmod", "mount"], indirect=True)
