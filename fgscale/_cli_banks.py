@@ -49,11 +49,13 @@ def remove_banks(store, keys) -> list[str]:
     the lines of ``fgscale bank STORE --remove KEY ...``.
 
     Every key is checked before anything is removed: an unknown one is a ValueError that lists
-    the banks present, and no bank is removed then.
+    the banks present, and so is a bank in a place this process may not write, or in the
+    store under ``FGSCALE_DERIVED=cache``; no bank is removed then.
     """
     import zarr
 
     from fgscale.store._banks import BANKS, delete_bank, list_banks
+    from fgscale.store._derived import DERIVED_ENV, _mode, writable
 
     banks = list_banks(store)
     missing = sorted(set(keys) - {b["key"] for b in banks})
@@ -61,8 +63,19 @@ def remove_banks(store, keys) -> list[str]:
         present = ", ".join(sorted({b["key"] for b in banks})) or "none"
         raise ValueError(f"{store}: no bank {', '.join(missing)}; banks present: {present} "
                          f"(fgscale bank {store} --list); nothing removed")
+    chosen = [b for b in banks if b["key"] in keys]
+    for bank in chosen:  # every place checked before any bank is removed
+        where = _place(bank["location"], store)
+        if where == "store" and _mode() == "cache":
+            raise ValueError(f"{store}: bank {bank['key']} lies in the store, which {DERIVED_ENV}"
+                             "=cache keeps as converted: unset it to remove the bank; nothing "
+                             "removed")
+        if not writable(bank["location"]):
+            raise ValueError(f"{store}: bank {bank['key']} lies in the {where} "
+                             f"{bank['location']}, which this process may not write: make it "
+                             "writable (or ask its owner); nothing removed")
     lines = []
-    for bank in (b for b in banks if b["key"] in keys):
+    for bank in chosen:
         folder = Path(bank["location"]) / BANKS / bank["key"]
         size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
         delete_bank(zarr.open_group(bank["location"], mode="r+"), bank["key"])

@@ -304,7 +304,15 @@ def test_cli_bank_lists_both_places_and_refuses_to_shadow_the_store(locked, tmp_
                  "--out", str(tmp_path / "omega.nii.gz")]) == 0
     assert tree_digest(store.path) == before
     capsys.readouterr()
-    cached = list_banks(store.path)[1]["key"]  # removed from the cache; the store left as it is
+    kept, cached = (b["key"] for b in list_banks(store.path))
+    # the store's bank may not be removed (read-only, or kept by FGSCALE_DERIVED=cache): said
+    # with the store and the bank, before the cache's is removed
+    assert main(["bank", str(store.path), "--remove", cached, kept]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fgscale bank: error: {store.path}: bank {kept} lies in the store")
+    assert err.rstrip().endswith("nothing removed") and "Errno" not in err
+    assert len(list_banks(store.path)) == 2
+    # removed from the cache; the store left as it is
     assert main(["bank", str(store.path), "--remove", cached]) == 0
     assert capsys.readouterr().out.startswith(f"removed bank {cached} (k=30, 2/2 groupings) "
                                               f"from the cache {cache}: ")
