@@ -198,21 +198,69 @@ def read_results(out) -> dict:
     path = Path(out)
     if path.is_dir():
         raise ValueError(f"{path}: a folder; --out is the results file, such as cv.json")
-    hint = "not a results file of fgscale cv; choose another --out"
+    hint = "not a results file of fgscale cv, or a damaged one; choose another --out"
     try:  # JSON only: nothing read back runs code
         results = json.loads(path.read_text())
     except ValueError as exc:  # not JSON, or not text (UnicodeDecodeError is a ValueError)
         raise ValueError(f"{path}: {hint} (it is not JSON: {exc})") from None
-    fields = ("store", "score", *_SHARED)
-    if not (isinstance(results, dict) and results.get("kind") == _KIND
-            and all(k in results for k in fields) and isinstance(results.get("folds"), list)):
-        raise ValueError(f"{path}: {hint} (it has no {_KIND!r} of {', '.join(fields)}, folds)")
-    folds, name = results["folds"], results["score"]
-    if not all(isinstance(f, dict) and f.get("fold") == i and {name, "n", "n_train", "selected"}
-               <= f.keys() for i, f in enumerate(folds)) or len(folds) > results["n_folds"]:
-        raise ValueError(f"{path}: {hint} (its folds are not those of {results['n_folds']} "
-                         "folds in order)")
+    problem = _problem(results)
+    if problem:
+        raise ValueError(f"{path}: {hint} ({problem})")
     return results
+
+
+_INT, _NUMBER = "an integer", "a number"
+_FIELDS = {"store": "a path", "store_id": "a string", "params": "an object",
+           "n_folds": _INT, "task": "'classification' or 'regression'",
+           "score": "'accuracy' or 'r2'", "seed": _INT,
+           "test_rows": "a list of lists of row numbers", "folds": "a list"}
+_FOLD = {"fold": _INT, "n": _INT, "n_train": _INT, "selected": "an object"}
+
+
+def _is(value, what: str) -> bool:
+    """Whether a JSON value is ``what`` (a description of :data:`_FIELDS` or :data:`_FOLD`)."""
+    if what in (_INT, _NUMBER):
+        kinds = int if what == _INT else (int, float)
+        return isinstance(value, kinds) and not isinstance(value, bool)
+    if what == "an object":
+        return isinstance(value, dict)
+    if what.startswith("a list"):
+        return isinstance(value, list) and (what == "a list" or all(
+            isinstance(r, list) and all(_is(i, _INT) for i in r) for r in value))
+    if what.startswith("'"):
+        return value in [word.strip("'") for word in what.split(" or ")]
+    return isinstance(value, str)
+
+
+def _problem(results) -> str | None:
+    """What makes the JSON value ``results`` no results file of a cross-validation, naming the
+    field and what it should be; None when it is one."""
+    if not isinstance(results, dict):
+        return f"it holds a JSON {type(results).__name__}, not an object"
+    if results.get("kind") != _KIND:
+        return f'its "kind" is {_shown(results.get("kind"))}, expected {_KIND!r}'
+    for field, what in _FIELDS.items():
+        if not _is(results.get(field), what):
+            return f'its "{field}" is {_shown(results.get(field))}, expected {what}'
+    if len(results["folds"]) > results["n_folds"]:
+        return f'it has {len(results["folds"])} "folds", more than its "n_folds"'
+    fields = {**_FOLD, results["score"]: _NUMBER}
+    for i, fold in enumerate(results["folds"]):
+        if not isinstance(fold, dict):
+            return f'its "folds"[{i}] is {_shown(fold)}, expected an object'
+        for field, what in fields.items():
+            if not _is(fold.get(field), what) or field == "fold" and fold[field] != i:
+                expected = str(i) if field == "fold" else what
+                return f'its "folds"[{i}]["{field}"] is {_shown(fold.get(field))}, expected {expected}'
+    return None
+
+
+def _shown(value) -> str:
+    """A JSON value as an error shows it: missing, or as JSON cut to 40 characters."""
+    if value is None:
+        return "missing (or null)"
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _saved_folds(out, header: dict, resume: bool) -> list:

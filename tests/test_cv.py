@@ -196,19 +196,50 @@ def test_an_existing_file_is_refused_without_resume(full_run, grouped_store, mon
 def test_a_file_that_is_not_cv_results_is_refused_by_name(grouped_store, tmp_path, capsys):
     out = tmp_path / "cv.json"
     for text, why in (("{not json", "it is not JSON"), (b"\xff\xfe\x00", "it is not JSON"),
-                      ("[1, 2]", "it has no 'fgscale cv results'"),
-                      ('{"params": {}}', "it has no 'fgscale cv results'")):
+                      ("[1, 2]", "it holds a JSON list, not an object"),
+                      ('{"params": {}}', """its "kind" is missing (or null), expected """
+                                         "'fgscale cv results'")):
         out.write_bytes(text if isinstance(text, bytes) else text.encode())
         for resume in ([], ["--resume"]):  # the CLI reads the file first with --resume
             assert main(["cv", str(grouped_store.path), "--out", str(out), *resume]) == 2
             err = capsys.readouterr().err
-            assert err.startswith(f"fgscale cv: error: {out}: not a results file of fgscale cv; "
-                                  f"choose another --out ({why}"), err
+            assert err.startswith(f"fgscale cv: error: {out}: not a results file of fgscale cv, "
+                                  f"or a damaged one; choose another --out ({why}"), err
             assert "Traceback" not in err
     with pytest.raises(ValueError, match="not a results file of fgscale cv"):
         cross_validate(grouped_store.path, params=QUICK, n_folds=3, out=out, resume=True)
     with pytest.raises(ValueError, match=f"{tmp_path}: a folder; --out is the results file"):
         cross_validate(grouped_store.path, params=QUICK, n_folds=3, out=tmp_path)
+
+
+def test_a_damaged_results_file_names_the_field_and_what_it_should_be(full_run, grouped_store,
+                                                                      tmp_path, capsys):
+    _, full, _ = full_run
+    out = tmp_path / "cv.json"
+    for change, why in (
+            (lambda r: r["folds"][1].update(accuracy="high"),
+             'its "folds"[1]["accuracy"] is "high", expected a number'),
+            (lambda r: r["folds"][1].update(accuracy=None),
+             'its "folds"[1]["accuracy"] is missing (or null), expected a number'),
+            (lambda r: r["folds"][0].update(n="x"), 'its "folds"[0]["n"] is "x", expected an '
+                                                    "integer"),
+            (lambda r: r["folds"][2].update(fold=5), 'its "folds"[2]["fold"] is 5, expected 2'),
+            (lambda r: r.update(n_folds="3"), 'its "n_folds" is "3", expected an integer'),
+            (lambda r: r.update(params=[1]), 'its "params" is [1], expected an object'),
+            (lambda r: r.update(task="or"),
+             """its "task" is "or", expected 'classification' or 'regression'"""),
+            (lambda r: r["test_rows"][0].__setitem__(0, "a"),
+             'its "test_rows" is [["a", '),
+            (lambda r: r.update(score="r2"), 'its "folds"[0]["r2"] is missing (or null)')):
+        results = _read(full)
+        change(results)
+        out.write_text(json.dumps(results))
+        before = out.read_bytes()
+        assert main(["cv", str(grouped_store.path), "--out", str(out), "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fgscale cv: error: {out}: not a results file of fgscale cv, or a "
+                              f"damaged one; choose another --out ({why}"), err
+        assert "Traceback" not in err and out.read_bytes() == before
 
 
 def test_a_cross_validation_refused_or_failed_before_its_first_fold_writes_nothing(
