@@ -79,6 +79,15 @@ def not_dask():
     server.close()
 
 
+def test_ctrl_c_during_cv_exits_130_and_says_how_to_resume(tiny_store, tmp_path):
+    out = tmp_path / "cv.json"
+    command = [sys.executable, "-m", "fgscale", "cv", str(tiny_store.path), "--folds", "2",
+               "--out", str(out), "--max-epochs", "100000", "--tol", "0", *TRAIN]
+    lines = _interrupt(command, lambda: any((tiny_store.path / "stats").glob("*")), "cv")
+    assert lines == ["fgscale cv: interrupted. With --out, its file keeps the folds finished so "
+                     "far: run the same command with --resume to train only the others."]
+
+
 def test_an_unreachable_or_foreign_scheduler_is_a_clear_error(not_dask, tiny_store, capsys):
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
