@@ -24,6 +24,7 @@ from fgscale._run_folder import UNSEEN_PARAMS, versions
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
 from fgscale.reports import score_store
+from fgscale.store._derived import can_write
 from fgscale.store._reader import open_store
 
 __all__ = ["cross_validate", "read_results", "summary_line"]
@@ -90,6 +91,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
               "grouped": grouped, "seed": seed, "test_rows": [rows[t].tolist() for _, t in splits]}
     folds = [] if out is None else _saved_folds(out, header, resume)  # before any cluster starts
     done = len(folds)
+    if out is not None and done < n_folds:
+        _check_writable(Path(out))
     for fold in folds:
         if echo is not None:
             echo(_fold_line(fold, name, saved=out))
@@ -261,6 +264,18 @@ def _shown(value) -> str:
         return "missing (or null)"
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_writable(out: Path) -> None:
+    """Refuse, before any fold is trained, an ``out`` whose folder cannot take the file."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        writable = can_write(out.parent)
+    except OSError:
+        writable = False
+    if not writable:
+        raise ValueError(f"{out}: its folder {out.parent} cannot be created or written, so no "
+                         "fold could be saved there: choose another --out; nothing trained")
 
 
 def _saved_folds(out, header: dict, resume: bool) -> list:

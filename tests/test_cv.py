@@ -242,6 +242,17 @@ def test_a_damaged_results_file_names_the_field_and_what_it_should_be(full_run, 
         assert "Traceback" not in err and out.read_bytes() == before
 
 
+def test_an_out_that_cannot_be_written_is_refused_before_any_fold(grouped_store, tmp_path,
+                                                                    monkeypatch, capsys):
+    monkeypatch.setattr("fgscale.crossval.get_client", None)  # refused before any cluster
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "cv.json"  # a folder no one can create, root included
+    assert main(["cv", str(grouped_store.path), "--out", str(out), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"fgscale cv: error: {out}: its folder {out.parent} cannot be created or written, so no "
+        "fold could be saved there: choose another --out; nothing trained\n")
+
+
 def test_a_cross_validation_refused_or_failed_before_its_first_fold_writes_nothing(
         grouped_store, client, tmp_path, monkeypatch):
     out = tmp_path / "cv.json"
