@@ -80,13 +80,16 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
 def _bank_values(store: Store, key: str | None, grouping: int | None) -> np.ndarray:
     """Grouping ``grouping`` of bank ``key`` (default the only bank), or its Omega (None)."""
     if key is None:
-        keys = sorted({b["key"] for b in list_banks(store)})  # the store's and its cache's
+        banks = list_banks(store)  # the store's and its cache's
+        keys = sorted({b["key"] for b in banks})
         if len(keys) != 1:
+            places = {"the store" if Path(b["location"]) == Path(store.path).resolve()
+                      else "its cache store" for b in banks}
             raise ValueError(f"{store.path}: " + (
                 "no bank in the store or its cache yet (build one with 'fgscale bank')"
                 if not keys else
-                f"the store holds {len(keys)} banks, choose one (--bank KEY): "
-                + ", ".join(keys)))
+                f"{len(keys)} banks in {' and '.join(sorted(places, reverse=True))}, choose one "
+                "(--bank KEY): " + ", ".join(keys)))
         key = keys[0]
     bank = open_bank(store, key)
     done = bank.done[:]

@@ -300,6 +300,10 @@ def test_cli_bank_lists_both_places_and_refuses_to_shadow_the_store(locked, tmp_
     assert main([*bank, "--n-clusters", "20", "--overwrite"]) == 2
     assert "cannot be rebuilt" in capsys.readouterr().err
     assert main([*bank, "--n-clusters", "30", "--overwrite"]) == 0  # in the cache: rebuilt there
+    capsys.readouterr()
+    assert main(["export", str(store.path), "--omega", "--out", str(tmp_path / "o.nii.gz")]) == 2
+    assert f"{store.path}: 2 banks in the store and its cache store, choose one (--bank KEY): " \
+        in capsys.readouterr().err
     assert main(["export", str(store.path), "--omega", "--bank", list_banks(store.path)[1]["key"],
                  "--out", str(tmp_path / "omega.nii.gz")]) == 0
     assert tree_digest(store.path) == before
