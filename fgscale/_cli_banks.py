@@ -82,5 +82,13 @@ def remove_banks(store, keys) -> list[str]:
         lines.append(f"removed bank {bank['key']} (k={bank['n_clusters']}, "
                      f"{bank['built']}/{bank['total']} groupings) from the "
                      f"{_place(bank['location'], store)} {bank['location']}: "
-                     f"{size / 1e6:.1f} MB freed")
+                     f"{_size(size)} freed")
     return lines
+
+
+def _size(n: int) -> str:
+    """A number of bytes as a person reads it: kB below 1 MB, MB below 1 GB, else GB."""
+    for unit, scale in (("kB", 1e3), ("MB", 1e6)):
+        if n < scale * 1e3:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 1e9:.1f} GB"

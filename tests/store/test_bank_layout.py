@@ -195,6 +195,7 @@ def test_cli_list(tiny_store, capsys):
     assert main(["bank", str(store.path), "--remove", a.key]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"removed bank {a.key} (k=20, 1/3 groupings) from the store ")
+    assert re.search(r": [0-9.]+ kB freed$", out.strip()) and " 0.0 " not in out, out  # not 0.0 MB
     assert [x["key"] for x in list_banks(store.path)] == [b.key]
     assert not (store.path / "banks" / a.key).exists()
     with pytest.raises(SystemExit):
