@@ -36,6 +36,9 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        # "--max-epoch" is a typo to point out, not a prefix to accept: accepted prefixes would
+        # break scripts the day an option sharing them is added
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def parse_args(self, args=None, namespace=None):
@@ -159,7 +162,7 @@ def add_cv_args(p) -> None:
                         "(default: none, print only)")
     p.add_argument("--resume", action="store_true",
                    help="continue the cross-validation saved in --out: train only its missing "
-                        "folds")
+                        "folds (no file there: start one, as a requeued job would)")
 
 
 def add_cluster_args(p) -> None:

@@ -60,7 +60,9 @@ def remove_banks(store, keys) -> list[str]:
     banks = list_banks(store)
     missing = sorted(set(keys) - {b["key"] for b in banks})
     if missing:
-        present = ", ".join(sorted({b["key"] for b in banks})) or "none"
+        keys = sorted({b["key"] for b in banks})  # a few: cross-validation leaves one per fold
+        present = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+        present = present or "none"
         raise ValueError(f"{store}: no bank {', '.join(missing)}; banks present: {present} "
                          f"(fgscale bank {store} --list); nothing removed")
     chosen = [b for b in banks if b["key"] in keys]

@@ -102,7 +102,12 @@ class RunFolder:
             if final.exists() and all(saved.get(k) == params[k] for k in params
                                       if k not in UNSEEN_PARAMS):
                 return read_json(final, "run summary")
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # said with the folder: "[Errno 13] Permission denied: 'r'" is not
+            raise OSError(exc.errno, f"{self.path}: the run folder cannot be created "
+                                     f"({exc.strerror or exc}): choose another --out, or make its "
+                                     "parent folder writable") from None
         self._write_json({"params": params, "store": str(store.path.resolve()),
                           "store_id": identity,
                           "synthetic": bool(store.attrs.get("synthetic", False)),

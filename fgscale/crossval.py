@@ -165,7 +165,7 @@ def _summary(folds: list, name: str) -> dict:
 def _fold_line(fold: dict, name: str, saved=None) -> str:
     line = (f"fold {fold['fold']}: {name} {fold[name]:.4f} on {fold['n']} rows (trained on "
             f"{fold['n_train']}; {fold['selected']})")
-    return line if saved is None else f"{line}, saved in {saved}"
+    return line if saved is None else f"{line}, from {saved}"
 
 
 def summary_line(scores: dict) -> str:
@@ -290,9 +290,9 @@ def _saved_folds(out, header: dict, resume: bool) -> list:
     for field in _SHARED:
         differs = _differs(field, saved, header)
         if differs:
-            raise ValueError(f"{out}: --resume with another {differs} than the saved "
-                             f"cross-validation: choose another --out, or delete {out} to "
-                             "start afresh")
+            raise ValueError(f"{out}: --resume does not match the saved cross-validation in "
+                             f"its {differs}: choose another --out, or delete {out} to start "
+                             "afresh")
     return saved["folds"]
 
 

@@ -144,7 +144,7 @@ def test_an_interrupted_cross_validation_resumes_to_the_uninterrupted_result(
     lines = []
     resumed = cross_validate(grouped_store.path, params={**QUICK, "verbose": 1}, n_folds=3,
                              client=client, out=out, resume=True, echo=lines.append)
-    assert [line.endswith(f"saved in {out}") for line in lines] == [True, True, False]
+    assert [line.endswith(f"), from {out}") for line in lines] == [True, True, False]
     # the same numbers as in one go: each fold's seed and rows come from the plan, not the run
     assert resumed["folds"] == scores["folds"]
     assert resumed["mean_score"] == scores["mean_score"]
@@ -177,7 +177,8 @@ def test_resume_refuses_other_parameters_folds_or_store_and_leaves_the_file(
                               f"{other.path.resolve()}")):
         with pytest.raises(ValueError) as info:
             cross_validate(store.path, params=params, n_folds=folds, out=full, resume=True)
-        assert str(info.value).startswith(f"{full}: --resume with another {differs}"), info.value
+        assert str(info.value).startswith(f"{full}: --resume does not match the saved cross-validation in "
+                                      f"its {differs}"), info.value
         assert f"choose another --out, or delete {full} to start afresh" in str(info.value)
         assert full.read_bytes() == before
 
@@ -284,7 +285,7 @@ def test_cli_out_and_resume_with_the_saved_parameters(full_run, grouped_store, c
     # feature grouping), so the finished cross-validation is found finished
     assert main(["cv", str(grouped_store.path), "--out", str(out), "--resume", *scheduler]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4 and all(line.endswith(f"saved in {out}") for line in lines[:3])
+    assert len(lines) == 4 and all(line.endswith(f"), from {out}") for line in lines[:3])
     assert lines[-1].endswith(f"already complete in {out}, nothing trained")
     # an option given on the command line is the command's, and is checked against the file
     assert main(["cv", str(grouped_store.path), "--out", str(out), "--resume",

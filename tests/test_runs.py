@@ -145,6 +145,17 @@ def test_bad_parameters_stop_before_anything_is_written(tiny_store, client, tmp_
     assert "bank" not in tiny_store.group
 
 
+def test_a_run_folder_that_cannot_be_made_is_named_before_any_work(tiny_store, tmp_path,
+                                                                   monkeypatch, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setattr("fgscale.runs.get_client", None)  # refused before any cluster starts
+    assert main(["train", str(tiny_store.path), "--out", str(blocker / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"fgscale train: error: [Errno 20] {blocker / 'run'}: the run folder cannot be created" in err
+    assert "choose another --out" in err and blocker.read_text() == "not a folder"
+
+
 def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path):
     run = tmp_path / "run"
     train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)

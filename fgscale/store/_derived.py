@@ -160,10 +160,14 @@ def write_location(store: Store) -> str:
     except OSError:
         pass  # said below, with the store
     if not writable(cache):
+        blocked = next((p for p in (cache.parent, *cache.parent.parents) if p.exists()), None)
+        state = (f"cannot be made ({blocked} is a file, not a folder)"
+                 if blocked is not None and not blocked.is_dir()
+                 else "is not writable" + (" either" if mode == "auto" else ""))
         raise StoreError(
-            f"{path}: {why}, and the cache dir {cache.parent} is not writable either: the "
-            f"feature statistics and banks of groupings have nowhere to go; set {CACHE_DIR_ENV} "
-            "to a writable folder" + (", or make the store writable" if mode == "auto" else ""))
+            f"{path}: {why}, and the cache dir {cache.parent} {state}: the feature statistics "
+            f"and banks of groupings have nowhere to go; set {CACHE_DIR_ENV} to a writable "
+            "folder" + (", or make the store writable" if mode == "auto" else ""))
     group = zarr.open_group(str(cache), mode="a")
     if "rows_sample" not in group.attrs:  # the store's path: for a person looking at the cache
         group.attrs.update({"fgscale_derived_of": path, "rows_sample": _rows_sample(store)})

@@ -200,6 +200,8 @@ def test_nowhere_to_write_is_a_clear_error(locked, monkeypatch):
     message = str(info.value)
     for name in (str(store.path.resolve()), str(blocker / "cache"), CACHE_DIR_ENV):
         assert name in message, message
+    assert f"cannot be made ({blocker} is a file, not a folder)" in message
+    assert "either" not in message
 
 
 # ---------------------------------------------------------------- training
