@@ -40,9 +40,10 @@ import torch
 
 from fgscale._files import atomic_path, read_json
 from fgscale._params import RUNTIME_PARAMS, params_to_json
-from fgscale.estimators._base import _cuda, _History
+from fgscale.estimators._base import _History
 from fgscale.estimators._persist import load_model, save_model
 from fgscale.maps import MAPS_IMAGE, write_maps
+from fgscale.training._loop import cuda_device
 
 __all__ = ["UNSEEN_PARAMS", "RunFolder", "versions"]
 
@@ -179,7 +180,7 @@ class _Checkpoints(_History):
         self.estimator_params = {k: v for k, v in params_to_json(estimator.get_params()).items()
                                  if k not in RUNTIME_PARAMS}
         self.phase_params = None if params is None else params_to_json(params)
-        self.gpu = _cuda(estimator.device)  # its generator is checkpointed
+        self.gpu = cuda_device(estimator.device)  # its generator is checkpointed
         suffix = f"-{phase}" if phase else ""
         self.checkpoint_path = folder / f"checkpoint{suffix}.pt"
         self.metrics_path = folder / f"metrics{suffix}.jsonl"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import logging
 import numbers
-from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -30,7 +29,14 @@ from fgscale.estimators._inputs import (
 from fgscale.estimators._selection import candidates, check_groups, validation_split, warn_ignored
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
-from fgscale.training._loop import EarlyStopping, fit, lipschitz, make_optimizer
+from fgscale.training._loop import (
+    EarlyStopping,
+    cuda_device,
+    fit,
+    lipschitz,
+    make_optimizer,
+    torch_threads,
+)
 from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
@@ -39,7 +45,6 @@ log = logging.getLogger(__name__)
 
 _MAX_SEED = np.iinfo(np.int32).max
 _BATCH_RANGE = (32, 200)  # batch_size="auto": a tenth of the rows, within this range
-_SMALL_BATCH_VALUES = 1 << 24  # minibatches of fewer input values train on one thread
 
 
 class _History:
@@ -168,9 +173,10 @@ class FeatureGroupingBase(BaseEstimator):
     def _fit_store(self, path, client, history=_History, rows=None):
         """Fit on a store's training rows (or on ``rows``, a subset: a fold), streamed."""
         from fgscale.cluster import get_client
-        from fgscale.grouping._dask_bank import ensure_bank
+        from fgscale.grouping._dask_bank import bank_ready, ensure_bank
+        from fgscale.store._derived import write_location
         from fgscale.store._reader import open_store
-        from fgscale.store._stats import compute_stats
+        from fgscale.store._stats import compute_stats, load_stats
         from fgscale.training._stream import StoreSource
 
         self._check_params()
@@ -180,6 +186,13 @@ class FeatureGroupingBase(BaseEstimator):
         seed = self._seed()
         rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
         self._set_store_targets(store, rows)
+        targets = self._store_targets(store)
+        counts = self._cluster_counts(targets[rows])
+        bank_kw = dict(n_groupings=self.n_groupings, n_bootstrap=self.n_bootstrap, seed=seed,
+                       rows=rows)
+        if (self.standardize and load_stats(store.path, rows) is None) or not all(
+                bank_ready(store.path, n_clusters=k, **bank_kw) for k in counts if k is not None):
+            write_location(store)  # nowhere to write what is missing: refused before a cluster
         with get_client(client=client, processes=False) as client:
             self.mean_ = self.scale_ = None
             if self.standardize:
@@ -188,14 +201,11 @@ class FeatureGroupingBase(BaseEstimator):
                 self.mean_, self.scale_ = mean, (1.0 / std).astype(np.float32)
             groups = store.groups if (store.groups != "").all() else None
             sources = {}
-            targets = self._store_targets(store)
-            for k in self._cluster_counts(targets[rows]):
+            for k in counts:
                 bank, info = None, {"key": "", "location": None}
                 if k is not None:
                     # the bank of exactly these parameters and training rows, built if missing
-                    bank, info = ensure_bank(store.path, n_groupings=self.n_groupings,
-                                             n_bootstrap=self.n_bootstrap, n_clusters=k,
-                                             seed=seed, rows=rows, client=client)
+                    bank, info = ensure_bank(store.path, n_clusters=k, client=client, **bank_kw)
                     log.info("using bank %s of %s", info["key"], info["location"])
                 sources[k] = (StoreSource(client, store.path, n_clusters=k or 0,
                                           bank_key=info["key"], bank_at=info["location"],
@@ -264,11 +274,11 @@ class FeatureGroupingBase(BaseEstimator):
         else:
             fit_rows = rows
         self.batch_size_ = self._batch_size(len(fit_rows))
-        gpu = _cuda(self.device)
+        gpu = cuda_device(self.device)
         widths = [self.n_features_in_ if k is None else k for k in sources]
         # the caller's generators are left as they were, the GPU's too (dropout draws there)
         with torch.random.fork_rng(devices=[] if gpu is None else [gpu]), \
-                _torch_threads(self.batch_size_ * max(widths)):
+                torch_threads(self.batch_size_ * max(widths)):
             refit = val_rows is not None and self.refit
             results, best = [], None
             for params in grid:
@@ -397,23 +407,3 @@ class FeatureGroupingBase(BaseEstimator):
         if model is not None and any(p.device.type != "cpu" for p in model.parameters()):
             state["model_"] = copy.deepcopy(model).cpu()
         return state
-
-
-@contextmanager
-def _torch_threads(batch_values: int):
-    """One intra-op thread for minibatches of up to a few million values: on a busy machine
-    (Dask workers in this process, other jobs), torch's thread pool spends more in waking its
-    threads than it saves on a step that size (figures in the README's performance section)."""
-    previous = torch.get_num_threads()
-    if batch_values < _SMALL_BATCH_VALUES:
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _cuda(device) -> torch.device | None:
-    """``device`` as a torch device if it is a GPU, else None."""
-    device = torch.device(device)
-    return device if device.type == "cuda" else None

@@ -41,7 +41,7 @@ from fgscale.store._shards import resumable_write
 
 log = logging.getLogger(__name__)
 
-__all__ = ["build_bank", "ensure_bank", "load_bank"]
+__all__ = ["bank_ready", "build_bank", "ensure_bank", "load_bank"]
 
 
 def _grouping_task(path: str, derived: str, key: str, index: int, seed: int, n_clusters: int,
@@ -232,6 +232,15 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
         raise BankError(f"{store.path}: bank {key!r} is incomplete ({n - todo.size} of {n} "
                         "groupings built); re-run 'fgscale bank' to finish it")
     return bank.labels[:n], {"key": key, "n_groupings": n, **params, "location": bank.location}
+
+
+def bank_ready(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: int | float,
+               seed: int, rows=None) -> bool:
+    """Whether the bank of these parameters is built (in the store or its cache store), its
+    first ``n_groupings`` groupings at least; reads their flags, not the groupings."""
+    store = open_store(store_path)
+    key, _, _ = _params(store, n_clusters, n_bootstrap, seed, rows)
+    return _complete(find_banks(store, key), int(n_groupings)) is not None
 
 
 def ensure_bank(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: int | float,

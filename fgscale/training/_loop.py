@@ -15,6 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +27,8 @@ from fgscale._progress import tqdm
 from fgscale.training._models import GroupedLinear
 from fgscale.training._sgd import SGD
 
-__all__ = ["Batch", "EarlyStopping", "batch_loss", "evaluate", "fit", "lipschitz", "make_optimizer",
-           "predict_logits", "train_epoch"]
+__all__ = ["Batch", "EarlyStopping", "batch_loss", "cuda_device", "evaluate", "fit", "lipschitz",
+           "make_optimizer", "predict_logits", "torch_threads", "train_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -350,3 +351,26 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
     if stopper is not None and stopper.best_state is not None:
         model.load_state_dict(stopper.best_state)
     return history
+
+
+_SMALL_BATCH_VALUES = 1 << 24  # minibatches of fewer input values train on one thread
+
+
+@contextmanager
+def torch_threads(batch_values: int):
+    """One intra-op thread for minibatches of up to a few million values: on a busy machine
+    (Dask workers in this process, other jobs), torch's thread pool spends more in waking its
+    threads than it saves on a step that size (figures in the README's performance section)."""
+    previous = torch.get_num_threads()
+    if batch_values < _SMALL_BATCH_VALUES:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def cuda_device(device) -> torch.device | None:
+    """``device`` as a torch device if it is a GPU, else None."""
+    device = torch.device(device)
+    return device if device.type == "cuda" else None

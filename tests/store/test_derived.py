@@ -204,6 +204,26 @@ def test_nowhere_to_write_is_a_clear_error(locked, monkeypatch):
     assert "either" not in message
 
 
+def test_a_fit_with_nowhere_to_write_is_refused_before_a_cluster_starts(tmp_path, monkeypatch,
+                                                                         client):
+    store = synthetic_store(tmp_path / "s.zarr", 24, 2, seed=0, block_rows=4)
+    blocker = tmp_path / "a-file"
+    blocker.touch()
+    monkeypatch.setenv(DERIVED_ENV, "cache")
+    monkeypatch.setenv(CACHE_DIR_ENV, str(blocker / "cache"))
+    clf = FeatureGroupingClassifier(n_groupings=2, n_bootstrap=4, n_clusters=0.1, max_epochs=1,
+                                    random_state=0)
+    monkeypatch.setattr("fgscale.cluster.get_client", None)  # any cluster would fail here
+    with pytest.raises(StoreError, match="nowhere to go"):
+        clf.fit(store.path)
+    # with everything it needs already derived, it does not need to write: it trains
+    monkeypatch.undo()
+    clf.fit(store.path, client=client)
+    monkeypatch.setenv(DERIVED_ENV, "cache")
+    monkeypatch.setenv(CACHE_DIR_ENV, str(blocker / "cache"))
+    assert clf.fit(store.path, client=client).n_iter_ >= 1
+
+
 # ---------------------------------------------------------------- training
 
 
