@@ -46,7 +46,8 @@ def built_line(info: dict, store) -> str:
 
 def remove_banks(store, keys) -> list[str]:
     """Remove the banks ``keys`` of a store, every copy (the store's and its cache store's);
-    the lines of ``fgscale bank STORE --remove KEY ...``.
+    the lines of ``fgscale bank STORE --remove KEY ...``. ``["folds"]`` stands for every bank
+    built on other rows than the store's training rows: those of ``fgscale cv``'s folds.
 
     Every key is checked before anything is removed: an unknown one is a ValueError that lists
     the banks present, and so is a bank in a place this process may not write, or in the
@@ -54,10 +55,16 @@ def remove_banks(store, keys) -> list[str]:
     """
     import zarr
 
-    from fgscale.store._banks import BANKS, delete_bank, list_banks
+    from fgscale.store._banks import BANKS, delete_bank, list_banks, rows_hash
     from fgscale.store._derived import DERIVED_ENV, _mode, writable
+    from fgscale.store._reader import open_store
 
     banks = list_banks(store)
+    if list(keys) == ["folds"]:
+        train = rows_hash(open_store(store).train_rows())
+        keys = [b["key"] for b in banks if b["rows_sha1"] != train]
+        if not keys:
+            return [f"{store}: no bank of a fold (every bank is built on the training rows)"]
     missing = sorted(set(keys) - {b["key"] for b in banks})
     if missing:
         keys = sorted({b["key"] for b in banks})  # a few: cross-validation leaves one per fold

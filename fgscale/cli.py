@@ -312,8 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="list the banks of the store and of its cache store (key, k, r, seed, "
                            "rows, built/total, in); build nothing")
     what.add_argument("--remove", nargs="+", metavar="KEY", default=None,
-                      help="remove these banks (keys from --list), from the store and its cache "
-                           "(default: none)")
+                      help="remove these banks (keys from --list; folds: those built on a part of "
+                           "the training rows, by cv) from the store and its cache (default: none)")
     add_progress_arg(p)
     p.set_defaults(func=_cmd_bank)
 

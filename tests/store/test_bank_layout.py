@@ -37,6 +37,22 @@ def _create(store, k, b, seed=0):
                        store.n_features, rows=rows)
 
 
+def test_cli_remove_folds_removes_the_banks_of_other_rows_only(tiny_store, capsys):
+    store = tiny_store
+    assert main(["bank", str(store.path), "--remove", "folds"]) == 0
+    assert "no bank of a fold" in capsys.readouterr().out
+    whole = _create(store, 20, 2)
+    group = zarr.open_group(str(store.path), mode="r+")
+    folds = []
+    for fold in (store.train_rows()[::2], store.train_rows()[1::2]):  # as cv's training rows
+        folds.append(create_bank(group, bank_key(20, R, 0, fold), bank_params(20, R, 0, fold), 2,
+                                 store.n_features, rows=fold))
+    assert main(["bank", str(store.path), "--remove", "folds"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(line.split()[2] for line in lines) == sorted(f.key for f in folds)
+    assert [b["key"] for b in list_banks(store.path)] == [whole.key]
+
+
 def test_key_is_readable_and_depends_on_the_set_of_rows_only():
     rows = np.arange(0, 40, 2)
     key = bank_key(3385, 50, 0, rows)
