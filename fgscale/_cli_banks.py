@@ -56,7 +56,7 @@ def remove_banks(store, keys) -> list[str]:
     import zarr
 
     from fgscale.store._banks import BANKS, delete_bank, list_banks, rows_hash
-    from fgscale.store._derived import DERIVED_ENV, _mode, writable
+    from fgscale.store._derived import DERIVED_ENV, derived_mode, writable
     from fgscale.store._reader import open_store
 
     banks = list_banks(store)
@@ -67,15 +67,15 @@ def remove_banks(store, keys) -> list[str]:
             return [f"{store}: no bank of a fold (every bank is built on the training rows)"]
     missing = sorted(set(keys) - {b["key"] for b in banks})
     if missing:
-        keys = sorted({b["key"] for b in banks})  # a few: cross-validation leaves one per fold
-        present = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+        known = sorted({b["key"] for b in banks})  # a few: cross-validation leaves one per fold
+        present = ", ".join(known[:6]) + (f" and {len(known) - 6} more" if len(known) > 6 else "")
         present = present or "none"
         raise ValueError(f"{store}: no bank {', '.join(missing)}; banks present: {present} "
                          f"(fgscale bank {store} --list); nothing removed")
     chosen = [b for b in banks if b["key"] in keys]
     for bank in chosen:  # every place checked before any bank is removed
         where = _place(bank["location"], store)
-        if where == "store" and _mode() == "cache":
+        if where == "store" and derived_mode() == "cache":
             raise ValueError(f"{store}: bank {bank['key']} lies in the store, which {DERIVED_ENV}"
                              "=cache keeps as converted: unset it to remove the bank; nothing "
                              "removed")

@@ -176,7 +176,7 @@ class FeatureGroupingBase(BaseEstimator):
         from fgscale.grouping._dask_bank import bank_ready, ensure_bank
         from fgscale.store._derived import write_location
         from fgscale.store._reader import open_store
-        from fgscale.store._stats import compute_stats, load_stats
+        from fgscale.store._stats import compute_stats, stats_ready
         from fgscale.training._stream import StoreSource
 
         self._check_params()
@@ -190,7 +190,7 @@ class FeatureGroupingBase(BaseEstimator):
         counts = self._cluster_counts(targets[rows])
         bank_kw = dict(n_groupings=self.n_groupings, n_bootstrap=self.n_bootstrap, seed=seed,
                        rows=rows)
-        if (self.standardize and load_stats(store.path, rows) is None) or not all(
+        if (self.standardize and not stats_ready(store.path, rows)) or not all(
                 bank_ready(store.path, n_clusters=k, **bank_kw) for k in counts if k is not None):
             write_location(store)  # nowhere to write what is missing: refused before a cluster
         with get_client(client=client, processes=False) as client:

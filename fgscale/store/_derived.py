@@ -40,7 +40,7 @@ import zarr
 from fgscale.store._reader import Store
 from fgscale.store._shards import StoreError
 
-__all__ = ["CACHE_DIR_ENV", "DERIVED_ENV", "cache_dir", "cache_path", "can_write",
+__all__ = ["CACHE_DIR_ENV", "DERIVED_ENV", "cache_dir", "cache_path", "can_write", "derived_mode",
            "read_locations", "writable", "write_location"]
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,8 @@ def read_locations(store: Store) -> list[str]:
     return [path, str(cache)]
 
 
-def _mode() -> str:
+def derived_mode() -> str:
+    """``$FGSCALE_DERIVED``: "auto" (the default) or "cache"; a ValueError for anything else."""
     mode = os.environ.get(DERIVED_ENV) or "auto"
     if mode not in ("auto", "cache"):
         raise ValueError(f"{DERIVED_ENV}={mode!r}: expected 'auto' (the store when writable, "
@@ -149,7 +150,7 @@ def write_location(store: Store) -> str:
         If ``FGSCALE_DERIVED`` is neither "auto" nor "cache".
     """
     path = str(Path(store.path).resolve())
-    mode = _mode()
+    mode = derived_mode()
     if mode == "auto" and writable(path):
         _announce(path, path, "store writable: stats and banks go into it")
         return path

@@ -46,7 +46,8 @@ from fgscale.store._shards import resumable_write
 
 log = logging.getLogger(__name__)
 
-__all__ = ["array_stats", "compute_stats", "load_stats", "stats_key", "stats_location"]
+__all__ = ["array_stats", "compute_stats", "load_stats", "stats_key", "stats_location",
+           "stats_ready"]
 
 STATS = "stats"
 _PARTIALS = ("partial_count", "partial_mean", "partial_m2", "done")
@@ -147,8 +148,9 @@ def _block_task(path: str, derived: str, key: str, index: int, rows: np.ndarray)
     return index
 
 
-def _saved(group: zarr.Group, key: str, rows: np.ndarray | None = None):
-    """Float64 ``(mean, std)`` saved under ``stats/<key>``, or None when not complete."""
+def _complete(group: zarr.Group, key: str, rows: np.ndarray | None = None):
+    """The subgroup ``stats/<key>`` when its result is saved, else None (nothing of size p
+    is read)."""
     if STATS not in group or key not in group[STATS]:
         return None
     sub = group[STATS][key]
@@ -156,17 +158,30 @@ def _saved(group: zarr.Group, key: str, rows: np.ndarray | None = None):
         return None
     if rows is not None and not np.array_equal(sub["rows"][:], rows):
         raise ValueError(f"stats/{key}: saved for other rows than asked (sha1 collision?)")
-    return sub["mean"][:], sub["std"][:]
+    return sub
+
+
+def _saved(group: zarr.Group, key: str, rows: np.ndarray | None = None):
+    """Float64 ``(mean, std)`` saved under ``stats/<key>``, or None when not complete."""
+    sub = _complete(group, key, rows)
+    return None if sub is None else (sub["mean"][:], sub["std"][:])
 
 
 def _find_saved(store: Store, key: str, rows: np.ndarray | None = None):
-    """``(location, (mean, std))`` of the first place holding complete statistics under
+    """``(location, subgroup)`` of the first place holding complete statistics under
     ``stats/<key>`` (the store, then its cache), or None."""
     for location in read_locations(store):
-        saved = _saved(zarr.open_group(location, mode="r"), key, rows)
-        if saved is not None:
-            return location, saved
+        sub = _complete(zarr.open_group(location, mode="r"), key, rows)
+        if sub is not None:
+            return location, sub
     return None
+
+
+def stats_ready(store_path, rows) -> bool:
+    """Whether the statistics of ``rows`` are saved in a store or its cache (without reading
+    them)."""
+    rows = _unique_rows(rows)
+    return _find_saved(open_store(store_path), stats_key(rows), rows) is not None
 
 
 def stats_location(store: Store, rows) -> str:
@@ -220,8 +235,8 @@ def load_stats(store_path, rows=None) -> tuple[np.ndarray, np.ndarray] | None:
     store = open_store(store_path)
     rows = store.train_rows() if rows is None else _unique_rows(rows)
     found = _find_saved(store, stats_key(rows), rows)
-    return None if found is None else (found[1][0].astype(np.float32),
-                                       found[1][1].astype(np.float32))
+    return None if found is None else (found[1]["mean"][:].astype(np.float32),
+                                       found[1]["std"][:].astype(np.float32))
 
 
 def _prepare(group: zarr.Group, key: str, rows: np.ndarray, n_blocks: int, span: int,
@@ -292,7 +307,7 @@ def compute_stats(store_path, rows=None, *, client=None, progress: bool = True
         raise ValueError(f"{path}: no rows to compute feature statistics of")
     key = stats_key(rows)
     found = _find_saved(store, key, rows)
-    saved = None if found is None else found[1]
+    saved = None if found is None else (found[1]["mean"][:], found[1]["std"][:])
     if saved is None:
         derived = write_location(store)
         group = zarr.open_group(derived, mode="r+")
