@@ -51,6 +51,7 @@ DERIVED_ENV = "FGSCALE_DERIVED"
 """The environment variable that chooses where new derived data go: "auto" or "cache"."""
 _SUBGROUPS = ("stats", "banks")  # the names of fgscale.store._stats and _banks, which import this
 _ANNOUNCED: set[tuple[str, str]] = set()  # (store, location) already logged by this process
+_SAMPLES: dict[tuple, str] = {}  # _rows_sample's digests, by identity and row files' stamps
 
 
 def cache_dir() -> Path:
@@ -89,10 +90,40 @@ def writable(location) -> bool:
                                  if d.is_dir())
 
 
+def _rows_files(store: Store) -> tuple | None:
+    """(path, inode, size, mtime) of the files that hold the store's first and last rows, or
+    None where they are not local files: what changes when those rows are rewritten (shards
+    are written under a temporary name, then renamed)."""
+    from zarr.storage import LocalStore
+
+    X = store.X
+    if not isinstance(X.store_path.store, LocalStore):
+        return None
+    root = Path(X.store_path.store.root) / X.store_path.path
+    per_file = (X.shards or X.chunks)[0]
+    stamps = []
+    for row in (0, store.n_samples - 1):
+        path = root / X.metadata.encode_chunk_key((row // per_file, 0))
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        stamps.append((str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(stamps)
+
+
 def _rows_sample(store: Store) -> str:
     """SHA-256 of the store's first and last rows: a cheap check of what the identity leaves
-    out."""
-    return hashlib.sha256(store.read_rows([0, store.n_samples - 1]).tobytes()).hexdigest()
+    out. Kept per process while the files holding those rows are unchanged, since every
+    reader of derived data asks (a 1 mm row is 7 MB)."""
+    files = _rows_files(store)
+    key = None if files is None else (store.identity(), files)
+    if key is not None and key in _SAMPLES:
+        return _SAMPLES[key]
+    sample = hashlib.sha256(store.read_rows([0, store.n_samples - 1]).tobytes()).hexdigest()
+    if key is not None:
+        _SAMPLES[key] = sample
+    return sample
 
 
 def _other_rows(store: Store, cache: Path) -> str | None:

@@ -13,6 +13,7 @@ two run, the first is skipped.
 
 import hashlib
 import logging
+import shutil
 import stat
 from pathlib import Path
 
@@ -187,6 +188,23 @@ def test_a_cache_store_is_never_used_for_other_rows_of_the_same_identity(tmp_pat
     assert "other rows; not read" in caplog.text
     with pytest.raises(StoreError, match="other rows; remove that folder"):
         write_location(b)
+
+
+def test_a_store_rewritten_with_other_rows_in_the_same_process_leaves_its_cache(tmp_path,
+                                                                                 monkeypatch):
+    # the rows' digest is kept per process while their files are unchanged: a rewrite must
+    # still be seen
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(DERIVED_ENV, "cache")
+    X, y, mask, split = smooth_cohort()
+    path = tmp_path / "a.zarr"
+    a = write_store(path, X, y, mask, np.eye(4), split=split)
+    cache = write_location(a)
+    assert read_locations(a) == read_locations(open_store(path)) == [str(path.resolve()), cache]
+    shutil.rmtree(path)
+    b = write_store(path, X + 1, y, mask, np.eye(4), split=split)
+    assert b.identity() == a.identity()
+    assert read_locations(b) == [str(path.resolve())]
 
 
 def test_nowhere_to_write_is_a_clear_error(locked, monkeypatch):
