@@ -197,6 +197,8 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
         (folder / MASK).unlink(missing_ok=True)
 
     params = params_to_json(estimator.get_params())
+    if isinstance(estimator.mask, (str, os.PathLike)):  # found again from any working folder
+        params["mask"] = os.path.abspath(estimator.mask)
     if _mask_arrays(estimator.mask):
         params["mask"] = _NPZ_MASK_PARAM
     elif mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):

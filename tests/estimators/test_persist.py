@@ -121,6 +121,20 @@ def test_a_mask_no_3d_image_holds_round_trips_as_it_was(problem, tmp_path):
         load_model(tmp_path / "0")
 
 
+def test_a_relative_mask_path_refits_from_another_working_folder(problem, tmp_path,
+                                                                 monkeypatch):
+    X, y, mask = problem
+    (tmp_path / "data").mkdir()
+    mask_img(mask).to_filename(tmp_path / "data" / "mask.nii.gz")
+    monkeypatch.chdir(tmp_path / "data")
+    clf = FeatureGroupingClassifier(mask="mask.nii.gz", **FAST).fit(X, y)
+    save_model(clf, tmp_path / "model")
+    monkeypatch.chdir(tmp_path)
+    loaded = load_model("model")
+    assert loaded.mask == str(tmp_path / "data" / "mask.nii.gz")
+    np.testing.assert_array_equal(loaded.fit(X, y).coef_, clf.coef_)
+
+
 def test_a_regressor_round_trips(problem, tmp_path):
     from fgscale import FeatureGroupingRegressor
 
