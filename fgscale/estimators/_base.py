@@ -110,6 +110,10 @@ class FeatureGroupingBase(BaseEstimator):
         from fgscale.images._masking import is_images
 
         self._check_params(warn_level=5)  # the caller of the subclass's fit
+        # what this fit may not set again (no coef_ for an MLP, no names for a store) must not
+        # be left from a previous fit
+        for name in ("coef_", "intercept_", "feature_names_in_"):
+            self.__dict__.pop(name, None)
         if is_store(X):
             if y is not None or groups is not None:
                 from fgscale.store._reader import open_group_checked

@@ -33,8 +33,8 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     ----------
     classes_ : ndarray of shape (n_classes,)
     n_features_in_ : int
-    n_clusters_ : int
-        k as resolved from ``n_clusters``.
+    n_clusters_ : int or None
+        k as resolved from ``n_clusters``; None without feature grouping.
     alpha_, dropout_ : float
         The values in effect (0 where they do not apply), chosen on the validation split
         where ``"auto"`` or a list.

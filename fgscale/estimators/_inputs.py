@@ -79,6 +79,14 @@ def rows_of(X, mask_img, owner: str, resample: bool = False):
     """``X`` as it is, or images masked with ``mask_img`` (the fitted estimator's)."""
     from fgscale.images._masking import is_images, mask_images
 
+    if isinstance(X, (str, os.PathLike)) and not is_images(X):
+        # a store (or a typo) would otherwise reach numpy as a string to convert to float
+        where = f"{os.fspath(X)}: " + ("a folder" if os.path.isdir(X) else
+                                      "not a NIfTI file (.nii, .nii.gz, .img, .hdr)")
+        raise ValueError(f"{where}; predict and score take arrays or NIfTI images, not a "
+                         "store: read its rows with open_store(path).read_rows(rows) (rows from "
+                         "its test_rows() or train_rows()), or predict them a shard at a time "
+                         "with fgscale.reports.predict_inputs(estimator, path)")
     if not is_images(X):
         return X
     if mask_img is None:

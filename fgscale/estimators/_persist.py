@@ -8,8 +8,11 @@ and ``mask.nii.gz``.
                   n_features_in_, the selected alpha_, dropout_, n_clusters_, n_iter_,
                   batch_size_, a regressor's y_mean_ and y_scale_, cv_results_, history_) and
                   the SHA-256 of model.npz; written last, so that it marks a complete save
-    model.npz     the torch model's state_dict (arrays ``model.<name>``) and the
-                  standardization vectors ``mean_`` and ``scale_`` (absent without it)
+    model.npz     the torch model's state_dict (arrays ``model.<name>``), the
+                  standardization vectors ``mean_`` and ``scale_`` (absent without it), and
+                  a ``mask`` parameter that no 3D image holds: an array of another
+                  dimension as ``mask`` (a CNN's 2D grid), a sparse adjacency as
+                  ``mask.row``, ``mask.col`` and ``mask.data``
     mask.nii.gz   the mask the features come from, uint8 on the images' grid, when the
                   estimator has one (``mask_img_``)
 
@@ -47,7 +50,9 @@ _FORMAT = "fgscale-model"
 _SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_")
 _CLASS_KINDS = "Uiubf"  # the dtypes of labels that JSON gives back as they were (and "O")
 _PREFIX = "model."  # state_dict arrays in model.npz, apart from mean_ and scale_
-_MASK_PARAM = {"saved": MASK}  # an array or image ``mask`` parameter: the saved mask
+_MASK_PARAM = {"saved": MASK}  # a 3D array or image ``mask`` parameter: the saved mask
+_NPZ_MASK_PARAM = {"saved": MODEL_NPZ}  # another array, or a sparse adjacency: its arrays
+_COO = ("mask.row", "mask.col", "mask.data")
 
 
 def _plain(value):
@@ -87,14 +92,50 @@ def _versions() -> dict:
 
 
 def _mask_to_save(estimator, mask_img):
-    """The fitted ``mask_img_``, else ``mask_img``, else an array or image ``mask`` parameter
-    (a path parameter is kept as a path in the parameters)."""
+    """The fitted ``mask_img_``, else ``mask_img``, else a 3D array or image ``mask``
+    parameter (a path parameter is kept as a path in the parameters; the other arrays go to
+    model.npz: :func:`_mask_arrays`)."""
     for mask in (getattr(estimator, "mask_img_", None), mask_img):
         if mask is not None:
             return as_mask_image(mask)
-    if estimator.mask is not None and not isinstance(estimator.mask, (str, os.PathLike)):
-        return as_mask_image(estimator.mask)
-    return None
+    if estimator.mask is None or isinstance(estimator.mask, (str, os.PathLike)) or _mask_arrays(
+            estimator.mask):
+        return None
+    return as_mask_image(estimator.mask)
+
+
+def _mask_arrays(mask) -> dict:
+    """A ``mask`` parameter that no 3D image holds, as arrays of model.npz: an array of
+    another dimension (the CNN's 2D grid, a 1D chain), or a sparse adjacency as COO."""
+    if hasattr(mask, "tocsr"):
+        coo = mask.tocoo()
+        return dict(zip(_COO, (coo.row.astype(np.int64), coo.col.astype(np.int64),
+                               coo.data.astype(np.float64)), strict=True))
+    if isinstance(mask, np.ndarray) and mask.ndim != 3:
+        return {"mask": mask != 0}
+    return {}
+
+
+def _saved_mask_param(arrays: dict, n_features: int, path: Path):
+    """The ``mask`` parameter that :func:`_mask_arrays` saved, its arrays popped from
+    ``arrays``."""
+    if "mask" in arrays:
+        mask = arrays.pop("mask")
+        if mask.dtype != bool or mask.ndim == 3 or int(mask.sum()) != n_features:
+            raise ValueError(f"{path}: array 'mask' must be a boolean grid (not 3D) with "
+                             f"{n_features} cells set, got {mask.dtype} {mask.shape}")
+        return mask
+    row, col, data = (arrays.pop(name, None) for name in _COO)
+    if any(a is None or a.ndim != 1 for a in (row, col, data)) or not (
+            row.dtype.kind == col.dtype.kind == "i" and data.dtype.kind == "f"
+            and len(row) == len(col) == len(data)
+            and (len(row) == 0 or 0 <= min(row.min(), col.min())
+                 and max(row.max(), col.max()) < n_features)):
+        raise ValueError(f"{path}: the mask parameter must be saved as a boolean array 'mask' "
+                         f"or as a sparse adjacency of {n_features} features ({', '.join(_COO)})")
+    from scipy.sparse import csr_matrix
+
+    return csr_matrix((data, (row, col)), shape=(n_features, n_features))
 
 
 def save_model(estimator, folder, *, mask_img=None) -> Path:
@@ -143,6 +184,7 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
 
     arrays = {_PREFIX + k: v.detach().cpu().numpy()
               for k, v in estimator.model_.state_dict().items()}
+    arrays.update(_mask_arrays(estimator.mask))
     for attr in ("mean_", "scale_"):
         if getattr(estimator, attr, None) is not None:
             arrays[attr] = np.asarray(getattr(estimator, attr))
@@ -155,7 +197,11 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
         (folder / MASK).unlink(missing_ok=True)
 
     params = params_to_json(estimator.get_params())
-    if mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):
+    if isinstance(estimator.mask, (str, os.PathLike)):  # found again from any working folder
+        params["mask"] = os.path.abspath(estimator.mask)
+    if _mask_arrays(estimator.mask):
+        params["mask"] = _NPZ_MASK_PARAM
+    elif mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):
         params["mask"] = _MASK_PARAM
     doc.update({"params": params, "n_features_in_": estimator.n_features_in_,
                 "mask": mask is not None,
@@ -226,13 +272,15 @@ def _read_mask(path: Path, n_features: int) -> nib.Nifti1Image:
     return nib.Nifti1Image((data != 0).astype(np.uint8), img.affine)
 
 
-def _params(doc: dict, mask_img, path: Path) -> dict:
+def _params(doc: dict, mask_img, path: Path, arrays: dict) -> dict:
     params = dict(_get(doc, "params", dict, path, "a dict of the estimator's parameters"))
     unknown = sorted(set(params) - {p.name for p in PARAMS})
     if unknown:
         raise ValueError(f"{path}: unknown parameter(s) {unknown} (a newer fgscale's model?)")
     if params.get("mask") == _MASK_PARAM:
         params["mask"] = mask_img
+    elif params.get("mask") == _NPZ_MASK_PARAM:
+        params["mask"] = _saved_mask_param(arrays, doc["n_features_in_"], path.parent / MODEL_NPZ)
     elif params.get("mask") is not None and not isinstance(params["mask"], str):
         params["mask"] = None
     if not (params.get("random_state") is None or isinstance(params["random_state"], int)):
@@ -286,8 +334,9 @@ def load_model(folder):
     -------
     estimator : FeatureGroupingClassifier or FeatureGroupingRegressor
         Its parameters, fitted attributes and model as saved, the model on the CPU (moved to
-        ``device`` to predict); ``bank_`` is None. An array or image ``mask`` parameter comes
-        back as the saved mask image; a ``RandomState`` as None.
+        ``device`` to predict); ``bank_`` is None. A 3D array or image ``mask`` parameter
+        comes back as the saved mask image, another array (a CNN's 2D grid) or a sparse
+        adjacency as it was; a ``RandomState`` as None.
 
     Raises
     ------
@@ -305,7 +354,9 @@ def load_model(folder):
     n_features = _get(doc, "n_features_in_", int, path, "an int")
     has_mask = _get(doc, "mask", bool, path, "true or false")
     mask_img = _read_mask(folder / MASK, n_features) if has_mask else None
-    est = known[name](**_params(doc, mask_img, path))
+    sha = _get(doc, "sha256", dict, path, "the checksums of the other files").get(MODEL_NPZ)
+    arrays = _read_npz(folder / MODEL_NPZ, sha)
+    est = known[name](**_params(doc, mask_img, path, arrays))
     if "classes_" in doc or is_classifier(est):
         est.classes_ = _classes(doc, path)
     est.n_features_in_ = n_features
@@ -321,8 +372,6 @@ def load_model(folder):
     est.history_ = doc.get("history_", [])
     est.bank_, est.mask_img_ = None, mask_img
 
-    sha = _get(doc, "sha256", dict, path, "the checksums of the other files").get(MODEL_NPZ)
-    arrays = _read_npz(folder / MODEL_NPZ, sha)
     grid = arrays.get(_PREFIX + "grid") if est.model == "cnn" else None
     if est.model == "cnn" and (grid is None or grid.dtype != bool or grid.sum() != n_features):
         raise ValueError(f"{folder / MODEL_NPZ}: array {_PREFIX}grid must be the CNN's boolean "

@@ -28,8 +28,8 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
     Attributes
     ----------
     n_features_in_ : int
-    n_clusters_ : int
-        k as resolved from ``n_clusters``.
+    n_clusters_ : int or None
+        k as resolved from ``n_clusters``; None without feature grouping.
     alpha_, dropout_ : float
     cv_results_ : list of dict
         As :class:`FeatureGroupingClassifier`'s; with ``stop_on="accuracy"``, ``val_error`` is 1

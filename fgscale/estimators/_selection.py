@@ -82,6 +82,12 @@ def check_groups(groups, n_samples: int):
     if groups.ndim != 1 or len(groups) != n_samples:
         raise ValueError(f"groups must hold one value per sample: got shape {groups.shape} for "
                          f"{n_samples} samples")
+    # a table's column with gaps: NaN or None would reach numpy's sort as a raw TypeError
+    missing = np.array([g is None or (isinstance(g, float) and g != g) for g in groups.tolist()])
+    if missing.any():
+        raise ValueError(f"groups has {int(missing.sum())} missing value(s) (NaN or None), the "
+                         f"first at sample {int(np.argmax(missing))}: give every sample its "
+                         "subject")
     return groups
 
 

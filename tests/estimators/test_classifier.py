@@ -142,6 +142,20 @@ def test_one_class_a_mask_of_ones_and_zeros_and_maps_before_fit(rng):
         FeatureGroupingClassifier(mask=mask).coef_img_  # noqa: B018
 
 
+def test_a_refit_keeps_nothing_of_the_previous_fit(rng):
+    import pandas as pd
+
+    X, y, mask = smooth_problem(rng, n=40)
+    fast = dict(n_groupings=3, n_bootstrap=10, max_epochs=3, random_state=0)
+    named = pd.DataFrame(X, columns=[f"v{i}" for i in range(X.shape[1])])
+    clf = FeatureGroupingClassifier(mask=mask, **fast).fit(named, y)
+    assert hasattr(clf, "coef_") and hasattr(clf, "feature_names_in_")
+    # an MLP has no linear weights: the logistic model's must not be reported as its own
+    clf.set_params(model="mlp", hidden_layer_sizes=(4,)).fit(X, y)
+    assert not hasattr(clf, "coef_") and not hasattr(clf, "intercept_")
+    assert not hasattr(clf, "feature_names_in_")
+
+
 def test_public_names_resolve():
     import fgscale
 

@@ -122,6 +122,19 @@ def test_a_run_on_a_store_predicts_the_cohorts_images(tiny_cohort, tmp_path, cli
     rows = np.arange(store.n_samples)
     np.testing.assert_allclose(clf.predict_proba(paths), clf.predict_proba(store.read_rows(rows)),
                                rtol=1e-6)
+    # a store in predict or score is refused by name, with the two ways that read its rows
+    from fgscale.reports import predict_inputs
+
+    for method in (clf.predict, clf.predict_proba, clf.decision_function):
+        with pytest.raises(ValueError, match=r"c\.zarr: a folder; predict and score take arrays "
+                                             r"or NIfTI images, not a store: .*read_rows"):
+            method(str(store.path))
+    with pytest.raises(ValueError, match=r"predict_inputs\(estimator, path\)"):
+        clf.score(store.path, store.classes[store.y])
+    with pytest.raises(ValueError, match=r"x\.mgz: not a NIfTI file \(\.nii, \.nii\.gz"):
+        clf.predict(str(tmp_path / "x.mgz"))
+    table = predict_inputs(clf, str(store.path))
+    np.testing.assert_array_equal(table["prediction"], clf.predict(store.read_rows(rows)))
 
 
 def test_a_column_of_paths_or_a_pattern_fits_as_the_list_does(cohort, tmp_path):

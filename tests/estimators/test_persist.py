@@ -87,6 +87,54 @@ def test_an_image_mask_keeps_its_affine(problem, tmp_path):
     np.testing.assert_array_equal(np.asarray(img.dataobj) != 0, mask)
 
 
+def test_a_mask_no_3d_image_holds_round_trips_as_it_was(problem, tmp_path):
+    """The README's CNN on a 2D grid, and a sparse adjacency: saved in model.npz, loaded as
+    they were given, so that the loaded estimator predicts and refits as the original."""
+    from scipy.sparse import diags
+    from sklearn.base import clone
+
+    X, y, mask = problem
+    p = X.shape[1]
+    fast = dict(FAST, max_epochs=3)
+    side = int(np.ceil(np.sqrt(p)))
+    grid = np.arange(side * side).reshape(side, side) < p  # a 2D grid with p cells set
+    adjacency = diags([np.ones(p - 1), np.ones(p - 1)], [-1, 1], format="csr")
+    for i, params in enumerate([dict(model="cnn", regularizer="dropout", mask=grid),
+                                dict(mask=adjacency)]):
+        clf = FeatureGroupingClassifier(**params, **fast).fit(X, y)
+        save_model(clf, tmp_path / str(i))
+        assert not (tmp_path / str(i) / "mask.nii.gz").exists()
+        loaded = load_model(tmp_path / str(i))
+        assert loaded.mask_img_ is None and type(loaded.mask) is type(clf.mask)
+        given, back = (m.toarray() if hasattr(m, "toarray") else m for m in (clf.mask, loaded.mask))
+        np.testing.assert_array_equal(back, given)
+        np.testing.assert_allclose(loaded.predict_proba(X), clf.predict_proba(X), rtol=0,
+                                   atol=1e-12)
+        np.testing.assert_array_equal(clone(loaded).fit(X, y).predict_proba(X),
+                                      clf.predict_proba(X))
+    with np.load(tmp_path / "0" / "model.npz") as npz:
+        arrays = dict(npz)
+    arrays["mask"] = arrays["mask"][1:]  # a row of cells fewer
+    _rewrite_npz(tmp_path / "0", arrays)
+    with pytest.raises(ValueError, match=r"model\.npz: array 'mask' must be a boolean grid \(not "
+                                         rf"3D\) with {p} cells set"):
+        load_model(tmp_path / "0")
+
+
+def test_a_relative_mask_path_refits_from_another_working_folder(problem, tmp_path,
+                                                                 monkeypatch):
+    X, y, mask = problem
+    (tmp_path / "data").mkdir()
+    mask_img(mask).to_filename(tmp_path / "data" / "mask.nii.gz")
+    monkeypatch.chdir(tmp_path / "data")
+    clf = FeatureGroupingClassifier(mask="mask.nii.gz", **FAST).fit(X, y)
+    save_model(clf, tmp_path / "model")
+    monkeypatch.chdir(tmp_path)
+    loaded = load_model("model")
+    assert loaded.mask == str(tmp_path / "data" / "mask.nii.gz")
+    np.testing.assert_array_equal(loaded.fit(X, y).coef_, clf.coef_)
+
+
 def test_a_regressor_round_trips(problem, tmp_path):
     from fgscale import FeatureGroupingRegressor
 
