@@ -160,14 +160,16 @@ def _store_blocks(store: Store, rows: np.ndarray) -> Iterator[tuple[dict, np.nda
 
 def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
     mask = getattr(clf, "mask_img_", None)
+    # a cohort table's label and target, where any file has one: a file without gets an empty
+    # cell, so that every column keeps a value per row
+    copied = [c for c in ("label", "target") if any(e.get(c) not in (None, "") for e in entries)]
     for e in entries:
         x = mask_images(e["path"], mask, resample=resample)
         info = {"path": [e["path"]] * len(x)}
         if with_volume:
             info["volume"] = list(range(len(x))) if load_img(e["path"]).ndim == 4 else [""]
-        for column in ("label", "target"):  # a cohort table's, when it has the column
-            if e.get(column) not in (None, ""):
-                info[column] = [e[column]] * len(x)
+        for column in copied:
+            info[column] = [e[column] if e[column] is not None else ""] * len(x)
         yield info, x
 
 
@@ -181,7 +183,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         Fitted; images need its ``mask_img_``.
     inputs : list of str or Path
         NIfTI files (3D or 4D: one row per volume); or one ``.csv``/``.tsv`` cohort table
-        (:func:`fgscale.images.read_cohort`); or one store (a directory).
+        (:func:`fgscale.images.read_cohort`; its ``label`` or ``target`` column, when it has
+        one, is copied, and may be empty); or one store (a directory).
     rows : {"all", "train", "test"}, default="all"
         The rows of a store, or the files of a cohort table, by their split.
     resample : bool, default=False
@@ -210,7 +213,7 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         raise ValueError("the model has no mask (fitted on arrays without one): it predicts "
                          "from a store or from arrays, not from images")
     if len(inputs) == 1 and inputs[0].suffix.lower() in _TABLE_SUFFIXES:
-        entries = [e for e in read_cohort(inputs[0])
+        entries = [e for e in read_cohort(inputs[0], outcomes=False)
                    if rows == "all" or (e["split"] == "test") == (rows == "test")]
         if not entries:
             raise ValueError(f"{inputs[0]}: no file with split {rows!r}")

@@ -72,6 +72,22 @@ def test_regression_from_a_target_column_to_predictions(regression_cohort, tmp_p
         f"{len(pred)} predictions written to {out} (min {from_images.min():.4g}, mean "
         f"{from_images.mean():.4g}, max {from_images.max():.4g})")
 
+    # new images, whose targets are what is sought: a table of paths, or some targets unknown
+    rows = [r for r in _read(regression_cohort) if r["split"] == "test"]
+    paths, some = tmp_path / "new.csv", tmp_path / "some.csv"
+    paths.write_text("path\n" + "".join(f"{r['path']}\n" for r in rows))
+    some.write_text("path,target\n" + "".join(
+        f"{r['path']},{r['target'] if i % 2 else ''}\n" for i, r in enumerate(rows)))
+    for table, known in ((paths, False), (some, True)):
+        assert main(["predict", str(run), str(table), "--out", str(out), "--no-progress"]) == 0
+        lines = _read(out)
+        assert list(lines[0]) == (["path", "target", "prediction"] if known
+                                  else ["path", "prediction"])
+        np.testing.assert_allclose([float(r["prediction"]) for r in lines], pred, rtol=1e-5)
+        if known:
+            assert [r["target"] for r in lines] == [
+                r["target"] if i % 2 else "" for i, r in enumerate(rows)]
+
 
 def test_task_regression_on_a_store_with_labels_only_is_refused(tiny_store, tmp_path, capsys):
     run = tmp_path / "r"

@@ -61,6 +61,23 @@ def test_a_table_needs_a_label_or_a_target_column(tmp_path):
         read_cohort(table)
 
 
+def test_images_to_predict_need_no_label_nor_target(tmp_path):
+    paths = write_table(tmp_path / "new.csv", ["path", "split"], [["a.nii", "test"], ["b.nii", ""]])
+    entries = read_cohort(paths, outcomes=False)
+    assert [(e["label"], e["target"], e["split"]) for e in entries] == [
+        ("", None, "test"), ("", None, "")]
+    some = write_table(tmp_path / "some.csv", ["path", "label", "target"],
+                       [["a.nii", "x", "2.5"], ["b.nii", "", ""]])
+    entries = read_cohort(some, outcomes=False)
+    assert [(e["label"], e["target"]) for e in entries] == [("x", 2.5), ("", None)]
+    # a value that is there is still checked, and training still needs every one
+    bad = write_table(tmp_path / "bad.csv", ["path", "target"], [["a.nii", "abc"]])
+    with pytest.raises(ValueError, match=r"bad.csv:2: target 'abc' for .*a.nii is not a number"):
+        read_cohort(bad, outcomes=False)
+    with pytest.raises(ValueError, match=r"some.csv:3: missing target"):
+        read_cohort(some)
+
+
 def test_labels_stay_required_where_the_column_is(tmp_path):
     table = write_table(tmp_path / "c.csv", ["path", "label", "target"],
                         [["a.nii", "x", "1"], ["b.nii", "", "2"]])
