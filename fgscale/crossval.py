@@ -85,6 +85,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     rows, grouped = _training_rows(store, n_folds)
     seed = clf._seed()  # drawn once: the split's, and the file's
     splits = list(_splits(rows, store, n_folds, grouped, name, seed))
+    if name == "r2":
+        _check_r2_defined(store, rows, splits)
     header = {"kind": _KIND, "store": str(store.path.resolve()), "store_id": store.identity(),
               "params": params_to_json(clf.get_params()), "n_folds": n_folds,
               "task": "classification" if name == "accuracy" else "regression", "score": name,
@@ -134,6 +136,23 @@ def _training_rows(store, n_folds: int) -> tuple[np.ndarray, bool]:
         raise ValueError(f"{store.path}: {n_folds} folds; give 2 or more, and at most the "
                          f"{most} training {unit}")
     return rows, grouped
+
+
+def _check_r2_defined(store, rows: np.ndarray, splits: list) -> None:
+    """Refuse, before any fold trains, folds whose R² would not be defined: one test row (leave
+    one subject out with a scan per subject), or test targets that are all the same."""
+    if np.ptp(store.target[rows]) == 0:
+        raise ValueError(f"{store.path}: the target is {store.target[rows[0]]:g} for all "
+                         f"{rows.size} training rows: there is nothing to predict (is it the "
+                         "right column of the cohort table?)")
+    for fold, (_, test) in enumerate(splits):
+        targets = store.target[rows[test]]
+        if test.size < 2 or np.ptp(targets) == 0:
+            what = ("a single row" if test.size < 2
+                    else f"{test.size} rows whose target is {targets[0]:g} for all")
+            raise ValueError(f"{store.path}: fold {fold} of {len(splits)} would be scored on "
+                             f"{what}, where R² is not defined: give fewer folds (each fold's "
+                             "test rows need targets that vary)")
 
 
 def _splits(rows, store, n_folds: int, grouped: bool, name: str, seed: int):

@@ -109,3 +109,24 @@ def test_cv_of_a_regression_store_grouped_by_subject(regression_cohort, tmp_path
     r2 = [float(line.split(" r2 ")[1].split()[0]) for line in folds]
     summary = out.split("2-fold cross-validation, grouped by subject: r2 ")[1]
     assert float(summary.split()[0]) == pytest.approx(np.mean(r2), abs=1e-4)
+
+
+def test_cv_refuses_folds_where_r2_is_not_defined(regression_cohort, tmp_path, capsys):
+    rows = _read(regression_cohort)
+    one_each, constant = tmp_path / "one_each.csv", tmp_path / "constant.csv"
+    # a scan per subject, every subject a fold: each fold would test on one row
+    one_each.write_text("path,target,group\n" + "".join(
+        f"{r['path']},{r['target']},s{i}\n" for i, r in enumerate(rows[:6])))
+    constant.write_text("path,target\n" + "".join(f"{r['path']},50\n" for r in rows[:6]))
+    for table, message in ((one_each, "fold 0 of 6 would be scored on a single row, where R² "
+                                      "is not defined: give fewer folds"),
+                           (constant, "the target is 50 for all 6 training rows: there is "
+                                      "nothing to predict")):
+        store = tmp_path / f"{table.stem}.zarr"
+        assert main(["convert", str(table), "--out", str(store), "--n-workers", "1",
+                     "--no-progress"]) == 0
+        capsys.readouterr()
+        assert main(["cv", str(store), "--folds", "6" if table == one_each else "2",
+                     *TRAIN]) == 2
+        captured = capsys.readouterr()
+        assert message in captured.err and "fold 0:" not in captured.out

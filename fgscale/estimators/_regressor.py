@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from sklearn.base import RegressorMixin
 
@@ -101,10 +103,15 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         return self._scaled(y)
 
     def _set_target_scale(self, y: np.ndarray) -> None:
-        """The target's mean and standard deviation (1 for a constant target)."""
+        """The target's mean and standard deviation (1 for a constant target, warned of: a
+        wrong column, or a unit lost on the way, more often than a wish)."""
         self.y_mean_ = float(np.mean(y))
         std = float(np.std(y))
         self.y_scale_ = std if std > 0 else 1.0
+        if std == 0:
+            warnings.warn(f"the target is {self.y_mean_:g} for all {y.size} training samples: "
+                          "the model can only predict that value, and R² is not defined on "
+                          "targets that do not vary", UserWarning, stacklevel=4)
 
     def _set_store_targets(self, store, rows) -> None:
         if store.target is None:

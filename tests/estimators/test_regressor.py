@@ -120,3 +120,16 @@ def test_class_labels_given_to_the_regressor_are_refused_naming_y(rng):
                                                                            range(30)])
     as_numbers = FeatureGroupingRegressor(max_epochs=3, random_state=0).fit(X, np.arange(30.0))
     np.testing.assert_array_equal(as_text.coef_, as_numbers.coef_)
+
+
+def test_a_constant_target_is_warned_of_and_scored_as_undefined(rng):
+    from fgscale.reports import regression_report
+
+    X = rng.standard_normal((30, 8)).astype(np.float32)
+    with pytest.warns(UserWarning, match="the target is 50 for all 30 training samples"):
+        reg = FeatureGroupingRegressor(max_epochs=3, random_state=0).fit(X, np.full(30, 50.0))
+    np.testing.assert_allclose(reg.predict(X), 50.0, atol=1e-4)
+    # r2_score says 1 (or 0) where the targets do not vary; the report says undefined
+    report = regression_report(np.full(4, 50.0), [50.0, 50.0, 50.0, 50.0])
+    assert report["r2"] is None and report["mae"] == 0.0
+    assert regression_report([1.0, 2.0], [1.0, 2.0])["r2"] == 1.0
