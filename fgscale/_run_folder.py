@@ -21,6 +21,8 @@ A run folder holds::
     maps.nii.gz      nilearn.plotting; maps.nii.gz holds them as one 4D image; maps.json says
     maps.json        which volume and file is which class, and what the values are
                      (:mod:`fgscale.maps`)
+    test_predictions.csv
+                     each test row's prediction (``fgscale evaluate --predictions``' columns)
     final.json       the test report on the store's test rows and the run's summary
 
 Every file is written under a temporary name and renamed (:func:`atomic_path`): a run killed
@@ -43,15 +45,17 @@ from fgscale._params import RUNTIME_PARAMS, params_to_json
 from fgscale.estimators._base import _History
 from fgscale.estimators._persist import load_model, save_model
 from fgscale.maps import MAPS_IMAGE, write_maps
+from fgscale.reports import write_table
 from fgscale.training._loop import cuda_device
 
-__all__ = ["UNSEEN_PARAMS", "RunFolder", "versions"]
+__all__ = ["PREDICTIONS", "UNSEEN_PARAMS", "RunFolder", "versions"]
 
 log = logging.getLogger(__name__)
 
 # Parameters that change how a run is shown or fed, never what it computes: a finished run asked
 # again with other values (`fgscale train --resume --no-progress`) has nothing left to do.
 UNSEEN_PARAMS = ("verbose", "prefetch")
+PREDICTIONS = "test_predictions.csv"
 
 
 def versions() -> dict:
@@ -161,6 +165,11 @@ class RunFolder:
         """A map per class and maps.json (:func:`fgscale.maps.write_maps`); returns the 4D one."""
         write_maps(self.path, clf, store.mask, store.affine)
         return self / MAPS_IMAGE
+
+    def write_predictions(self, table: dict) -> Path:
+        """``test_predictions.csv``: a line per test row (:func:`fgscale.reports.score_store`'s
+        table), what the report's plot of predictions against targets draws."""
+        return write_table(table, self / PREDICTIONS)
 
     def write_final(self, summary: dict) -> None:
         self._write_json(summary, "final.json")

@@ -1,5 +1,6 @@
 """A run folder as one static HTML page: training curves, the hyper-parameters chosen among the
-candidates, the test scores with the confusion matrix, and slices of each class's map.
+candidates, the test scores with the confusion matrix (a regression's: its predictions against the
+true targets, from test_predictions.csv), and slices of each class's (or the target's) map.
 
 The page is a single file with its figures embedded as PNG data URIs: it can be mailed,
 archived beside the run, or opened from a cluster's file system without a server. It reads the
@@ -26,6 +27,7 @@ import nibabel as nib
 import numpy as np
 
 from fgscale._files import atomic_path, read_json
+from fgscale._run_folder import PREDICTIONS
 from fgscale.maps import read_maps
 
 __all__ = ["write_report"]
@@ -77,11 +79,11 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
     final = _read_json(run / "final.json", "run summary")
     parts = [_header(run, config, final)]
     if final is not None:
-        parts.append(_scores(final["test"]))
+        parts.append(_scores(final["test"], run))
     parts.append(_training(_history(run), final))
     if final is not None:
         parts.append(_choice(final))
-        parts.append(_maps(run, nilearn))
+        parts.append(_maps(run, nilearn, regression="r2" in final["test"]))
     parts.append(_table_section("All parameters", config["params"], open_=False))
     title = f"fgscale run {run.resolve().name}"
     page = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -138,12 +140,27 @@ def _header(run: Path, config: dict, final: dict | None) -> str:
     return "\n".join(lines) + "\n" + _kv_table(facts)
 
 
-def _scores(test: dict) -> str:
+# the scores' names on the page; a regression's errors are in the target's units
+_SCORE_NAMES = {"n": "rows", "r2": "R²", "mae": "mean absolute error", "rmse": "root mean "
+                "squared error", "correlation": "Pearson's correlation", "loss": "loss "
+                "(cross-entropy)", "balanced_accuracy": "balanced accuracy"}
+
+
+def _scores(test: dict, run: Path) -> str:
     out = ["<h2>Test scores</h2>"]
     if not test.get("n"):
         return out[0] + "\n<p>The store has no test rows: no scores.</p>"
-    scalars = {k: v for k, v in test.items() if not isinstance(v, (dict, list))}
+    scalars = {_SCORE_NAMES.get(k, k): v for k, v in test.items()
+               if not isinstance(v, (dict, list))}
     out.append(_kv_table(scalars))
+    if "r2" in test:
+        out.append("<p>Errors in the target's units; R² is not defined (–) where the test "
+                   "targets do not vary.</p>")
+        table = run / PREDICTIONS
+        if table.is_file():
+            out.append(_figure(_predictions_figure(table),
+                               f"Predicted against true target of each test row "
+                               f"({PREDICTIONS}); the line is a perfect prediction"))
     if test.get("per_class"):
         header = ["class", "precision", "recall", "f1", "support"]
         rows = [[c, *(test["per_class"][c][k] for k in header[1:])] for c in test["classes"]]
@@ -183,15 +200,17 @@ def _choice(final: dict) -> str:
     return "\n".join(out)
 
 
-def _maps(run: Path, use_nilearn: bool) -> str:
+def _maps(run: Path, use_nilearn: bool, *, regression: bool = False) -> str:
     out = ["<h2>Maps</h2>"]
     try:
         sidecar, paths = read_maps(run)
     except FileNotFoundError as exc:
         return out[0] + f"\n<p>No maps: {_esc(str(exc))}</p>"
-    out.append(f"<p>{_esc(sidecar['values'])}. One 3D NIfTI per class in "
-               f"<code>maps/</code> (all of them as the 4D <code>{_esc(sidecar['image'])}"
-               "</code>, volumes in the order below); drawn with "
+    files = ("One 3D NIfTI, the target's, in <code>maps/</code> (the same as "
+             f"<code>{_esc(sidecar['image'])}</code>)" if regression else
+             "One 3D NIfTI per class in <code>maps/</code> (all of them as the 4D "
+             f"<code>{_esc(sidecar['image'])}</code>, volumes in the order below)")
+    out.append(f"<p>{_esc(sidecar['values'])}. {files}; drawn with "
                f"{'nilearn.plotting.plot_stat_map' if use_nilearn else 'matplotlib'}.</p>")
     mask = nib.load(run / "mask.nii.gz") if (run / "mask.nii.gz").is_file() else None
     draw = _nilearn_slices if use_nilearn else _matplotlib_slices
@@ -225,13 +244,13 @@ def _curves_figure(history: list[dict], best: int | None):
     loss.plot(epochs, [h["train_loss"] for h in main], label="training")
     if any("val_loss" in h for h in main):
         loss.plot(epochs, [h.get("val_loss", np.nan) for h in main], label="validation")
-    if refit:
+    if refit:  # a refit of one epoch is a single point, which a line alone does not draw
         loss.plot([h["epoch"] for h in refit], [h["train_loss"] for h in refit], ":",
-                  label="refit on all training rows")
+                  marker="o" if len(refit) == 1 else "", label="refit on all training rows")
     name = next((k for k in ("val_accuracy", "val_r2") if any(k in h for h in main)), None)
     if name is not None:
         score.plot(epochs, [h.get(name, np.nan) for h in main], color="C1")
-        score.set_ylabel(name.replace("_", " "))
+        score.set_ylabel("validation " + ("accuracy" if name == "val_accuracy" else "R²"))
     else:
         score.text(0.5, 0.5, "no validation split", ha="center", va="center",
                    transform=score.transAxes)
@@ -259,6 +278,23 @@ def _confusion_figure(classes: list[str], matrix: list[list[int]]):
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     fig.colorbar(shown, ax=ax, shrink=0.8)
+    return fig
+
+
+def _predictions_figure(table: Path):
+    import csv
+
+    with open(table, newline="") as f:
+        rows = list(csv.DictReader(f))
+    true = np.array([float(r["target"]) for r in rows])
+    pred = np.array([float(r["prediction"]) for r in rows])
+    fig = _new_figure(4.2, 4)
+    ax = fig.subplots()
+    ax.scatter(true, pred, s=12, alpha=0.7)
+    ends = [min(true.min(), pred.min()), max(true.max(), pred.max())]
+    ax.plot(ends, ends, color="0.5", linewidth=1)
+    ax.set_xlabel("true target")
+    ax.set_ylabel("predicted target")
     return fig
 
 

@@ -53,7 +53,8 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
         ``test``, the report on the store's test rows
         (:func:`fgscale.reports.classification_report` or ``regression_report``), epochs
         run, seconds, the selected hyper-parameters, paths of the outputs (``maps``: the 4D
-        map, beside maps.json and a 3D map per class). A run that had already ended with
+        map, beside maps.json and a 3D map per class; ``predictions``: each test row's
+        prediction, as ``fgscale evaluate --predictions`` writes them). A run that had already ended with
         these parameters is not run again: its saved summary comes back, with
         ``already_complete`` set.
     """
@@ -71,7 +72,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     try:
         with get_client(client, processes=False) as client:
             clf._fit_store(store.path, client, folder.checkpoints)
-            test, _ = _evaluate(clf, store, client, progress=bool(clf.verbose))
+            test, table = _evaluate(clf, store, client, progress=bool(clf.verbose))
     except BaseException:
         if fresh:
             folder.forget_unstarted()
@@ -79,11 +80,13 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     seconds = time.perf_counter() - start
     folder.write_estimator(clf, store)
     maps = folder.write_maps(clf, store) if has_maps(clf) else None
+    predictions = folder.write_predictions(table)
     refit = [h for h in clf.history_ if h.get("phase") == "refit"]
     summary = {"test": test, "n_train": int(store.train_rows().size),
                "epochs": len(clf.history_) - len(refit),
                "refit_epochs": len(refit), "seconds": round(seconds, 2), "n_iter": clf.n_iter_,
                "run": str(folder.path), "maps": None if maps is None else str(maps),
+               "predictions": str(predictions),
                "selected": {"alpha": clf.alpha_, "dropout": clf.dropout_,
                             "n_clusters": clf.n_clusters_},
                "candidates": clf.cv_results_}

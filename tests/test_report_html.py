@@ -9,11 +9,16 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 
+import numpy as np
 import pytest
-from helpers import assert_png_not_blank
+from helpers import TINY_GRID, assert_png_not_blank, cohort_rows
+from sklearn import metrics
 
 from fgscale.cli import main
-from fgscale.report_html import write_report
+from fgscale.images import make_classification_volumes
+from fgscale.report_html import _curves_figure, write_report
+from fgscale.runs import train_run
+from fgscale.store import write_store
 
 _VOID = {"meta", "img", "br", "hr", "link", "input", "col", "source", "area", "base", "wbr"}
 
@@ -71,6 +76,52 @@ def test_report_of_a_finished_run(tiny_runs, tmp_path, name, nilearn):
         rows = re.findall(r"<tr><td>(✓?)</td><td>([0-9.]+)</td>", text)
         assert len(rows) == 2 and [mark for mark, _ in rows].count("✓") == 1
         assert float(next(alpha for mark, alpha in rows if mark)) == final["selected"]["alpha"]
+
+
+@pytest.fixture(scope="module")
+def regression_run(tmp_path_factory, client):
+    """A finished regression run on a SYNTHETIC store whose target is ages (20 to 80)."""
+    root = tmp_path_factory.mktemp("regression_run")
+    X, _, mask, affine = make_classification_volumes(40, 2, grid=TINY_GRID, seed=0)
+    target = 50.0 + 30.0 * np.tanh(X[:, :40].mean(axis=1) / X[:, :40].mean(axis=1).std())
+    split = np.where(np.arange(40) % 4 == 0, "test", "train")
+    store = write_store(root / "ages.zarr", X, None, mask, affine, target=target, split=split,
+                        block_rows=8)
+    train_run(store.path, root / "run", client=client,
+              params=dict(n_groupings=4, n_bootstrap=10, n_clusters=0.1, batch_size=8,
+                          random_state=0, max_epochs=5))
+    return root / "run"
+
+
+def test_report_of_a_regression_run_speaks_of_a_target(regression_run, tmp_path):
+    text, images = _check_page(write_report(regression_run, tmp_path / "r.html", nilearn=False))
+    final = json.loads((regression_run / "final.json").read_text())
+    # the curves, predicted against true targets, the target's map
+    assert len(images) == 3
+    test = final["test"]
+    for name, key in (("R²", "r2"), ("mean absolute error", "mae"),
+                      ("root mean squared error", "rmse"), ("Pearson&#x27;s correlation",
+                                                            "correlation")):
+        assert f"<tr><td>{name}</td><td>{test[key]:.4g}</td></tr>" in text
+    assert "Predicted against true target of each test row" in text
+    assert "One 3D NIfTI, the target's, in <code>maps/</code>" in text
+    page = re.sub(r"<style>.*?</style>|src=\"[^\"]*\"", "", text, flags=re.S)
+    assert not re.search(r"\bclass|accuracy|confusion", page, flags=re.I), \
+        re.search(r".{40}(\bclass|accuracy|confusion).{40}", page, flags=re.I | re.S)[0]
+    # the plotted predictions are the run's test rows, and score as final.json says
+    rows = cohort_rows(regression_run / "test_predictions.csv")
+    assert len(rows) == test["n"] == 10
+    true = [float(r["target"]) for r in rows]
+    pred = [float(r["prediction"]) for r in rows]
+    assert metrics.r2_score(true, pred) == pytest.approx(test["r2"])
+    assert final["predictions"] == str(regression_run / "test_predictions.csv")
+
+
+def test_a_refit_of_one_epoch_is_drawn(tmp_path):
+    history = [{"epoch": e, "train_loss": 1.0 / (e + 1), "val_loss": 0.5} for e in range(5)]
+    fig = _curves_figure(history + [{"epoch": 0, "train_loss": 0.7, "phase": "refit"}], 1)
+    refit = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("refit")]
+    assert len(refit) == 1 and refit[0].get_marker() == "o"
 
 
 def test_report_of_an_unfinished_run_shows_its_epochs_so_far(tiny_runs, tmp_path):

@@ -53,7 +53,7 @@ def test_train_writes_a_complete_run_folder(tiny_store, client, tmp_path):
     assert sorted(p.name for p in run.iterdir()) == [  # early stopping, then the refit
         "checkpoint-refit.pt", "checkpoint.pt", "config.json", "final.json", "maps",
         "maps.json", "maps.nii.gz", "mask.nii.gz", "metrics-refit.jsonl", "metrics.jsonl",
-        "model.json", "model.npz"]
+        "model.json", "model.npz", "test_predictions.csv"]
     np.testing.assert_array_equal(nib.load(run / "mask.nii.gz").get_fdata() != 0, tiny_store.mask)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(5))
