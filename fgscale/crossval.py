@@ -32,6 +32,7 @@ __all__ = ["cross_validate", "read_results", "summary_line"]
 _KIND = "fgscale cv results"  # tells a results file from any other JSON file at --out
 # What a resumed cross-validation must share with the saved one, in the order they are checked
 _SHARED = ("store_id", "params", "n_folds", "task", "seed", "test_rows")
+_ERRORS = ("mae", "rmse")  # a regression fold's errors, in the target's units, beside its R²
 
 
 def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, client=None,
@@ -73,7 +74,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         ``folds`` (a dict per fold: its report, as :func:`fgscale.reports.classification_report`
         or ``regression_report``, its training rows, the chosen hyper-parameters),
         ``score`` (``"accuracy"`` or ``"r2"``), ``mean_score``, ``std_score``, ``grouped``,
-        ``n_folds``; for classification also ``mean_accuracy`` and ``std_accuracy``; with
+        ``n_folds``; for classification also ``mean_accuracy`` and ``std_accuracy``, for
+        regression ``mean_mae`` and ``mean_rmse`` (in the target's units); with
         ``out``, ``out`` and ``already_complete`` (the file had every fold: none was trained).
     """
     if resume and out is None:
@@ -178,20 +180,27 @@ def _summary(folds: list, name: str) -> dict:
     summary = {"score": name, "mean_score": float(score.mean()), "std_score": float(score.std())}
     if name == "accuracy":
         summary.update(mean_accuracy=summary["mean_score"], std_accuracy=summary["std_score"])
+    else:  # the errors, in the target's units, as the folds give them
+        summary.update({f"mean_{k}": float(np.mean([f[k] for f in folds])) for k in _ERRORS})
     return summary
 
 
 def _fold_line(fold: dict, name: str, saved=None) -> str:
-    line = (f"fold {fold['fold']}: {name} {fold[name]:.4f} on {fold['n']} rows (trained on "
-            f"{fold['n_train']}; {fold['selected']})")
+    errors = "".join(f", {k} {fold[k]:.4g}" for k in _ERRORS if name == "r2")
+    selected = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                         for k, v in fold["selected"].items())
+    line = (f"fold {fold['fold']}: {name} {fold[name]:.4f}{errors} on {fold['n']} rows "
+            f"(trained on {fold['n_train']}; {selected})")
     return line if saved is None else f"{line}, from {saved}"
 
 
 def summary_line(scores: dict) -> str:
     """The last line of ``fgscale cv``: the folds' mean score ± sd, and where they are kept."""
     kind = "grouped by subject" if scores["grouped"] else "shuffled (the store has no groups)"
+    errors = "".join(f", {k} {scores[f'mean_{k}']:.4g}" for k in _ERRORS
+                     if f"mean_{k}" in scores)
     line = (f"{scores['n_folds']}-fold cross-validation, {kind}: {scores['score']} "
-            f"{scores['mean_score']:.4f} ± {scores['std_score']:.4f} (mean ± sd)")
+            f"{scores['mean_score']:.4f} ± {scores['std_score']:.4f} (mean ± sd){errors}")
     if "out" not in scores:
         return line
     if scores["already_complete"]:
@@ -266,7 +275,8 @@ def _problem(results) -> str | None:
             return f'its "{field}" is {_shown(results.get(field))}, expected {what}'
     if len(results["folds"]) > results["n_folds"]:
         return f'it has {len(results["folds"])} "folds", more than its "n_folds"'
-    fields = {**_FOLD, results["score"]: _NUMBER}
+    fields = {**_FOLD, results["score"]: _NUMBER,
+              **{k: _NUMBER for k in _ERRORS if results["score"] == "r2"}}
     for i, fold in enumerate(results["folds"]):
         if not isinstance(fold, dict):
             return f'its "folds"[{i}] is {_shown(fold)}, expected an object'

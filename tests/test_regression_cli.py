@@ -102,13 +102,30 @@ def test_cv_of_a_regression_store_grouped_by_subject(regression_cohort, tmp_path
     store = tmp_path / "ages.zarr"
     assert main(["convert", str(regression_cohort), "--out", str(store), "--n-workers", "1",
                  "--no-progress"]) == 0
-    assert main(["cv", str(store), "--folds", "2", *TRAIN]) == 0
+    results = tmp_path / "cv.json"
+    assert main(["cv", str(store), "--folds", "2", "--out", str(results), *TRAIN]) == 0
     out = capsys.readouterr().out
     folds = [line for line in out.splitlines() if line.startswith("fold ")]
     assert len(folds) == 2 and all(" r2 " in line for line in folds)
-    r2 = [float(line.split(" r2 ")[1].split()[0]) for line in folds]
+    r2 = [float(line.split(" r2 ")[1].split(",")[0]) for line in folds]
     summary = out.split("2-fold cross-validation, grouped by subject: r2 ")[1]
     assert float(summary.split()[0]) == pytest.approx(np.mean(r2), abs=1e-4)
+    # the errors in the target's units beside R², each fold's and their mean, as saved
+    saved = json.loads(results.read_text())
+    for line, fold in zip(folds, saved["folds"], strict=True):
+        assert f", mae {fold['mae']:.4g}, rmse {fold['rmse']:.4g} on {fold['n']} rows" in line
+        assert f"n_clusters {fold['selected']['n_clusters']})" in line
+    assert saved["mean_mae"] == pytest.approx(np.mean([f["mae"] for f in saved["folds"]]))
+    assert f"(mean ± sd), mae {saved['mean_mae']:.4g}, rmse {saved['mean_rmse']:.4g}" in summary
+    # a resumed complete file says the same, and a fold without its errors is a damaged file
+    assert main(["cv", str(store), "--folds", "2", "--out", str(results), "--resume",
+                 *TRAIN]) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == [f"{line}, from {results}" for line in folds]
+    del saved["folds"][1]["mae"]
+    results.write_text(json.dumps(saved))
+    assert main(["cv", str(store), "--folds", "2", "--out", str(results), "--resume",
+                 *TRAIN]) == 2
+    assert '"folds"[1]["mae"] is missing (or null), expected a number' in capsys.readouterr().err
 
 
 def test_cv_refuses_folds_where_r2_is_not_defined(regression_cohort, tmp_path, capsys):
