@@ -118,8 +118,8 @@ PARAMS: tuple[Param, ...] = (
     Param("early_stopping", "auto", Union(Bool(), Options("auto")),
           "hold out validation_fraction of the training rows and stop after patience epochs "
           "without improvement of the validation loss, keeping the best weights; without "
-          "it, training stops on the training loss (tol); 'auto': on when every class has "
-          "rows to spare for validation", 'bool or "auto"'),
+          "it, training stops on the training loss (tol); 'auto': on when every class (a "
+          "regressor: the target) has rows to spare for validation", 'bool or "auto"'),
     Param("validation_fraction", 0.2, Interval(float, 0, 1, closed="neither"),
           "share of the training rows held out for early stopping (by subject on a store with "
           "groups)", "float"),
@@ -128,7 +128,8 @@ PARAMS: tuple[Param, ...] = (
           "n_iter_no_change)", "int"),
     Param("stop_on", "loss", Options("loss", "accuracy"),
           "what early stopping and the choice among candidates watch on the validation split: "
-          "its loss, or its accuracy (as scikit-learn's MLP and SGD)", '{"loss", "accuracy"}'),
+          "its loss, or its accuracy (as scikit-learn's MLP and SGD; a regressor's R²)",
+          '{"loss", "accuracy"}'),
     Param("tol", 1e-4, Interval(float, 0, None),
           "an epoch improves when its loss is below the best one minus tol", "float"),
     Param("refit", True, Bool(), "after early stopping, train again on all the training rows "

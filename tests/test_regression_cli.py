@@ -147,3 +147,15 @@ def test_cv_refuses_folds_where_r2_is_not_defined(regression_cohort, tmp_path, c
                      *TRAIN]) == 2
         captured = capsys.readouterr()
         assert message in captured.err and "fold 0:" not in captured.out
+
+
+def test_help_says_what_the_classification_words_mean_for_a_regressor(capsys):
+    for command in ("train", "cv"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "or its accuracy (as scikit-learn's MLP and SGD; a regressor's R²)" in text
+        assert "'auto': on when every class (a regressor: the target) has rows to spare" in text
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    assert "path, then label and/or a numeric target" in " ".join(capsys.readouterr().out.split())
