@@ -87,12 +87,13 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         self
         """
         if y is not None and np.asarray(y).dtype.kind in "OSU":
-            try:
-                np.asarray(y, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise ValueError(f"y must be numeric targets, got values such as "
-                                 f"{str(np.asarray(y).ravel()[0])!r}; for class labels use "
-                                 "FeatureGroupingClassifier") from None
+            for i, value in enumerate(np.asarray(y).ravel()):  # the first that is no number
+                try:
+                    float(value)
+                except (TypeError, ValueError):
+                    raise ValueError(f"y must be numeric targets, got {str(value)!r} (sample "
+                                     f"{i}); for class labels use FeatureGroupingClassifier"
+                                     ) from None
         return super().fit(X, y, groups=groups, client=client)
 
     def _encode_targets(self, y) -> np.ndarray:

@@ -112,10 +112,13 @@ def test_a_store_without_targets_is_refused_with_a_message(tiny_store, client):
 
 def test_class_labels_given_to_the_regressor_are_refused_naming_y(rng):
     X = rng.standard_normal((30, 8)).astype(np.float32)
-    with pytest.raises(ValueError, match=r"y must be numeric targets, got values such as "
-                                         r"'old'; for class labels use "
-                                         "FeatureGroupingClassifier"):
+    with pytest.raises(ValueError, match=r"y must be numeric targets, got 'old' \(sample 0\); "
+                                         "for class labels use FeatureGroupingClassifier"):
         FeatureGroupingRegressor().fit(X, np.array(["old", "young"] * 15))
+    # a table's column of numbers with one gap: the gap is named, not the first number
+    ages = [f"{20 + i}.5" for i in range(29)] + [""]
+    with pytest.raises(ValueError, match=r"got '' \(sample 29\)"):
+        FeatureGroupingRegressor().fit(X, ages)
     as_text = FeatureGroupingRegressor(max_epochs=3, random_state=0).fit(X, [str(v) for v in
                                                                            range(30)])
     as_numbers = FeatureGroupingRegressor(max_epochs=3, random_state=0).fit(X, np.arange(30.0))
