@@ -179,7 +179,9 @@ def _cmd_convert(args) -> int:
               f"{store.n_features} voxels)")
         return 0
     s = store.attrs.get("summary", {})
-    what = f"{len(store.classes)} classes" if store.has_labels else "a target (regression)"
+    what = (f"{len(store.classes)} classes" if store.has_labels else "a target (regression)")
+    if store.has_labels and store.target is not None:  # train picks the labels unless told
+        what += " and a target (train --task regression)"
     print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, {what}, "
           f"{s.get('bytes', 0) / 1e6:.1f} MB; {s.get('seconds', 0):.1f} s, "
           f"{s.get('rows_per_s', 0):.1f} rows/s, {s.get('mb_per_s', 0):.1f} MB/s "

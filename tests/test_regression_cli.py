@@ -159,3 +159,12 @@ def test_help_says_what_the_classification_words_mean_for_a_regressor(capsys):
     with pytest.raises(SystemExit):
         main(["convert", "--help"])
     assert "path, then label and/or a numeric target" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_table_with_labels_and_a_target_says_both(tiny_cohort, tmp_path, capsys):
+    rows = cohort_rows(tiny_cohort)
+    table = tmp_path / "both.csv"
+    table.write_text("path,label,target\n" + "".join(
+        f"{tiny_cohort.parent / r['path']},{r['label']},{i}\n" for i, r in enumerate(rows)))
+    assert main(["convert", str(table), "--out", str(tmp_path / "both.zarr"), "--no-progress"]) == 0
+    assert "voxels, 3 classes and a target (train --task regression), " in capsys.readouterr().out
