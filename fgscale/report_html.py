@@ -177,10 +177,15 @@ def _training(history: list[dict], final: dict | None) -> str:
     if not history:
         return out[0] + "\n<p>No epoch recorded yet.</p>"
     best = None if final is None else final.get("n_iter")
+    regression = (any("val_r2" in h for h in history)
+                  or final is not None and "r2" in final.get("test", {}))
+    loss = (" (half the mean squared error of the target standardized by the training rows' "
+            "mean and standard deviation: 0.5 is a constant prediction of the mean)"
+            if regression else "")
     out.append(_figure(_curves_figure(history, best),
-                       "Loss per epoch on the training rows (mean over its minibatches) and "
-                       "on the validation rows, and the validation score; the dashed line is "
-                       "the epoch kept. A refit trains again on all training rows."))
+                       f"Loss per epoch{loss} on the training rows (mean over its minibatches) "
+                       "and on the validation rows, and the validation score; the dashed line "
+                       "is the epoch kept. A refit trains again on all training rows."))
     return "\n".join(out)
 
 
@@ -195,7 +200,8 @@ def _choice(final: dict) -> str:
         chosen = final.get("selected", {})
         rows = [["✓" if all(c.get(k) == v for k, v in chosen.items()) else "",
                  *(c.get(k) for k in header)] for c in candidates]
-        out += [f"<p>{len(candidates)} candidate(s), ✓ the one selected:</p>",
+        out += [f"<p>{len(candidates)} candidate(s), ✓ the one selected (val_loss: the "
+                "validation loss of the curves above, at the candidate's best epoch):</p>",
                 _table(["selected", *header], rows)]
     return "\n".join(out)
 

@@ -105,6 +105,7 @@ def test_report_of_a_regression_run_speaks_of_a_target(regression_run, tmp_path)
         assert f"<tr><td>{name}</td><td>{test[key]:.4g}</td></tr>" in text
     assert "Predicted against true target of each test row" in text
     assert "One 3D NIfTI, the target's, in <code>maps/</code>" in text
+    assert "Loss per epoch (half the mean squared error of the target standardized" in text
     page = re.sub(r"<style>.*?</style>|src=\"[^\"]*\"", "", text, flags=re.S)
     assert not re.search(r"\bclass|accuracy|confusion", page, flags=re.I), \
         re.search(r".{40}(\bclass|accuracy|confusion).{40}", page, flags=re.I | re.S)[0]
