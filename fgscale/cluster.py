@@ -226,7 +226,9 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
     check_count("threads_per_worker", threads_per_worker)
     if not processes and memory_limit == "auto":
         memory_limit = 0  # thread workers share this process: its memory is the bound
-    with dask.config.set(_WORKER_CONFIG):  # read when the nannies are created
+    # worker processes leave Ctrl-C to this process, which stops them (fgscale._worker_signals)
+    preload = {"distributed.worker.preload": ["fgscale._worker_signals"]} if processes else {}
+    with dask.config.set({**_WORKER_CONFIG, **preload}):  # read when the nannies are created
         # this machine only: the scheduler (worker processes talk to it over TCP) and the
         # dashboard listen on the loopback interface, not on every network the node is on
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
