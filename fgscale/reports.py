@@ -160,14 +160,15 @@ def _store_blocks(store: Store, rows: np.ndarray) -> Iterator[tuple[dict, np.nda
 
 def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
     mask = getattr(clf, "mask_img_", None)
+    # a cohort table's label and target, when any file has one: blank for the others
+    copied = [c for c in ("label", "target") if any(e.get(c) not in (None, "") for e in entries)]
     for e in entries:
         x = mask_images(e["path"], mask, resample=resample)
         info = {"path": [e["path"]] * len(x)}
         if with_volume:
             info["volume"] = list(range(len(x))) if load_img(e["path"]).ndim == 4 else [""]
-        for column in ("label", "target"):  # a cohort table's, when it has the column
-            if e.get(column) not in (None, ""):
-                info[column] = [e[column]] * len(x)
+        for column in copied:
+            info[column] = [e[column] if e.get(column) is not None else ""] * len(x)
         yield info, x
 
 
@@ -210,7 +211,7 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         raise ValueError("the model has no mask (fitted on arrays without one): it predicts "
                          "from a store or from arrays, not from images")
     if len(inputs) == 1 and inputs[0].suffix.lower() in _TABLE_SUFFIXES:
-        entries = [e for e in read_cohort(inputs[0])
+        entries = [e for e in read_cohort(inputs[0], known=False)
                    if rows == "all" or (e["split"] == "test") == (rows == "test")]
         if not entries:
             raise ValueError(f"{inputs[0]}: no file with split {rows!r}")

@@ -79,6 +79,24 @@ def test_a_cohort_table_by_split(trained, tiny_cohort, tmp_path, capsys):
     assert [r["prediction"] for r in table] == clf.predict(store.read_rows(test)).tolist()
 
 
+def test_a_table_of_new_images_needs_no_label(trained, tiny_cohort, tmp_path, capsys):
+    """Images to predict have no label yet: a table of paths only, or with some labels left
+    blank, is predicted (the labels given copied, blank for the others)."""
+    store, run = trained
+    files = [str(tiny_cohort.parent / f"synthetic_{i:05d}.nii.gz") for i in (0, 1, 2)]
+    (tmp_path / "paths.csv").write_text("path\n" + "\n".join(files) + "\n")
+    assert predict(capsys, run, tmp_path / "paths.csv", out=tmp_path / "p.csv")[0] == 0
+    table = read_csv(tmp_path / "p.csv")
+    assert list(table[0])[:2] == ["path", "prediction"]
+    rows = [by_file(store)[f] for f in files]
+    assert [r["prediction"] for r in table] == load_run(run).predict(store.read_rows(rows)).tolist()
+    (tmp_path / "some.tsv").write_text(f"path\tlabel\n{files[0]}\t\n{files[1]}\tclass_1\n")
+    code, _, err = predict(capsys, run, tmp_path / "some.tsv", out=tmp_path / "s.csv")
+    assert code == 0, err
+    assert [(r["path"], r["label"]) for r in read_csv(tmp_path / "s.csv")] == [
+        (files[0], ""), (files[1], "class_1")]
+
+
 def test_a_store_all_rows(trained, tmp_path, capsys):
     store, run = trained
     assert predict(capsys, run, store.path, out=tmp_path / "p.csv")[0] == 0

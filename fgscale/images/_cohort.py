@@ -4,8 +4,8 @@ A cohort is a ``.csv``/``.tsv`` table with columns ``path``, ``label`` (a class 
 classification) and/or ``target`` (a finite number, for regression), and optionally ``group``
 (subject) and ``split`` (``train``/``test``); or a list of files / glob patterns with one label
 per file. A table needs ``label`` or ``target`` (or both); when it has a column, every row must
-fill it. Reading a cohort opens no image: it checks the table and names the file and line of
-every problem.
+fill it; a table of images to predict needs neither (``known=False``). Reading a cohort opens
+no image: it checks the table and names the file and line of every problem.
 """
 
 from __future__ import annotations
@@ -44,18 +44,19 @@ def _parse_target(text: str, where: str, file: str) -> float:
     return value
 
 
-def _read_table(path: Path) -> tuple[list[dict], bool]:
-    """The rows of a cohort table, and whether it has a ``label`` column."""
+def _read_table(path: Path, known: bool = True) -> tuple[list[dict], bool]:
+    """The rows of a cohort table, and whether it has a ``label`` column (``known``: each row's
+    label or target must be given, else either may be left out)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such cohort table")
     try:
-        return _parse_table(path)
+        return _parse_table(path, known)
     except (UnicodeDecodeError, csv.Error) as exc:  # bytes that are not a UTF-8 text table
         raise ValueError(f"{path}: not a readable text table ({type(exc).__name__}: {exc}); "
                          f"expected UTF-8 text with columns {_EXPECTED}") from None
 
 
-def _parse_table(path: Path) -> tuple[list[dict], bool]:
+def _parse_table(path: Path, known: bool) -> tuple[list[dict], bool]:
     delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
@@ -64,7 +65,7 @@ def _parse_table(path: Path) -> tuple[list[dict], bool]:
         if "path" not in columns:
             raise ValueError(f"{path}: cohort table lacks column(s) ['path']; expected "
                              f"{_EXPECTED}, got {reader.fieldnames}")
-        if not columns & {"label", "target"}:
+        if known and not columns & {"label", "target"}:
             raise ValueError(f"{path}: cohort table has neither a 'label' nor a 'target' "
                              f"column; expected {_EXPECTED}, got {reader.fieldnames}")
         rows = []
@@ -75,7 +76,8 @@ def _parse_table(path: Path) -> tuple[list[dict], bool]:
             rows.append({"path": file,
                          "label": (rec.get("label") or "").strip(),
                          "target": (_parse_target(rec.get("target") or "", where, file)
-                                    if "target" in columns else None),
+                                    if "target" in columns and (known or rec.get("target"))
+                                    else None),
                          "group": (rec.get(names["group"]) or "").strip(),
                          "split": (rec.get(names["split"]) or "").strip().lower(),
                          "where": where})
@@ -120,7 +122,7 @@ def _read_globs(patterns, labels) -> list[dict]:
              "where": f} for f, lab in zip(files, labels, strict=True)]
 
 
-def read_cohort(cohort, labels=None, classes=None) -> list[dict]:
+def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> list[dict]:
     """Parse and check a cohort: one entry per file (no file is opened).
 
     Parameters
@@ -131,6 +133,9 @@ def read_cohort(cohort, labels=None, classes=None) -> list[dict]:
     classes : list of str, optional
         Allowed labels, in class-index order; default: the sorted labels found. Only for a
         cohort with labels.
+    known : bool, default=True
+        Whether every file's label or target must be given (a cohort to train or score on);
+        False for images to predict, whose table may have neither column or leave them blank.
 
     Returns
     -------
@@ -140,7 +145,7 @@ def read_cohort(cohort, labels=None, classes=None) -> list[dict]:
     """
     is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in (
         ".csv", ".tsv", ".tab")
-    entries, has_labels = _read_table(Path(cohort)) if is_table else (
+    entries, has_labels = _read_table(Path(cohort), known) if is_table else (
         _read_globs(cohort, labels), True)
     if not entries:
         raise ValueError(f"{cohort}: the cohort is empty")
@@ -154,7 +159,7 @@ def read_cohort(cohort, labels=None, classes=None) -> list[dict]:
                              f"{seen[e['path']]}); each file must appear once (a 4D file gives "
                              "one row per volume by itself)")
         seen[e["path"]] = e["where"]
-        if has_labels and not e["label"]:
+        if known and has_labels and not e["label"]:
             raise ValueError(f"{e['where']}: missing label for {e['path']}")
         if classes is not None and e["label"] not in classes:
             raise ValueError(f"{e['where']}: unknown label {e['label']!r} for {e['path']}; "
