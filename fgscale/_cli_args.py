@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
 import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
            "add_cv_args", "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
            "add_task_arg", "add_worker_kind_arg", "given_options", "one_line_warnings",
-           "parse_grid", "saved_cv_unless_given", "saved_unless_given", "security_from"]
+           "parse_grid", "parse_resample", "positive", "saved_cv_unless_given",
+           "saved_unless_given", "security_from"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -72,6 +74,35 @@ def parse_grid(text: str):
     if len(parts) == 3 and all(p.isdigit() and int(p) > 0 for p in parts):
         return tuple(int(p) for p in parts)
     raise argparse.ArgumentTypeError(f"expected 4mm, 2mm, 1mm or XxYxZ (a box of voxels), got {text!r}")
+
+
+def positive(kind):
+    """The type of an option that takes a positive int or float: anything else is refused by
+    argparse, naming the option (a negative --block-rows or --timeout would reach zarr or the
+    connection and fail there, in their words)."""
+    what = "a positive integer" if kind is int else "a positive number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
+
+
+def parse_resample(text: str):
+    """``convert --resample``: a voxel size in mm, or "mask"."""
+    if text == "mask":
+        return text
+    try:
+        return positive(float)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a voxel size in mm (a positive number) or "
+                                         f"'mask', got {text!r}") from None
 
 
 def add_cohort_args(p) -> None:
@@ -170,8 +201,9 @@ def add_cluster_args(p) -> None:
                    "(default: none, start a LocalCluster)")
     p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file "
                    "(default: none)")
-    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
-    p.add_argument("--timeout", type=float, default=10.0,
+    p.add_argument("--n-workers", type=positive(int), default=None,
+                   help="LocalCluster workers (default: cores)")
+    p.add_argument("--timeout", type=positive(float), default=10.0,
                    help="seconds to wait for --scheduler before giving up (default: 10)")
     tls = p.add_argument_group("TLS, to join a scheduler at tls://HOST:PORT")
     tls.add_argument("--tls-ca-file", default=None, help="the CA certificate (default: none)")

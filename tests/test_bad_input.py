@@ -172,6 +172,36 @@ def test_convert_refuses_a_bad_cohort(row, cohort, tmp_path, capsys):
         str(tmp_path / "s.zarr")).attrs.get("complete")
 
 
+@pytest.mark.parametrize("option, message", [
+    (["--block-rows", "0"], r"argument --block-rows: expected a positive integer, got '0'"),
+    (["--block-rows", "-5"], r"argument --block-rows: expected a positive integer, got '-5'"),
+    (["--resample", "abc"], r"argument --resample: expected a voxel size in mm \(a positive "
+                            r"number\) or 'mask', got 'abc'"),
+    (["--resample", "-1"], r"argument --resample: expected a voxel size in mm"),
+    (["--timeout", "-1"], r"argument --timeout: expected a positive number, got '-1'"),
+    (["--n-workers", "0"], r"argument --n-workers: expected a positive integer, got '0'"),
+], ids=["block-rows 0", "block-rows -5", "resample abc", "resample -1", "timeout -1",
+        "n-workers 0"])
+def test_convert_refuses_a_bad_option_value_and_makes_nothing(option, message, cohort, tmp_path,
+                                                              capsys):
+    """Named by their option: --block-rows 0 was taken as the default, -5 failed in zarr and
+    left a half-made store, --resample abc said only "could not convert string to float"."""
+    table = write_table(tmp_path / "t.csv", ["path", "label"], [r[:2] for r in cohort])
+    refused(["convert", table, "--out", tmp_path / "s.zarr", "--no-progress", *option], capsys,
+            message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+@pytest.mark.parametrize("block_rows", [0, -5, 2.5])
+def test_convert_in_python_refuses_a_bad_block_rows(block_rows, cohort, tmp_path):
+    from fgscale.store import convert
+
+    table = write_table(tmp_path / "t.csv", ["path", "label"], [r[:2] for r in cohort])
+    with pytest.raises(ValueError, match="block_rows must be a positive integer"):
+        convert(table, tmp_path / "s.zarr", block_rows=block_rows, n_workers=1, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
 @pytest.mark.parametrize("make", [_truncated, _nan_in_mask], ids=["truncated", "NaN"])
 def test_a_failed_conversion_task_prints_no_worker_traceback(make, cohort, tmp_path):
     """In a process of its own (the workers' logs reach its stderr, which capsys cannot see): a

@@ -103,9 +103,10 @@ def test_convert_progress_then_already_complete(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "12 rows x" in out and BAR not in err
     assert "Dask dashboard" not in err  # a small cohort: threads of this process, no cluster
-    assert main(["convert", str(table), "--out", str(tmp_path / "none.zarr"), "--n-workers",
-                 "0"]) == 2
-    assert "n_workers must be a positive integer, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # argparse's: the option named
+        main(["convert", str(table), "--out", str(tmp_path / "none.zarr"), "--n-workers", "0"])
+    assert refused.value.code == 2
+    assert "argument --n-workers: expected a positive integer, got '0'" in capsys.readouterr().err
     assert open_store(quiet).attrs["synthetic"] is True
     assert main(["convert", str(table), "--out", str(shown), "--n-workers", "1"]) == 0
     assert BAR in capsys.readouterr().err

@@ -247,6 +247,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     """
     if nan not in ("error", "zero"):
         raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
+    if block_rows is not None:  # 0 or less: no shard layout (zarr's error names no option)
+        check_count("block_rows", block_rows)
     if resample not in (None, "mask"):
         resample = float(resample)
     out = Path(out)
