@@ -309,7 +309,9 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         n_rows, step = len(rows), g.attrs["block_rows"]
         done = g["done"][:]
         todo = np.flatnonzero(done == 0)
-        args = [(str(out), fingerprint, int(b), sources[slice(*block_range(b, step, n_rows))],
+        # absolute, as the sources: workers of a cluster joined by address run elsewhere
+        args = [(str(out.resolve()), fingerprint, int(b),
+                 sources[slice(*block_range(b, step, n_rows))],
                  grid, resampled, nan) for b in todo]
         already = n_rows - sum(len(a[3]) for a in args)
         results = run_tasks(c, _convert_block, args, progress=progress, total=n_rows, unit="rows",

@@ -60,6 +60,19 @@ def test_round_trip_equals_nibabel(tiny_cohort, tmp_path, client):
     assert store.attrs["summary"]["n_samples"] == 24
 
 
+def test_a_relative_out_reaches_workers_that_run_elsewhere(tiny_cohort, tmp_path, client,
+                                                         monkeypatch):
+    """Workers of a cluster joined by --scheduler-file run in a working directory of their own
+    (a SLURM job's, a pod's, here the session's): a relative --out must reach them as the
+    folder the command meant, not as one of theirs."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    store = convert(tiny_cohort, "rel.zarr", client=client, block_rows=5, progress=False)
+    assert (here / "rel.zarr" / "zarr.json").is_file()
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+
+
 def test_four_d_and_tsv(tmp_path, client):
     csv_path = make_cohort(tmp_path / "c4", n_samples=10, n_classes=2, grid=TINY_GRID, n_subjects=2,
                            four_d=True, seed=2)
