@@ -192,6 +192,21 @@ def test_convert_refuses_a_bad_option_value_and_makes_nothing(option, message, c
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
 
 
+def test_a_cohort_table_with_labels_or_files_is_refused_as_a_table(cohort, tmp_path, capsys):
+    """A table given with --labels, or beside image files, was read as one more image, its
+    labels counted against it ("got 12 labels for 1 files")."""
+    table = write_table(tmp_path / "t.csv", ["path", "label"], [r[:2] for r in cohort])
+    (tmp_path / "labels.txt").write_text("\n".join(r[1] for r in cohort) + "\n")
+    message = (r"t\.csv: a cohort table is given alone, its labels in its own column; labels "
+               r"\(--labels\) go with a list of NIfTI files or globs")
+    for extra in (["--labels", tmp_path / "labels.txt"], [cohort[0][0]]):
+        refused(["convert", table, *extra, "--out", tmp_path / "s.zarr", "--no-progress"],
+                capsys, message)
+    refused(["convert", cohort[0][0], cohort[1][0], "--out", tmp_path / "s.zarr"], capsys,
+            r"a list of files or globs needs labels \(--labels FILE: one per line")
+    assert not (tmp_path / "s.zarr").exists()
+
+
 @pytest.mark.parametrize("block_rows", [0, -5, 2.5])
 def test_convert_in_python_refuses_a_bad_block_rows(block_rows, cohort, tmp_path):
     from fgscale.store import convert

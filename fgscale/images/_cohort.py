@@ -26,6 +26,7 @@ _COLUMNS = ("path", "label", "target", "group", "split")
 _ALIASES = {"group": ("subject", "subject_id", "participant_id", "participant", "sub"),
             "split": ("set", "subset")}
 _EXPECTED = "path,label[,target][,group][,split] or path,target[,group][,split]"
+_TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
 
 
 def _parse_target(text: str, where: str, file: str) -> float:
@@ -57,7 +58,7 @@ def _read_table(path: Path, known: bool = True) -> tuple[list[dict], bool]:
 
 
 def _parse_table(path: Path, known: bool) -> tuple[list[dict], bool]:
-    delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
+    delimiter = "\t" if path.suffix.lower() in _TABLE_SUFFIXES[1:] else ","
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         columns = set(reader.fieldnames or [])
@@ -102,6 +103,10 @@ def _column_names(path: Path, fieldnames: list[str]) -> dict:
 
 def _read_globs(patterns, labels) -> list[dict]:
     patterns = [patterns] if isinstance(patterns, (str, Path)) else list(patterns)
+    tables = [p for p in map(str, patterns) if Path(p).suffix.lower() in _TABLE_SUFFIXES]
+    if tables:  # else read as an image, with labels counted against it: a puzzling message
+        raise ValueError(f"{tables[0]}: a cohort table is given alone, its labels in its own "
+                         "column; labels (--labels) go with a list of NIfTI files or globs")
     files = []
     for pattern in map(str, patterns):
         matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
@@ -109,7 +114,8 @@ def _read_globs(patterns, labels) -> list[dict]:
             raise FileNotFoundError(f"{pattern}: the pattern matches no file")
         files += matched
     if labels is None:
-        raise ValueError("a list of files or globs needs labels (one per file, in sorted order)")
+        raise ValueError("a list of files or globs needs labels (--labels FILE: one per line, a "
+                         "line per file in sorted order), or give a cohort table instead")
     if isinstance(labels, (str, Path)):
         label_file = Path(labels)
         if not label_file.is_file():
@@ -143,8 +149,7 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> lis
         Keys path, label ("" for a table without a ``label`` column), target (float, or None
         without a ``target`` column), group, split, where (file and line, for messages).
     """
-    is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in (
-        ".csv", ".tsv", ".tab")
+    is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in _TABLE_SUFFIXES
     entries, has_labels = _read_table(Path(cohort), known) if is_table else (
         _read_globs(cohort, labels), True)
     if not entries:

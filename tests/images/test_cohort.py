@@ -68,6 +68,22 @@ def test_labels_stay_required_where_the_column_is(tmp_path):
         read_cohort(table)
 
 
+def test_images_to_predict_need_no_label_nor_target(tmp_path):
+    """known=False (fgscale predict): a table of paths alone, or with blank labels and targets."""
+    paths = write_table(tmp_path / "p.csv", ["path"], [["a.nii"], ["b.nii"]])
+    assert [(e["label"], e["target"]) for e in read_cohort(paths, known=False)] == [
+        ("", None), ("", None)]
+    some = write_table(tmp_path / "s.tsv", ["path", "label", "target"],
+                       [["a.nii", "x", ""], ["b.nii", "", "2.5"]])
+    assert [(e["label"], e["target"]) for e in read_cohort(some, known=False)] == [
+        ("x", None), ("", 2.5)]
+    with pytest.raises(ValueError, match="target 'old' .* is not a number"):
+        read_cohort(write_table(tmp_path / "b.csv", ["path", "target"], [["a.nii", "old"]]),
+                    known=False)
+    with pytest.raises(ValueError, match="neither a 'label' nor a 'target' column"):
+        read_cohort(paths)
+
+
 def test_classes_need_labels(tmp_path):
     table = write_table(tmp_path / "c.csv", ["path", "target"], [["a.nii", "1"]])
     with pytest.raises(ValueError, match="classes were given but the cohort table has no "
