@@ -16,7 +16,7 @@ import logging
 import math
 from pathlib import Path
 
-__all__ = ["read_cohort"]
+__all__ = ["entry_headers", "entry_name", "read_cohort"]
 
 log = logging.getLogger(__name__)
 
@@ -173,3 +173,25 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> lis
             raise ValueError(f"{e['where']}: split {e['split']!r} for {e['path']}; expected "
                              "'train', 'test' or empty")
     return entries
+
+
+def entry_name(entry: dict) -> str:
+    """A cohort entry's file as messages name it: after its table's file and line, when it
+    came from a table (a cohort of hundreds of rows: which line to fix)."""
+    return entry["path"] if entry["where"] == entry["path"] else f"{entry['where']}: {entry['path']}"
+
+
+def entry_headers(entries: list[dict]) -> list:
+    """The NIfTI header of each entry's file (:func:`fgscale.images.read_header`); a file that
+    is missing or unreadable is named by :func:`entry_name`."""
+    from fgscale.images._nifti import read_header
+
+    headers = []
+    for e in entries:
+        try:
+            headers.append(read_header(e["path"]))
+        except (FileNotFoundError, ValueError) as exc:
+            if e["where"] == e["path"]:
+                raise
+            raise type(exc)(f"{e['where']}: {exc}") from None
+    return headers

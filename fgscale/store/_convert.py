@@ -52,13 +52,12 @@ from fgscale.cluster import (
     get_client,
     run_tasks,
 )
-from fgscale.images._cohort import read_cohort
+from fgscale.images._cohort import entry_headers, entry_name, read_cohort
 from fgscale.images._nifti import (
     grid_mismatch,
     load_img,
     load_mask,
     read_array,
-    read_header,
     read_image,
     same_grid,
 )
@@ -87,9 +86,10 @@ def _target_grid(entries, headers, mask_img, resample):
             for e, img in zip(entries, headers, strict=True):
                 if not same_grid(img.shape, img.affine, grid):
                     raise ValueError(grid_mismatch(
-                        e["path"], img.shape, img.affine, grid,
+                        entry_name(e), img.shape, img.affine, grid,
                         "mask" if mask_img is not None else "first image",
-                        " (resample= in Python, --resample for fgscale convert)"))
+                        " (" + ("" if mask_img is not None else f"first image {entries[0]['path']}; ")
+                        + "resample= in Python, --resample for fgscale convert)"))
         return grid, resample == "mask"
     # nibabel.processing imports scipy.ndimage, a tenth of a second that a conversion without
     # resampling (most) should not pay: it is imported where resampling happens.
@@ -254,7 +254,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     out = Path(out)
     t0 = time.perf_counter()
     entries = read_cohort(cohort, labels, classes)
-    headers = [read_header(e["path"]) for e in entries]
+    headers = entry_headers(entries)
     per_row = [(e, v) for e, img in zip(entries, headers, strict=True)
                for v in range(img.shape[3] if img.ndim == 4 else 1)]
     rows = [(str(Path(e["path"]).resolve()), v, e["label"], e["group"], e["split"])
