@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "read_json"]
+__all__ = ["atomic_path", "check_writable", "read_json"]
 
 
 @contextmanager
@@ -32,6 +32,25 @@ def atomic_path(path) -> Iterator[Path]:
                                  "version, if any, is kept") from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def check_writable(path, consequence: str) -> None:
+    """Refuse, before the work whose result goes there, a file ``path`` that could not be
+    written once that work is done: a folder of that name, or a folder for it that cannot be
+    made or written. ``consequence`` ends the message: what is not done, what to do."""
+    from fgscale.store._derived import can_write  # a file created for real: see there
+
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder, not a file name{consequence}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writable = can_write(path.parent)
+    except OSError:
+        writable = False
+    if not writable:
+        raise ValueError(f"{path}: its folder {path.parent} cannot be created or written"
+                         f"{consequence}")
 
 
 def _as_path(name) -> Path | None:

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from fgscale._files import atomic_path
+from fgscale._files import atomic_path, check_writable
 from fgscale._params import check_device, params_to_json
 from fgscale._run_folder import RunFolder
 from fgscale.cluster import get_client
@@ -160,6 +160,8 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     """
     clf = load_run(run_dir, device=device)
     store = open_store(store_path)
+    if predictions is not None:  # not found unwritable once every row is predicted
+        check_writable(predictions, "; choose another --predictions; nothing evaluated")
     with get_client(client, processes=False) as client:
         report, table = _evaluate(clf, store, client, progress=progress)
     if predictions is not None:
@@ -196,6 +198,7 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         ``min``, ``mean`` and ``max`` prediction.
     """
     clf = load_run(run_dir, device=device)
+    check_writable(out, "; choose another --out; nothing predicted")
     table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress)
     summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])
     summary["n"] = len(predicted)

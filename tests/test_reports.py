@@ -2,6 +2,7 @@
 equal to the predictions of the run's estimator on the store's rows (SYNTHETIC cohorts)."""
 
 import csv
+import re
 import shutil
 
 import nibabel as nib
@@ -95,6 +96,30 @@ def test_a_table_of_new_images_needs_no_label(trained, tiny_cohort, tmp_path, ca
     assert code == 0, err
     assert [(r["path"], r["label"]) for r in read_csv(tmp_path / "s.csv")] == [
         (files[0], ""), (files[1], "class_1")]
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(command, trained,
+                                                                     tiny_cohort, tmp_path,
+                                                                     capsys):
+    """Found unwritable only once every row was predicted, the work was lost: the output is
+    checked first (no cluster started, nothing read)."""
+    store, run = trained
+    (tmp_path / "afile").write_text("")
+    for out, message in ((tmp_path / "afile" / "p.csv", "its folder .*afile cannot be created "
+                                                         "or written"),
+                         (tmp_path, "a folder, not a file name")):
+        if command == "predict":
+            argv = ["predict", run, tiny_cohort, "--out", out]
+        else:
+            argv = ["evaluate", run, store.path, "--predictions", out, "--n-workers", "1"]
+        assert main([*map(str, argv), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert re.search(f"fgscale {command}: error: .*{message}; choose another "
+                         f"{'--out' if command == 'predict' else '--predictions'}; nothing "
+                         f"{'predicted' if command == 'predict' else 'evaluated'}", err), err
+        assert "Dask dashboard" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
 def test_a_store_all_rows(trained, tmp_path, capsys):
