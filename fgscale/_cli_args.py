@@ -8,6 +8,7 @@ import argparse
 import difflib
 import math
 import os
+import re
 import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
@@ -56,6 +57,11 @@ class Parser(argparse.ArgumentParser):
             close = {w: difflib.get_close_matches(w.split("=")[0], known, n=1, cutoff=0.7)
                      for w in extras if w.startswith("--")}
             hints = [f"{c[0]} (not {w.split('=')[0]})" for w, c in close.items() if c]
+            # the top parser's option, given after the command as most tools take it
+            verbose = [w for w in extras if w == "--verbose" or re.fullmatch(r"-v+", w)]
+            if verbose and command is not self:
+                hints.append(f"{verbose[0]} before the command (fgscale {verbose[0]} "
+                             f"{namespace.command} ...)")
             command.error(f"unrecognized arguments: {' '.join(extras)}"
                           + (f"; did you mean {', '.join(hints)}?" if hints else ""))
         return namespace

@@ -89,6 +89,12 @@ def test_unknown_options_are_reported_by_their_subcommand(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--nonsense"])
     assert "fgscale: error: unrecognized arguments: --nonsense\n" in capsys.readouterr().err
+    # -v is the top parser's: given after the command, where most tools take it, it is pointed at
+    for flag in ("-v", "-vv", "--verbose"):
+        with pytest.raises(SystemExit):
+            main(["bank", str(tmp_path / "s.zarr"), flag, "--list"])
+        assert (f"fgscale bank: error: unrecognized arguments: {flag}; did you mean {flag} before "
+                f"the command (fgscale {flag} bank ...)?") in capsys.readouterr().err
 
 
 @dashboard_port_may_be_taken
