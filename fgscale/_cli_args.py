@@ -14,6 +14,7 @@ import warnings
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
            "add_cv_args", "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
            "add_task_arg", "add_worker_kind_arg", "given_options", "one_line_warnings",
+           "warn_unused_cluster_options",
            "parse_grid", "parse_resample", "positive", "saved_cv_unless_given",
            "saved_unless_given", "security_from"]
 
@@ -226,6 +227,22 @@ def add_worker_kind_arg(p) -> None:
     p.add_argument("--worker-processes", action="store_true",
                    help="LocalCluster of worker processes (each with a memory limit) instead of "
                         "threads in this process, which hand blocks to the model without a copy")
+
+
+def warn_unused_cluster_options(args) -> None:
+    """Say which cluster options this command will not use: the LocalCluster's when it joins
+    a running scheduler (that cluster has its own workers), TLS's when it joins none."""
+    joined = args.scheduler is not None or args.scheduler_file is not None
+    options = ({"--n-workers": args.n_workers,
+                "--worker-processes": getattr(args, "worker_processes", False)} if joined else
+               {"--tls-ca-file": args.tls_ca_file, "--tls-cert": args.tls_cert,
+                "--tls-key": args.tls_key})
+    unused = [name for name, value in options.items() if value]
+    if unused:
+        warnings.warn(f"{', '.join(unused)} not used: " + (
+            "a running scheduler is joined, whose cluster has its own workers" if joined else
+            "no scheduler is joined (--scheduler tls://HOST:PORT), and the LocalCluster "
+            "started here needs no TLS"), stacklevel=2)
 
 
 def security_from(args):

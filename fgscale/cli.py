@@ -31,6 +31,7 @@ from fgscale._cli_args import (
     saved_cv_unless_given,
     saved_unless_given,
     security_from,
+    warn_unused_cluster_options,
 )
 from fgscale._interrupt import interrupted, run_command
 
@@ -399,6 +400,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return 0
     one_line_warnings(args.command)
+    if hasattr(args, "scheduler"):  # a command with cluster options
+        warn_unused_cluster_options(args)
     try:
         return args.func(args)
     except (ValueError, OSError) as exc:  # OSError: a missing file, a full disk, a scheduler

@@ -171,6 +171,22 @@ def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path
         resolve_n_clusters(k, store.n_features) for k in AUTO_GRIDS["n_clusters"]]
 
 
+def test_cluster_options_that_a_command_will_not_use_are_said(tiny_store, client, capsys):
+    """--n-workers beside --scheduler sized nothing, and --tls-* without one secured nothing,
+    both in silence: a user who asked for 32 workers should learn the joined cluster's count
+    is what runs. The command itself goes on."""
+    bank = ["bank", str(tiny_store.path), "--n-groupings", "2", "--n-bootstrap", "10",
+            "--n-clusters", "0.1", "--no-progress"]
+    with pytest.warns(UserWarning, match=r"^--n-workers not used: a running scheduler is "
+                                         r"joined, whose cluster has its own workers$"):
+        assert main([*bank, "--scheduler", client.scheduler.address, "--n-workers", "32"]) == 0
+    assert "2 groupings built" in capsys.readouterr().out
+    with pytest.warns(UserWarning, match=r"^--tls-cert, --tls-key not used: no scheduler is "
+                                         r"joined \(--scheduler tls://HOST:PORT\)"):
+        assert main([*bank, "--tls-cert", "c.pem", "--tls-key", "k.pem"]) == 0
+    assert "already complete" in capsys.readouterr().out
+
+
 def test_bank_then_already_complete(tiny_store, capsys):
     bank = ["bank", str(tiny_store.path), "--n-groupings", "3", "--n-bootstrap", "10",
             "--n-clusters", "0.1", "--n-workers", "1"]
