@@ -149,8 +149,10 @@ def add_param(p, name: str, note: str = "") -> None:
         try:
             value = param.constraint.parse(text)
         except ValueError:
-            value = None
-        if value is None or not param.constraint.accepts(value):
+            valid = False
+        else:  # None may be a value: "--alpha none", the default said in --help
+            valid = param.constraint.accepts(value)
+        if not valid:
             raise argparse.ArgumentTypeError(f"expected {param.constraint.describe()}, got "
                                              f"{text!r}")
         return value

@@ -48,6 +48,19 @@ def test_every_option_shows_its_default_in_help():
     assert "(default: 0.2)" in usage and "(default: off)" in usage
 
 
+def test_a_default_of_none_can_be_given_back():
+    """--help says "(default: None)": the value must be typable, to set it back on a --resume
+    whose saved run had another (it was refused: "expected None, ..., got 'None'")."""
+    from fgscale._params import PARAMS
+
+    for param in (p for p in PARAMS if p.cli and p.default is None):
+        option = "--" + param.name.replace("_", "-")
+        for text in ("None", "none"):
+            args = build_parser().parse_args(["train", "s.zarr", "--out", "run", option, text])
+            assert getattr(args, param.name) is None, option
+    assert build_parser().parse_args(["train", "s.zarr", "--out", "run", "--alpha", "0.5"]).alpha == 0.5
+
+
 @pytest.mark.parametrize("command", LONG_COMMANDS)
 def test_every_long_command_has_no_progress(command):
     args = build_parser().parse_args([command, *LONG_COMMANDS[command], "--no-progress"])
