@@ -47,9 +47,10 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_bank(args) -> int:
-    from fgscale._cli_banks import bank_list, built_line, remove_banks
+    from fgscale._cli_banks import bank_list, built_line, remove_banks, warn_unused_build_options
 
     if args.list or args.remove:
+        warn_unused_build_options(args.given)
         print("\n".join(bank_list(args.store) if args.list else remove_banks(args.store, args.remove)))
         return 0
     from fgscale._auto import searched_values

@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+import warnings
 
 import pytest
 from helpers import TINY_GRID, dashboard_port_may_be_taken, synthetic_store
@@ -198,6 +199,21 @@ def test_cluster_options_that_a_command_will_not_use_are_said(tiny_store, client
                                          r"joined \(--scheduler tls://HOST:PORT\)"):
         assert main([*bank, "--tls-cert", "c.pem", "--tls-key", "k.pem"]) == 0
     assert "already complete" in capsys.readouterr().out
+
+
+def test_bank_list_and_remove_say_the_build_options_they_do_not_use(tiny_store, capsys):
+    """--list --n-clusters 0.1 listed every bank, --remove KEY --overwrite removed without a
+    word of the options: a user may think them filters or rebuilds."""
+    store = str(tiny_store.path)
+    with pytest.warns(UserWarning, match=r"^--n-clusters, --seed not used: --list and --remove "
+                                         r"build nothing"):
+        assert main(["bank", store, "--list", "--n-clusters", "0.1", "--seed", "3"]) == 0
+    assert f"{store}: no bank" in capsys.readouterr().out
+    with pytest.warns(UserWarning, match=r"^--overwrite not used"):
+        assert main(["bank", store, "--remove", "folds", "--overwrite"]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the options alone: no warning
+        assert main(["bank", store, "--list"]) == 0
 
 
 def test_bank_then_already_complete(tiny_store, capsys):
