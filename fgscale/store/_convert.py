@@ -314,7 +314,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                  sources[slice(*block_range(b, step, n_rows))],
                  grid, resampled, nan) for b in todo]
         already = n_rows - sum(len(a[3]) for a in args)
-        results = run_tasks(c, _convert_block, args, progress=progress, total=n_rows, unit="rows",
+        results = run_tasks(c, _convert_block, args, progress=progress, desc="converting",
+                            total=n_rows, unit="rows",
                             initial=already, weight=lambda result: result["rows"])
         n_workers_used = len(c.nthreads())
     seconds = time.perf_counter() - t0
@@ -380,7 +381,7 @@ def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress)
     step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
     parts = [sources[i:i + step] for i in range(0, len(sources), step)]
     partial = run_tasks(client, _mask_block, [(p, grid, resampled) for p in parts],
-                        progress=progress, unit="blocks")
+                        progress=progress, desc="mask", unit="blocks")
     computed = np.logical_and.reduce(partial)
     final = computed if given is None else computed & given
     if not final.any():
