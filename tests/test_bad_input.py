@@ -345,11 +345,17 @@ def test_a_bank_of_another_p_is_refused(store, tmp_path, capsys):
 
 def test_a_npy_of_objects_is_refused_never_unpickled(store, tmp_path, capsys):
     np.save(tmp_path / "v.npy", np.array([{"a": 1}] * P, dtype=object), allow_pickle=True)
-    refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "v.npy"],
-            capsys, r"v\.npy: not a \.npy array of numbers")
+    line = refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "v.npy"],
+                   capsys, r"v\.npy: not a \.npy array of numbers \(an array of objects, never "
+                           r"unpickled\)$")
+    # a table, an .npz: not .npy files, said so, never numpy's advice to unpickle "unsafely"
     (tmp_path / "t.npy").write_text("path,label\n")
-    refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "t.npy"],
-            capsys, r"t\.npy: not a \.npy array of numbers")
+    np.savez(tmp_path / "v.npz", values=np.zeros(P))
+    for name in ("t.npy", "v.npz"):
+        line += refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / name],
+                        capsys, rf"{name}: not a \.npy file \(numpy\.save's format\); expected "
+                                r"an array of shape \(p,\) or \(n, p\)$")
+    assert "unsafe" not in line and "allow_pickle" not in line
 
 
 @pytest.mark.parametrize("name", ["x.png", "x", "x.nii.zip"])
