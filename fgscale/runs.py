@@ -69,6 +69,8 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
         return {**done, "already_complete": True}
     start = time.perf_counter()
     try:
+        # what the fit refuses before its cluster starts, refused before this one starts
+        clf._store_plan(store, store.train_rows(), clf._seed())
         with get_client(client, processes=False) as client:
             clf._fit_store(store.path, client, folder.checkpoints)
             test, _ = _evaluate(clf, store, client, progress=bool(clf.verbose))
