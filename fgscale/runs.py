@@ -17,7 +17,7 @@ from fgscale.cluster import get_client
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._factory import make_estimator
 from fgscale.maps import has_maps
-from fgscale.reports import predict_inputs, score_store, write_table
+from fgscale.reports import check_store, predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
 __all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "train_run"]
@@ -164,6 +164,7 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     store = open_store(store_path)
     if predictions is not None:  # not found unwritable once every row is predicted
         check_writable(predictions, "; choose another --predictions; nothing evaluated")
+    check_store(clf, store)  # a store of other voxels: refused before a cluster starts
     with get_client(client, processes=False) as client:
         report, table = _evaluate(clf, store, client, progress=progress)
     if predictions is not None:

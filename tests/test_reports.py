@@ -8,7 +8,7 @@ import shutil
 import nibabel as nib
 import numpy as np
 import pytest
-from helpers import TINY_GRID
+from helpers import TINY_GRID, synthetic_store
 
 from fgscale.cli import main
 from fgscale.images import make_cohort
@@ -120,6 +120,18 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(command, tr
                          f"{'predicted' if command == 'predict' else 'evaluated'}", err), err
         assert "Dask dashboard" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_evaluate_refuses_a_store_of_other_voxels_before_a_cluster_starts(trained, tmp_path,
+                                                                          capsys):
+    _, run = trained
+    other = synthetic_store(tmp_path / "other.zarr", 12, 3, grid=(10, 12, 9), block_rows=4,
+                            split=np.where(np.arange(12) % 3 == 0, "test", "train"))
+    assert main(["evaluate", str(run), str(other.path), "--n-workers", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"fgscale evaluate: error: .*other\.zarr: \d+ features, the model was "
+                     r"trained on \d+", err), err
+    assert "Dask dashboard" not in err
 
 
 def test_a_store_all_rows(trained, tmp_path, capsys):
