@@ -386,8 +386,8 @@ def test_resume_with_other_parameters_or_a_foreign_checkpoint_is_refused(store, 
     assert main(["train", str(store), "--out", str(run), *FAST]) == 0
     changed = [*FAST[:-8], "--n-clusters", "30", *FAST[-6:]]
     refused(["train", store, "--out", run, *changed, "--resume"], capsys,
-            r"run: --resume with other parameters than the saved run \(n_clusters; see "
-            r".*config\.json\)")
+            r"run: --resume with other parameters than the saved run \(n_clusters: saved 20, "
+            r"given 30; see .*config\.json\)")
     refused(["train", store, "--out", run, *FAST], capsys,
             r"run: a run already exists there; pass --resume")
     # another store (other rows, here another split) is refused before anything is rewritten;
