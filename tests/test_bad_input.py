@@ -180,12 +180,15 @@ def test_convert_refuses_a_bad_cohort(row, cohort, tmp_path, capsys):
     (["--resample", "-1"], r"argument --resample: expected a voxel size in mm"),
     (["--timeout", "-1"], r"argument --timeout: expected a positive number, got '-1'"),
     (["--n-workers", "0"], r"argument --n-workers: expected a positive integer, got '0'"),
+    (["--intersect-mask"], r"intersect_mask \(--intersect-mask\) intersects a given mask "
+                           r"\(--mask\) with the computed one: give the mask"),
 ], ids=["block-rows 0", "block-rows -5", "resample abc", "resample -1", "timeout -1",
-        "n-workers 0"])
+        "n-workers 0", "intersect-mask without a mask"])
 def test_convert_refuses_a_bad_option_value_and_makes_nothing(option, message, cohort, tmp_path,
                                                               capsys):
     """Named by their option: --block-rows 0 was taken as the default, -5 failed in zarr and
-    left a half-made store, --resample abc said only "could not convert string to float"."""
+    left a half-made store, --resample abc said only "could not convert string to float",
+    --intersect-mask without --mask was ignored."""
     table = write_table(tmp_path / "t.csv", ["path", "label"], [r[:2] for r in cohort])
     refused(["convert", table, "--out", tmp_path / "s.zarr", "--no-progress", *option], capsys,
             message)

@@ -249,6 +249,9 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
     if block_rows is not None:  # 0 or less: no shard layout (zarr's error names no option)
         check_count("block_rows", block_rows)
+    if intersect_mask and mask is None:  # else silently the computed mask alone
+        raise ValueError("intersect_mask (--intersect-mask) intersects a given mask (--mask) "
+                         "with the computed one: give the mask")
     if resample not in (None, "mask"):
         resample = float(resample)
     out = Path(out)
