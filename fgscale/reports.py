@@ -202,6 +202,9 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
     if rows not in ROWS:
         raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
     if len(inputs) == 1 and inputs[0].is_dir():
+        if resample:  # else ignored: a store's rows are already the mask's voxels
+            raise ValueError(f"{inputs[0]}: resample applies to images; a store's rows are "
+                             "read as they are (its voxels must be the run's)")
         store = open_store(inputs[0])
         check_store(clf, store)
         rows = _store_rows(store, rows)

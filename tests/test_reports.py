@@ -146,6 +146,10 @@ def test_a_store_all_rows(trained, tmp_path, capsys):
     np.testing.assert_allclose(proba(table, store.classes), clf.predict_proba(X), **FLOAT32)
     assert predict(capsys, run, store.path, out=tmp_path / "t.csv", extra=["--rows", "train"])[0] == 0
     assert [int(r["row"]) for r in read_csv(tmp_path / "t.csv")] == store.train_rows().tolist()
+    # --resample is for images: with a store it was ignored without a word
+    code, _, err = predict(capsys, run, store.path, out=tmp_path / "r.csv", extra=["--resample"])
+    assert code == 2 and "resample applies to images; a store's rows are read as they are" in err
+    assert not (tmp_path / "r.csv").exists()
 
 
 def test_four_d_files_give_a_line_per_volume(trained, tmp_path, capsys):
