@@ -227,7 +227,8 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
     if not processes and memory_limit == "auto":
         memory_limit = 0  # thread workers share this process: its memory is the bound
     # worker processes leave Ctrl-C to this process, which stops them (fgscale._worker_signals)
-    preload = {"distributed.worker.preload": ["fgscale._worker_signals"]} if processes else {}
+    preload = {"distributed.worker.preload": [*dask.config.get("distributed.worker.preload", []),
+                                              "fgscale._worker_signals"]} if processes else {}
     with dask.config.set({**_WORKER_CONFIG, **preload}):  # read when the nannies are created
         # this machine only: the scheduler (worker processes talk to it over TCP), the
         # dashboard and each worker's HTTP server (thread workers' would take every interface)
