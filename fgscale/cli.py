@@ -295,8 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output image (.nii or .nii.gz)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--npy", default=None, help=".npy of shape (p,) or (n, p)")
-    what.add_argument("--grouping", type=int, default=None,
-                      help="row I of the store's bank, its clusters numbered from 1")
+    what.add_argument("--grouping", type=int, default=None, metavar="I",
+                      help="grouping I of the store's bank (from 0), its clusters numbered from 1")
     what.add_argument("--omega", action="store_true", help="the bank's Omega diagonal")
     p.add_argument("--bank", default=None, metavar="KEY",
                    help="the bank of --grouping/--omega (default the store's only bank; "
