@@ -270,6 +270,11 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     fingerprint = _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
 
     g = None
+    if out.is_dir() and not any(out.iterdir()):  # made empty beforehand (a job script's mkdir)
+        out.rmdir()
+    if out.is_dir() and not (out / "zarr.json").is_file():  # never written into, nor removed
+        raise StoreError(f"{out}: a folder that is not a store; choose another --out (a new "
+                         "path, or an empty folder)")
     if out.exists():
         g = open_group_checked(out, "r+")
         made = g.attrs.get("params", {}).get("fingerprint")

@@ -73,6 +73,26 @@ def test_a_relative_out_reaches_workers_that_run_elsewhere(tiny_cohort, tmp_path
     np.testing.assert_array_equal(store.X[:], oracle(store))
 
 
+def test_an_empty_out_folder_takes_the_store_and_another_folder_is_left_alone(tiny_cohort,
+                                                                             tmp_path, capsys):
+    """A job script's ``mkdir -p $OUT`` before fgscale convert: the store goes there (it was
+    refused as "not a Zarr group"). A folder of other files is refused in convert's words
+    (not told to "convert them to a store") and left as it was."""
+    empty = tmp_path / "made-by-the-job.zarr"
+    empty.mkdir()
+    assert main(["convert", str(tiny_cohort), "--out", str(empty), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    np.testing.assert_array_equal(open_store(empty).X[:], oracle(open_store(empty)))
+    files = sorted(p.name for p in tiny_cohort.parent.iterdir())
+    capsys.readouterr()
+    assert main(["convert", str(tiny_cohort), "--out", str(tiny_cohort.parent), "--n-workers",
+                 "1", "--no-progress"]) == 2
+    assert capsys.readouterr().err == (f"fgscale convert: error: {tiny_cohort.parent}: a folder "
+                                       "that is not a store; choose another --out (a new path, "
+                                       "or an empty folder)\n")
+    assert sorted(p.name for p in tiny_cohort.parent.iterdir()) == files
+
+
 def test_four_d_and_tsv(tmp_path, client):
     csv_path = make_cohort(tmp_path / "c4", n_samples=10, n_classes=2, grid=TINY_GRID, n_subjects=2,
                            four_d=True, seed=2)
