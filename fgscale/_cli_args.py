@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
+import re
 import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
            "add_cv_args", "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
            "add_task_arg", "add_worker_kind_arg", "given_options", "one_line_warnings",
-           "parse_grid", "saved_cv_unless_given", "saved_unless_given", "security_from"]
+           "warn_unused_cluster_options",
+           "parse_grid", "parse_resample", "positive", "saved_cv_unless_given",
+           "saved_unless_given", "security_from"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -54,6 +58,11 @@ class Parser(argparse.ArgumentParser):
             close = {w: difflib.get_close_matches(w.split("=")[0], known, n=1, cutoff=0.7)
                      for w in extras if w.startswith("--")}
             hints = [f"{c[0]} (not {w.split('=')[0]})" for w, c in close.items() if c]
+            # the top parser's option, given after the command as most tools take it
+            verbose = [w for w in extras if w == "--verbose" or re.fullmatch(r"-v+", w)]
+            if verbose and command is not self:
+                hints.append(f"{verbose[0]} before the command (fgscale {verbose[0]} "
+                             f"{namespace.command} ...)")
             command.error(f"unrecognized arguments: {' '.join(extras)}"
                           + (f"; did you mean {', '.join(hints)}?" if hints else ""))
         return namespace
@@ -72,6 +81,35 @@ def parse_grid(text: str):
     if len(parts) == 3 and all(p.isdigit() and int(p) > 0 for p in parts):
         return tuple(int(p) for p in parts)
     raise argparse.ArgumentTypeError(f"expected 4mm, 2mm, 1mm or XxYxZ (a box of voxels), got {text!r}")
+
+
+def positive(kind):
+    """The type of an option that takes a positive int or float: anything else is refused by
+    argparse, naming the option (a negative --block-rows or --timeout would reach zarr or the
+    connection and fail there, in their words)."""
+    what = "a positive integer" if kind is int else "a positive number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
+
+
+def parse_resample(text: str):
+    """``convert --resample``: a voxel size in mm, or "mask"."""
+    if text == "mask":
+        return text
+    try:
+        return positive(float)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a voxel size in mm (a positive number) or "
+                                         f"'mask', got {text!r}") from None
 
 
 def add_cohort_args(p) -> None:
@@ -111,8 +149,10 @@ def add_param(p, name: str, note: str = "") -> None:
         try:
             value = param.constraint.parse(text)
         except ValueError:
-            value = None
-        if value is None or not param.constraint.accepts(value):
+            valid = False
+        else:  # None may be a value: "--alpha none", the default said in --help
+            valid = param.constraint.accepts(value)
+        if not valid:
             raise argparse.ArgumentTypeError(f"expected {param.constraint.describe()}, got "
                                              f"{text!r}")
         return value
@@ -170,8 +210,9 @@ def add_cluster_args(p) -> None:
                    "(default: none, start a LocalCluster)")
     p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file "
                    "(default: none)")
-    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
-    p.add_argument("--timeout", type=float, default=10.0,
+    p.add_argument("--n-workers", type=positive(int), default=None,
+                   help="LocalCluster workers (default: cores)")
+    p.add_argument("--timeout", type=positive(float), default=10.0,
                    help="seconds to wait for --scheduler before giving up (default: 10)")
     tls = p.add_argument_group("TLS, to join a scheduler at tls://HOST:PORT")
     tls.add_argument("--tls-ca-file", default=None, help="the CA certificate (default: none)")
@@ -188,6 +229,22 @@ def add_worker_kind_arg(p) -> None:
     p.add_argument("--worker-processes", action="store_true",
                    help="LocalCluster of worker processes (each with a memory limit) instead of "
                         "threads in this process, which hand blocks to the model without a copy")
+
+
+def warn_unused_cluster_options(args) -> None:
+    """Say which cluster options this command will not use: the LocalCluster's when it joins
+    a running scheduler (that cluster has its own workers), TLS's when it joins none."""
+    joined = args.scheduler is not None or args.scheduler_file is not None
+    options = ({"--n-workers": args.n_workers,
+                "--worker-processes": getattr(args, "worker_processes", False)} if joined else
+               {"--tls-ca-file": args.tls_ca_file, "--tls-cert": args.tls_cert,
+                "--tls-key": args.tls_key})
+    unused = [name for name, value in options.items() if value]
+    if unused:
+        warnings.warn(f"{', '.join(unused)} not used: " + (
+            "a running scheduler is joined, whose cluster has its own workers" if joined else
+            "no scheduler is joined (--scheduler tls://HOST:PORT), and the LocalCluster "
+            "started here needs no TLS"), stacklevel=2)
 
 
 def security_from(args):

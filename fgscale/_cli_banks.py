@@ -4,9 +4,23 @@ removed (``--remove``), each saying whether a bank lies in the store or in its c
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
-__all__ = ["bank_list", "built_line", "remove_banks"]
+__all__ = ["bank_list", "built_line", "remove_banks", "warn_unused_build_options"]
+
+# what builds a bank, and where: nothing that --list or --remove does
+_BUILD_OPTIONS = ("n_groupings", "n_bootstrap", "n_clusters", "seed", "overwrite", "scheduler",
+                  "scheduler_file", "n_workers")
+
+
+def warn_unused_build_options(given: set) -> None:
+    """Say which of the ``given`` options (their destinations) ``--list`` or ``--remove``
+    leave unused: they build nothing, on no cluster (``--remove KEY`` names its banks)."""
+    unused = ["--" + name.replace("_", "-") for name in _BUILD_OPTIONS if name in given]
+    if unused:
+        warnings.warn(f"{', '.join(unused)} not used: --list and --remove build nothing (remove "
+                      "a bank by its key, from --list)", stacklevel=2)
 
 
 def _place(location: str, store) -> str:

@@ -1,15 +1,17 @@
 """Files written whole or not at all (:func:`atomic_path`), shared by every writer of a run
-folder or a saved model, and JSON read back with the file named in its errors (:func:`read_json`)."""
+folder or a saved model; JSON read back with the file named in its errors (:func:`read_json`);
+whether a folder takes a new file, tried for real (:func:`can_write`, :func:`check_writable`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "read_json"]
+__all__ = ["atomic_path", "can_write", "check_writable", "read_json"]
 
 
 @contextmanager
@@ -32,6 +34,36 @@ def atomic_path(path) -> Iterator[Path]:
                                  "version, if any, is kept") from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def can_write(folder) -> bool:
+    """Whether this process can create a file in ``folder``, found by creating (and removing)
+    one: mode bits, ACLs, a read-only mount, root's rights and a server's squashing of them
+    all say their word, which :func:`os.access` does not always hear."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".fgscale-write-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(name)
+    return True
+
+
+def check_writable(path, consequence: str) -> None:
+    """Refuse, before the work whose result goes there, a file ``path`` that could not be
+    written once that work is done: a folder of that name, or a folder for it that cannot be
+    made or written. ``consequence`` ends the message: what is not done, what to do."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder, not a file name{consequence}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writable = can_write(path.parent)
+    except OSError:
+        writable = False
+    if not writable:
+        raise ValueError(f"{path}: its folder {path.parent} cannot be created or written"
+                         f"{consequence}")
 
 
 def _as_path(name) -> Path | None:

@@ -100,9 +100,11 @@ class RunFolder:
                                  f"({saved_run['store']}): give that store, or another --out")
             saved = saved_run["params"]
             changed = _changed(params, saved)
-            if changed:
+            if changed:  # saved and given, as cv's --resume says them
+                detail = "; ".join(f"{k}: saved {saved.get(k)!r}, given {params[k]!r}"
+                                   for k in changed)
                 raise ValueError(f"{self.path}: --resume with other parameters than the saved "
-                                 f"run ({', '.join(changed)}; see {config})")
+                                 f"run ({detail}; see {config})")
             final = self / "final.json"
             if final.exists() and all(saved.get(k) == params[k] for k in params
                                       if k not in UNSEEN_PARAMS):

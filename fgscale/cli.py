@@ -26,9 +26,12 @@ from fgscale._cli_args import (
     add_worker_kind_arg,
     given_options,
     one_line_warnings,
+    parse_resample,
+    positive,
     saved_cv_unless_given,
     saved_unless_given,
     security_from,
+    warn_unused_cluster_options,
 )
 from fgscale._interrupt import interrupted, run_command
 
@@ -44,9 +47,10 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_bank(args) -> int:
-    from fgscale._cli_banks import bank_list, built_line, remove_banks
+    from fgscale._cli_banks import bank_list, built_line, remove_banks, warn_unused_build_options
 
     if args.list or args.remove:
+        warn_unused_build_options(args.given)
         print("\n".join(bank_list(args.store) if args.list else remove_banks(args.store, args.remove)))
         return 0
     from fgscale._auto import searched_values
@@ -162,9 +166,8 @@ def _cmd_convert(args) -> int:
     from fgscale.store._convert import convert
 
     cohort = args.cohort[0] if len(args.cohort) == 1 and args.labels is None else args.cohort
-    resample = args.resample if args.resample in (None, "mask") else float(args.resample)
     classes = args.classes.split(",") if args.classes else None
-    kwargs = dict(mask=args.mask, resample=resample, nan=args.nan, labels=args.labels,
+    kwargs = dict(mask=args.mask, resample=args.resample, nan=args.nan, labels=args.labels,
                   classes=classes, intersect_mask=args.intersect_mask, block_rows=args.block_rows,
                   progress=not args.no_progress)
     complete = _is_complete_store(args.out)
@@ -252,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run the whole pipeline on a synthetic cohort (the README's main job)")
     p.add_argument("--out", default="fgscale-demo", help="folder for the cohort, store and runs")
     p.add_argument("--seed", type=int, default=0, help="seed of the cohort, the bank and training")
-    p.add_argument("--n-workers", type=int, default=None, help="LocalCluster workers (default: cores)")
+    p.add_argument("--n-workers", type=positive(int), default=None,
+                   help="LocalCluster workers (default: cores)")
     p.add_argument("--max-epochs", type=int, default=None,
                    help="override the demo's epochs (default: the demo's own)")
     add_progress_arg(p)
@@ -275,14 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mask", default=None, help="mask NIfTI (default: computed from the images)")
     p.add_argument("--intersect-mask", action="store_true",
                    help="intersect --mask with the mask computed from the images")
-    p.add_argument("--resample", default=None, metavar="MM|mask",
+    p.add_argument("--resample", type=parse_resample, default=None, metavar="MM|mask",
                    help="resample every image to this voxel size (mm) or to the mask's grid "
                         "(default: none, the images' own grid)")
     p.add_argument("--nan", choices=["error", "zero"], default="error",
                    help="NaN/inf inside the mask: fail (error) or set to 0 (zero)")
     p.add_argument("--classes", default=None,
                    help="allowed labels, comma-separated, in order (default: the labels sorted)")
-    p.add_argument("--block-rows", type=int, default=None,
+    p.add_argument("--block-rows", type=positive(int), default=None,
                    help="rows per task and per shard (default: from the row size)")
     add_cluster_args(p)
     add_progress_arg(p)
@@ -293,8 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output image (.nii or .nii.gz)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--npy", default=None, help=".npy of shape (p,) or (n, p)")
-    what.add_argument("--grouping", type=int, default=None,
-                      help="row I of the store's bank, its clusters numbered from 1")
+    what.add_argument("--grouping", type=int, default=None, metavar="I",
+                      help="grouping I of the store's bank (from 0), its clusters numbered from 1")
     what.add_argument("--omega", action="store_true", help="the bank's Omega diagonal")
     p.add_argument("--bank", default=None, metavar="KEY",
                    help="the bank of --grouping/--omega (default the store's only bank; "
@@ -399,6 +403,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return 0
     one_line_warnings(args.command)
+    if hasattr(args, "scheduler"):  # a command with cluster options
+        warn_unused_cluster_options(args)
     try:
         return args.func(args)
     except (ValueError, OSError) as exc:  # OSError: a missing file, a full disk, a scheduler

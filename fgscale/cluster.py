@@ -226,13 +226,18 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
     check_count("threads_per_worker", threads_per_worker)
     if not processes and memory_limit == "auto":
         memory_limit = 0  # thread workers share this process: its memory is the bound
-    with dask.config.set(_WORKER_CONFIG):  # read when the nannies are created
-        # this machine only: the scheduler (worker processes talk to it over TCP) and the
-        # dashboard listen on the loopback interface, not on every network the node is on
+    # worker processes leave Ctrl-C to this process, which stops them (fgscale._worker_signals)
+    preload = {"distributed.worker.preload": [*dask.config.get("distributed.worker.preload", []),
+                                              "fgscale._worker_signals"]} if processes else {}
+    with dask.config.set({**_WORKER_CONFIG, **preload}):  # read when the nannies are created
+        # this machine only: the scheduler (worker processes talk to it over TCP), the
+        # dashboard and each worker's HTTP server (thread workers' would take every interface)
+        # listen on the loopback interface, not on every network the node is on
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
                                processes=processes, memory_limit=memory_limit,
                                host="127.0.0.1" if processes else None,
-                               dashboard_address="127.0.0.1:8787")
+                               dashboard_address="127.0.0.1:8787",
+                               worker_dashboard_address="127.0.0.1:0")
     with cluster, Client(cluster, set_as_default=False) as local:
         kind = "worker process(es)" if processes else "in-process worker(s)"
         _log_dashboard(local, f"started a local Dask cluster of {n_workers} {kind} "

@@ -18,13 +18,12 @@ from pathlib import Path
 import numpy as np
 from sklearn.base import clone, is_classifier
 
-from fgscale._files import atomic_path
+from fgscale._files import atomic_path, check_writable
 from fgscale._params import params_to_json
 from fgscale._run_folder import UNSEEN_PARAMS, versions
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
 from fgscale.reports import score_store
-from fgscale.store._derived import can_write
 from fgscale.store._reader import open_store
 
 __all__ = ["cross_validate", "read_results", "summary_line"]
@@ -96,7 +95,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     folds = [] if out is None else _saved_folds(out, header, resume)  # before any cluster starts
     done = len(folds)
     if out is not None and done < n_folds:
-        _check_writable(Path(out))
+        check_writable(out, ", so no fold could be saved there: choose another --out; nothing "
+                            "trained")
     for fold in folds:
         if echo is not None:
             echo(_fold_line(fold, name, saved=out))
@@ -293,18 +293,6 @@ def _shown(value) -> str:
         return "missing (or null)"
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _check_writable(out: Path) -> None:
-    """Refuse, before any fold is trained, an ``out`` whose folder cannot take the file."""
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        writable = can_write(out.parent)
-    except OSError:
-        writable = False
-    if not writable:
-        raise ValueError(f"{out}: its folder {out.parent} cannot be created or written, so no "
-                         "fold could be saved there: choose another --out; nothing trained")
 
 
 def _saved_folds(out, header: dict, resume: bool) -> list:

@@ -160,8 +160,7 @@ def _store_blocks(store: Store, rows: np.ndarray) -> Iterator[tuple[dict, np.nda
 
 def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
     mask = getattr(clf, "mask_img_", None)
-    # a cohort table's label and target, where any file has one: a file without gets an empty
-    # cell, so that every column keeps a value per row
+    # a cohort table's label and target, when any file has one: blank for the others
     copied = [c for c in ("label", "target") if any(e.get(c) not in (None, "") for e in entries)]
     for e in entries:
         x = mask_images(e["path"], mask, resample=resample)
@@ -169,7 +168,7 @@ def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
         if with_volume:
             info["volume"] = list(range(len(x))) if load_img(e["path"]).ndim == 4 else [""]
         for column in copied:
-            info[column] = [e[column] if e[column] is not None else ""] * len(x)
+            info[column] = [e[column] if e.get(column) is not None else ""] * len(x)
         yield info, x
 
 
@@ -183,8 +182,7 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         Fitted; images need its ``mask_img_``.
     inputs : list of str or Path
         NIfTI files (3D or 4D: one row per volume); or one ``.csv``/``.tsv`` cohort table
-        (:func:`fgscale.images.read_cohort`; its ``label`` or ``target`` column, when it has
-        one, is copied, and may be empty); or one store (a directory).
+        (:func:`fgscale.images.read_cohort`); or one store (a directory).
     rows : {"all", "train", "test"}, default="all"
         The rows of a store, or the files of a cohort table, by their split.
     resample : bool, default=False
@@ -204,6 +202,9 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
     if rows not in ROWS:
         raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
     if len(inputs) == 1 and inputs[0].is_dir():
+        if resample:  # else ignored: a store's rows are already the mask's voxels
+            raise ValueError(f"{inputs[0]}: resample applies to images; a store's rows are "
+                             "read as they are (its voxels must be the run's)")
         store = open_store(inputs[0])
         check_store(clf, store)
         rows = _store_rows(store, rows)
@@ -213,7 +214,7 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         raise ValueError("the model has no mask (fitted on arrays without one): it predicts "
                          "from a store or from arrays, not from images")
     if len(inputs) == 1 and inputs[0].suffix.lower() in _TABLE_SUFFIXES:
-        entries = [e for e in read_cohort(inputs[0], outcomes=False)
+        entries = [e for e in read_cohort(inputs[0], known=False)
                    if rows == "all" or (e["split"] == "test") == (rows == "test")]
         if not entries:
             raise ValueError(f"{inputs[0]}: no file with split {rows!r}")
@@ -286,15 +287,14 @@ def classification_report(labels, proba: np.ndarray, classes) -> dict:
 def regression_report(targets, predictions) -> dict:
     """Scores of predicted against true targets: ``n``, ``r2`` (as scikit-learn's
     ``r2_score``), ``mae``, ``rmse`` and Pearson's ``correlation`` (None without rows, or
-    where undefined: R² on targets that do not vary, where ``r2_score`` would say 1 or 0)."""
+    where undefined)."""
     from sklearn import metrics
 
     y, pred = np.asarray(targets, float), np.asarray(predictions, float)
     if y.size == 0:
         return {"n": 0, "r2": None, "mae": None, "rmse": None, "correlation": None}
-    varies = y.size > 1 and y.std() > 0
-    defined = varies and pred.std() > 0
-    return {"n": int(y.size), "r2": float(metrics.r2_score(y, pred)) if varies else None,
+    defined = y.size > 1 and y.std() > 0 and pred.std() > 0
+    return {"n": int(y.size), "r2": float(metrics.r2_score(y, pred)) if y.size > 1 else None,
             "mae": float(metrics.mean_absolute_error(y, pred)),
             "rmse": float(np.sqrt(metrics.mean_squared_error(y, pred))),
             "correlation": float(np.corrcoef(y, pred)[0, 1]) if defined else None}

@@ -10,14 +10,14 @@ import time
 
 import numpy as np
 
-from fgscale._files import atomic_path
+from fgscale._files import atomic_path, check_writable
 from fgscale._params import check_device, params_to_json
 from fgscale._run_folder import RunFolder
 from fgscale.cluster import get_client
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._factory import make_estimator
 from fgscale.maps import has_maps
-from fgscale.reports import predict_inputs, score_store, write_table
+from fgscale.reports import check_store, predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
 __all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "train_run"]
@@ -70,6 +70,8 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
         return {**done, "already_complete": True}
     start = time.perf_counter()
     try:
+        # what the fit refuses before its cluster starts, refused before this one starts
+        clf._store_plan(store, store.train_rows(), clf._seed())
         with get_client(client, processes=False) as client:
             clf._fit_store(store.path, client, folder.checkpoints)
             test, table = _evaluate(clf, store, client, progress=bool(clf.verbose))
@@ -163,6 +165,9 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     """
     clf = load_run(run_dir, device=device)
     store = open_store(store_path)
+    if predictions is not None:  # not found unwritable once every row is predicted
+        check_writable(predictions, "; choose another --predictions; nothing evaluated")
+    check_store(clf, store)  # a store of other voxels: refused before a cluster starts
     with get_client(client, processes=False) as client:
         report, table = _evaluate(clf, store, client, progress=progress)
     if predictions is not None:
@@ -199,6 +204,7 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         ``min``, ``mean`` and ``max`` prediction.
     """
     clf = load_run(run_dir, device=device)
+    check_writable(out, "; choose another --out; nothing predicted")
     table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress)
     summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])
     summary["n"] = len(predicted)

@@ -172,6 +172,54 @@ def test_convert_refuses_a_bad_cohort(row, cohort, tmp_path, capsys):
         str(tmp_path / "s.zarr")).attrs.get("complete")
 
 
+@pytest.mark.parametrize("option, message", [
+    (["--block-rows", "0"], r"argument --block-rows: expected a positive integer, got '0'"),
+    (["--block-rows", "-5"], r"argument --block-rows: expected a positive integer, got '-5'"),
+    (["--resample", "abc"], r"argument --resample: expected a voxel size in mm \(a positive "
+                            r"number\) or 'mask', got 'abc'"),
+    (["--resample", "-1"], r"argument --resample: expected a voxel size in mm"),
+    (["--timeout", "-1"], r"argument --timeout: expected a positive number, got '-1'"),
+    (["--n-workers", "0"], r"argument --n-workers: expected a positive integer, got '0'"),
+    (["--intersect-mask"], r"intersect_mask \(--intersect-mask\) intersects a given mask "
+                           r"\(--mask\) with the computed one: give the mask"),
+], ids=["block-rows 0", "block-rows -5", "resample abc", "resample -1", "timeout -1",
+        "n-workers 0", "intersect-mask without a mask"])
+def test_convert_refuses_a_bad_option_value_and_makes_nothing(option, message, cohort, tmp_path,
+                                                              capsys):
+    """Named by their option: --block-rows 0 was taken as the default, -5 failed in zarr and
+    left a half-made store, --resample abc said only "could not convert string to float",
+    --intersect-mask without --mask was ignored."""
+    table = write_table(tmp_path / "t.csv", ["path", "label"], [r[:2] for r in cohort])
+    refused(["convert", table, "--out", tmp_path / "s.zarr", "--no-progress", *option], capsys,
+            message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_a_cohort_table_with_labels_or_files_is_refused_as_a_table(cohort, tmp_path, capsys):
+    """A table given with --labels, or beside image files, was read as one more image, its
+    labels counted against it ("got 12 labels for 1 files")."""
+    table = write_table(tmp_path / "t.csv", ["path", "label"], [r[:2] for r in cohort])
+    (tmp_path / "labels.txt").write_text("\n".join(r[1] for r in cohort) + "\n")
+    message = (r"t\.csv: a cohort table is given alone, its labels in its own column; labels "
+               r"\(--labels\) go with a list of NIfTI files or globs")
+    for extra in (["--labels", tmp_path / "labels.txt"], [cohort[0][0]]):
+        refused(["convert", table, *extra, "--out", tmp_path / "s.zarr", "--no-progress"],
+                capsys, message)
+    refused(["convert", cohort[0][0], cohort[1][0], "--out", tmp_path / "s.zarr"], capsys,
+            r"a list of files or globs needs labels \(--labels FILE: one per line")
+    assert not (tmp_path / "s.zarr").exists()
+
+
+@pytest.mark.parametrize("block_rows", [0, -5, 2.5])
+def test_convert_in_python_refuses_a_bad_block_rows(block_rows, cohort, tmp_path):
+    from fgscale.store import convert
+
+    table = write_table(tmp_path / "t.csv", ["path", "label"], [r[:2] for r in cohort])
+    with pytest.raises(ValueError, match="block_rows must be a positive integer"):
+        convert(table, tmp_path / "s.zarr", block_rows=block_rows, n_workers=1, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
 @pytest.mark.parametrize("make", [_truncated, _nan_in_mask], ids=["truncated", "NaN"])
 def test_a_failed_conversion_task_prints_no_worker_traceback(make, cohort, tmp_path):
     """In a process of its own (the workers' logs reach its stderr, which capsys cannot see): a
@@ -300,11 +348,17 @@ def test_a_bank_of_another_p_is_refused(store, tmp_path, capsys):
 
 def test_a_npy_of_objects_is_refused_never_unpickled(store, tmp_path, capsys):
     np.save(tmp_path / "v.npy", np.array([{"a": 1}] * P, dtype=object), allow_pickle=True)
-    refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "v.npy"],
-            capsys, r"v\.npy: not a \.npy array of numbers")
+    line = refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "v.npy"],
+                   capsys, r"v\.npy: not a \.npy array of numbers \(an array of objects, never "
+                           r"unpickled\)$")
+    # a table, an .npz: not .npy files, said so, never numpy's advice to unpickle "unsafely"
     (tmp_path / "t.npy").write_text("path,label\n")
-    refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "t.npy"],
-            capsys, r"t\.npy: not a \.npy array of numbers")
+    np.savez(tmp_path / "v.npz", values=np.zeros(P))
+    for name in ("t.npy", "v.npz"):
+        line += refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / name],
+                        capsys, rf"{name}: not a \.npy file \(numpy\.save's format\); expected "
+                                r"an array of shape \(p,\) or \(n, p\)$")
+    assert "unsafe" not in line and "allow_pickle" not in line
 
 
 @pytest.mark.parametrize("name", ["x.png", "x", "x.nii.zip"])
@@ -335,8 +389,8 @@ def test_resume_with_other_parameters_or_a_foreign_checkpoint_is_refused(store, 
     assert main(["train", str(store), "--out", str(run), *FAST]) == 0
     changed = [*FAST[:-8], "--n-clusters", "30", *FAST[-6:]]
     refused(["train", store, "--out", run, *changed, "--resume"], capsys,
-            r"run: --resume with other parameters than the saved run \(n_clusters; see "
-            r".*config\.json\)")
+            r"run: --resume with other parameters than the saved run \(n_clusters: saved 20, "
+            r"given 30; see .*config\.json\)")
     refused(["train", store, "--out", run, *FAST], capsys,
             r"run: a run already exists there; pass --resume")
     # another store (other rows, here another split) is refused before anything is rewritten;

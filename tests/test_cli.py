@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+import warnings
 
 import pytest
 from helpers import TINY_GRID, dashboard_port_may_be_taken, synthetic_store
@@ -46,6 +47,19 @@ def test_every_option_shows_its_default_in_help():
             assert "default" in text, f"fgscale {name} {action.option_strings[0]}: {text!r}"
     usage = _subcommands(build_parser())["train"].format_help()
     assert "(default: 0.2)" in usage and "(default: off)" in usage
+
+
+def test_a_default_of_none_can_be_given_back():
+    """--help says "(default: None)": the value must be typable, to set it back on a --resume
+    whose saved run had another (it was refused: "expected None, ..., got 'None'")."""
+    from fgscale._params import PARAMS
+
+    for param in (p for p in PARAMS if p.cli and p.default is None):
+        option = "--" + param.name.replace("_", "-")
+        for text in ("None", "none"):
+            args = build_parser().parse_args(["train", "s.zarr", "--out", "run", option, text])
+            assert getattr(args, param.name) is None, option
+    assert build_parser().parse_args(["train", "s.zarr", "--out", "run", "--alpha", "0.5"]).alpha == 0.5
 
 
 @pytest.mark.parametrize("command", LONG_COMMANDS)
@@ -89,6 +103,12 @@ def test_unknown_options_are_reported_by_their_subcommand(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--nonsense"])
     assert "fgscale: error: unrecognized arguments: --nonsense\n" in capsys.readouterr().err
+    # -v is the top parser's: given after the command, where most tools take it, it is pointed at
+    for flag in ("-v", "-vv", "--verbose"):
+        with pytest.raises(SystemExit):
+            main(["bank", str(tmp_path / "s.zarr"), flag, "--list"])
+        assert (f"fgscale bank: error: unrecognized arguments: {flag}; did you mean {flag} before "
+                f"the command (fgscale {flag} bank ...)?") in capsys.readouterr().err
 
 
 @dashboard_port_may_be_taken
@@ -103,12 +123,16 @@ def test_convert_progress_then_already_complete(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "12 rows x" in out and BAR not in err
     assert "Dask dashboard" not in err  # a small cohort: threads of this process, no cluster
-    assert main(["convert", str(table), "--out", str(tmp_path / "none.zarr"), "--n-workers",
-                 "0"]) == 2
-    assert "n_workers must be a positive integer, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # argparse's: the option named
+        main(["convert", str(table), "--out", str(tmp_path / "none.zarr"), "--n-workers", "0"])
+    assert refused.value.code == 2
+    assert "argument --n-workers: expected a positive integer, got '0'" in capsys.readouterr().err
     assert open_store(quiet).attrs["synthetic"] is True
     assert main(["convert", str(table), "--out", str(shown), "--n-workers", "1"]) == 0
-    assert BAR in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert BAR in err
+    # each bar says what it counts, as training's do ("feature stats", "epochs")
+    assert "mask: 100%" in err and "converting: 100%" in err
 
     files = _mtimes(quiet)
     assert main(["convert", str(table), "--out", str(quiet), "--n-workers", "1"]) == 0
@@ -162,6 +186,37 @@ def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path
     assert err.count(DASHBOARD) == 1  # one cluster for the three banks
     assert sorted(b["n_clusters"] for b in list_banks(store.path)) == [
         resolve_n_clusters(k, store.n_features) for k in AUTO_GRIDS["n_clusters"]]
+
+
+def test_cluster_options_that_a_command_will_not_use_are_said(tiny_store, client, capsys):
+    """--n-workers beside --scheduler sized nothing, and --tls-* without one secured nothing,
+    both in silence: a user who asked for 32 workers should learn the joined cluster's count
+    is what runs. The command itself goes on."""
+    bank = ["bank", str(tiny_store.path), "--n-groupings", "2", "--n-bootstrap", "10",
+            "--n-clusters", "0.1", "--no-progress"]
+    with pytest.warns(UserWarning, match=r"^--n-workers not used: a running scheduler is "
+                                         r"joined, whose cluster has its own workers$"):
+        assert main([*bank, "--scheduler", client.scheduler.address, "--n-workers", "32"]) == 0
+    assert "2 groupings built" in capsys.readouterr().out
+    with pytest.warns(UserWarning, match=r"^--tls-cert, --tls-key not used: no scheduler is "
+                                         r"joined \(--scheduler tls://HOST:PORT\)"):
+        assert main([*bank, "--tls-cert", "c.pem", "--tls-key", "k.pem"]) == 0
+    assert "already complete" in capsys.readouterr().out
+
+
+def test_bank_list_and_remove_say_the_build_options_they_do_not_use(tiny_store, capsys):
+    """--list --n-clusters 0.1 listed every bank, --remove KEY --overwrite removed without a
+    word of the options: a user may think them filters or rebuilds."""
+    store = str(tiny_store.path)
+    with pytest.warns(UserWarning, match=r"^--n-clusters, --seed not used: --list and --remove "
+                                         r"build nothing"):
+        assert main(["bank", store, "--list", "--n-clusters", "0.1", "--seed", "3"]) == 0
+    assert f"{store}: no bank" in capsys.readouterr().out
+    with pytest.warns(UserWarning, match=r"^--overwrite not used"):
+        assert main(["bank", store, "--remove", "folds", "--overwrite"]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the options alone: no warning
+        assert main(["bank", store, "--list"]) == 0
 
 
 def test_bank_then_already_complete(tiny_store, capsys):

@@ -2,12 +2,13 @@
 equal to the predictions of the run's estimator on the store's rows (SYNTHETIC cohorts)."""
 
 import csv
+import re
 import shutil
 
 import nibabel as nib
 import numpy as np
 import pytest
-from helpers import TINY_GRID
+from helpers import TINY_GRID, synthetic_store
 
 from fgscale.cli import main
 from fgscale.images import make_cohort
@@ -79,6 +80,60 @@ def test_a_cohort_table_by_split(trained, tiny_cohort, tmp_path, capsys):
     assert [r["prediction"] for r in table] == clf.predict(store.read_rows(test)).tolist()
 
 
+def test_a_table_of_new_images_needs_no_label(trained, tiny_cohort, tmp_path, capsys):
+    """Images to predict have no label yet: a table of paths only, or with some labels left
+    blank, is predicted (the labels given copied, blank for the others)."""
+    store, run = trained
+    files = [str(tiny_cohort.parent / f"synthetic_{i:05d}.nii.gz") for i in (0, 1, 2)]
+    (tmp_path / "paths.csv").write_text("path\n" + "\n".join(files) + "\n")
+    assert predict(capsys, run, tmp_path / "paths.csv", out=tmp_path / "p.csv")[0] == 0
+    table = read_csv(tmp_path / "p.csv")
+    assert list(table[0])[:2] == ["path", "prediction"]
+    rows = [by_file(store)[f] for f in files]
+    assert [r["prediction"] for r in table] == load_run(run).predict(store.read_rows(rows)).tolist()
+    (tmp_path / "some.tsv").write_text(f"path\tlabel\n{files[0]}\t\n{files[1]}\tclass_1\n")
+    code, _, err = predict(capsys, run, tmp_path / "some.tsv", out=tmp_path / "s.csv")
+    assert code == 0, err
+    assert [(r["path"], r["label"]) for r in read_csv(tmp_path / "s.csv")] == [
+        (files[0], ""), (files[1], "class_1")]
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(command, trained,
+                                                                     tiny_cohort, tmp_path,
+                                                                     capsys):
+    """Found unwritable only once every row was predicted, the work was lost: the output is
+    checked first (no cluster started, nothing read)."""
+    store, run = trained
+    (tmp_path / "afile").write_text("")
+    for out, message in ((tmp_path / "afile" / "p.csv", "its folder .*afile cannot be created "
+                                                         "or written"),
+                         (tmp_path, "a folder, not a file name")):
+        if command == "predict":
+            argv = ["predict", run, tiny_cohort, "--out", out]
+        else:
+            argv = ["evaluate", run, store.path, "--predictions", out, "--n-workers", "1"]
+        assert main([*map(str, argv), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert re.search(f"fgscale {command}: error: .*{message}; choose another "
+                         f"{'--out' if command == 'predict' else '--predictions'}; nothing "
+                         f"{'predicted' if command == 'predict' else 'evaluated'}", err), err
+        assert "Dask dashboard" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_evaluate_refuses_a_store_of_other_voxels_before_a_cluster_starts(trained, tmp_path,
+                                                                          capsys):
+    _, run = trained
+    other = synthetic_store(tmp_path / "other.zarr", 12, 3, grid=(10, 12, 9), block_rows=4,
+                            split=np.where(np.arange(12) % 3 == 0, "test", "train"))
+    assert main(["evaluate", str(run), str(other.path), "--n-workers", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"fgscale evaluate: error: .*other\.zarr: \d+ features, the model was "
+                     r"trained on \d+", err), err
+    assert "Dask dashboard" not in err
+
+
 def test_a_store_all_rows(trained, tmp_path, capsys):
     store, run = trained
     assert predict(capsys, run, store.path, out=tmp_path / "p.csv")[0] == 0
@@ -91,6 +146,10 @@ def test_a_store_all_rows(trained, tmp_path, capsys):
     np.testing.assert_allclose(proba(table, store.classes), clf.predict_proba(X), **FLOAT32)
     assert predict(capsys, run, store.path, out=tmp_path / "t.csv", extra=["--rows", "train"])[0] == 0
     assert [int(r["row"]) for r in read_csv(tmp_path / "t.csv")] == store.train_rows().tolist()
+    # --resample is for images: with a store it was ignored without a word
+    code, _, err = predict(capsys, run, store.path, out=tmp_path / "r.csv", extra=["--resample"])
+    assert code == 2 and "resample applies to images; a store's rows are read as they are" in err
+    assert not (tmp_path / "r.csv").exists()
 
 
 def test_four_d_files_give_a_line_per_volume(trained, tmp_path, capsys):

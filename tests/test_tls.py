@@ -79,10 +79,24 @@ def test_a_plain_client_cannot_join_the_tls_scheduler(tls_cluster):
         Client(tls_cluster.scheduler_address, timeout=3, set_as_default=False)
 
 
+def _listening_addresses() -> set:
+    """The addresses that this process and its children (worker processes, nannies) listen
+    on, from the system's own table of sockets."""
+    import psutil
+
+    me = psutil.Process()
+    return {c.laddr.ip for p in (me, *me.children(recursive=True))
+            for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+
+
 @pytest.mark.parametrize("processes", [False, True])
 def test_the_embedded_cluster_listens_on_this_machine_only(processes):
+    before = _listening_addresses()
     with get_client(n_workers=1, processes=processes) as client:
         link = dashboard_link(client)
         assert link is None or link.startswith("http://127.0.0.1:")
         if processes:
             assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+        # every socket, the workers' own HTTP servers too (thread workers' listened on
+        # 0.0.0.0 and ::, reachable from the node's networks)
+        assert _listening_addresses() - before <= {"127.0.0.1", "::1"}

@@ -174,29 +174,40 @@ class FeatureGroupingBase(BaseEstimator):
         grid = candidates(self, self.n_features_in_, self._use_validation(y_idx))
         return sorted({c["n_clusters"] for c in grid}, key=lambda k: -1 if k is None else k)
 
-    def _fit_store(self, path, client, history=_History, rows=None):
-        """Fit on a store's training rows (or on ``rows``, a subset: a fold), streamed."""
-        from fgscale.cluster import get_client
-        from fgscale.grouping._dask_bank import bank_ready, ensure_bank
+    def _store_plan(self, store, rows, seed: int) -> tuple[list, dict]:
+        """The k of each bank that a fit on ``rows`` of ``store`` trains with, and the banks'
+        other parameters. Refuses, before any cluster starts (the fit's, or train_run's), rows
+        that lack classes and a fit that would have to write missing statistics or banks with
+        nowhere to write them (a store that may not be written, no cache dir)."""
+        from fgscale.grouping._dask_bank import bank_ready
         from fgscale.store._derived import write_location
-        from fgscale.store._reader import open_store
-        from fgscale.store._stats import compute_stats, stats_ready
-        from fgscale.training._stream import StoreSource
+        from fgscale.store._stats import stats_ready
 
-        self._check_params()
-        store = open_store(path)
         self.n_features_in_ = store.n_features
-        self.mask_img_ = store.mask_img()
-        seed = self._seed()
-        rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
         self._set_store_targets(store, rows)
-        targets = self._store_targets(store)
-        counts = self._cluster_counts(targets[rows])
+        counts = self._cluster_counts(self._store_targets(store)[rows])
         bank_kw = dict(n_groupings=self.n_groupings, n_bootstrap=self.n_bootstrap, seed=seed,
                        rows=rows)
         if (self.standardize and not stats_ready(store.path, rows)) or not all(
                 bank_ready(store.path, n_clusters=k, **bank_kw) for k in counts if k is not None):
-            write_location(store)  # nowhere to write what is missing: refused before a cluster
+            write_location(store)  # raises: nowhere to write what is missing
+        return counts, bank_kw
+
+    def _fit_store(self, path, client, history=_History, rows=None):
+        """Fit on a store's training rows (or on ``rows``, a subset: a fold), streamed."""
+        from fgscale.cluster import get_client
+        from fgscale.grouping._dask_bank import ensure_bank
+        from fgscale.store._reader import open_store
+        from fgscale.store._stats import compute_stats
+        from fgscale.training._stream import StoreSource
+
+        self._check_params()
+        store = open_store(path)
+        self.mask_img_ = store.mask_img()
+        seed = self._seed()
+        rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
+        counts, bank_kw = self._store_plan(store, rows, seed)
+        targets = self._store_targets(store)
         with get_client(client=client, processes=False) as client:
             self.mean_ = self.scale_ = None
             if self.standardize:

@@ -62,10 +62,16 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
         if isinstance(values, (str, Path)):
             if not Path(values).is_file():
                 raise FileNotFoundError(f"{values}: no such .npy file")
+            with open(values, "rb") as f:  # else numpy reads any file as a pickle, refused
+                npy = f.read(6) == b"\x93NUMPY"  # with advice to load it "unsafely"
+            if not npy:
+                raise ValueError(f"{values}: not a .npy file (numpy.save's format); expected an "
+                                 "array of shape (p,) or (n, p)")
             try:  # never unpickled: a .npy of objects is refused
                 values = np.load(values, allow_pickle=False)
             except (ValueError, OSError, EOFError) as exc:
-                raise ValueError(f"{values}: not a .npy array of numbers ({exc})") from None
+                reason = "an array of objects, never unpickled" if "pickle" in str(exc) else exc
+                raise ValueError(f"{values}: not a .npy array of numbers ({reason})") from None
         if not (np.issubdtype(np.asarray(values).dtype, np.number)
                 or np.asarray(values).dtype == bool):
             raise ValueError(f"values: expected numbers, got dtype {np.asarray(values).dtype}")

@@ -4,9 +4,8 @@ A cohort is a ``.csv``/``.tsv`` table with columns ``path``, ``label`` (a class 
 classification) and/or ``target`` (a finite number, for regression), and optionally ``group``
 (subject) and ``split`` (``train``/``test``); or a list of files / glob patterns with one label
 per file. A table needs ``label`` or ``target`` (or both); when it has a column, every row must
-fill it. A table of images to predict (``outcomes=False``) needs neither column and may leave
-their cells empty. Reading a cohort opens no image: it checks the table and names the file and
-line of every problem.
+fill it; a table of images to predict needs neither (``known=False``). Reading a cohort opens
+no image: it checks the table and names the file and line of every problem.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import logging
 import math
 from pathlib import Path
 
-__all__ = ["read_cohort"]
+__all__ = ["entry_headers", "entry_name", "read_cohort"]
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +26,12 @@ _COLUMNS = ("path", "label", "target", "group", "split")
 _ALIASES = {"group": ("subject", "subject_id", "participant_id", "participant", "sub"),
             "split": ("set", "subset")}
 _EXPECTED = "path,label[,target][,group][,split] or path,target[,group][,split]"
+_TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
 
 
-def _parse_target(text: str, where: str, file: str, required: bool = True) -> float | None:
-    """A row's target as a float; an empty (unless not ``required``: None), non-numeric or
-    non-finite value is an error."""
+def _parse_target(text: str, where: str, file: str) -> float:
+    """A row's target as a float; an empty, non-numeric or non-finite value is an error."""
     text = text.strip()
-    if not text and not required:
-        return None
     if not text:
         raise ValueError(f"{where}: missing target for {file}; expected a finite number")
     try:
@@ -48,19 +45,20 @@ def _parse_target(text: str, where: str, file: str, required: bool = True) -> fl
     return value
 
 
-def _read_table(path: Path, outcomes: bool = True) -> tuple[list[dict], bool]:
-    """The rows of a cohort table, and whether it has a ``label`` column."""
+def _read_table(path: Path, known: bool = True) -> tuple[list[dict], bool]:
+    """The rows of a cohort table, and whether it has a ``label`` column (``known``: each row's
+    label or target must be given, else either may be left out)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such cohort table")
     try:
-        return _parse_table(path, outcomes)
+        return _parse_table(path, known)
     except (UnicodeDecodeError, csv.Error) as exc:  # bytes that are not a UTF-8 text table
         raise ValueError(f"{path}: not a readable text table ({type(exc).__name__}: {exc}); "
                          f"expected UTF-8 text with columns {_EXPECTED}") from None
 
 
-def _parse_table(path: Path, outcomes: bool) -> tuple[list[dict], bool]:
-    delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
+def _parse_table(path: Path, known: bool) -> tuple[list[dict], bool]:
+    delimiter = "\t" if path.suffix.lower() in _TABLE_SUFFIXES[1:] else ","
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         columns = set(reader.fieldnames or [])
@@ -68,7 +66,7 @@ def _parse_table(path: Path, outcomes: bool) -> tuple[list[dict], bool]:
         if "path" not in columns:
             raise ValueError(f"{path}: cohort table lacks column(s) ['path']; expected "
                              f"{_EXPECTED}, got {reader.fieldnames}")
-        if outcomes and not columns & {"label", "target"}:
+        if known and not columns & {"label", "target"}:
             raise ValueError(f"{path}: cohort table has neither a 'label' nor a 'target' "
                              f"column; expected {_EXPECTED}, got {reader.fieldnames}")
         rows = []
@@ -78,9 +76,9 @@ def _parse_table(path: Path, outcomes: bool) -> tuple[list[dict], bool]:
             where = f"{path}:{line}"
             rows.append({"path": file,
                          "label": (rec.get("label") or "").strip(),
-                         "target": (_parse_target(rec.get("target") or "", where, file,
-                                                  outcomes)
-                                    if "target" in columns else None),
+                         "target": (_parse_target(rec.get("target") or "", where, file)
+                                    if "target" in columns and (known or rec.get("target"))
+                                    else None),
                          "group": (rec.get(names["group"]) or "").strip(),
                          "split": (rec.get(names["split"]) or "").strip().lower(),
                          "where": where})
@@ -105,6 +103,10 @@ def _column_names(path: Path, fieldnames: list[str]) -> dict:
 
 def _read_globs(patterns, labels) -> list[dict]:
     patterns = [patterns] if isinstance(patterns, (str, Path)) else list(patterns)
+    tables = [p for p in map(str, patterns) if Path(p).suffix.lower() in _TABLE_SUFFIXES]
+    if tables:  # else read as an image, with labels counted against it: a puzzling message
+        raise ValueError(f"{tables[0]}: a cohort table is given alone, its labels in its own "
+                         "column; labels (--labels) go with a list of NIfTI files or globs")
     files = []
     for pattern in map(str, patterns):
         matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
@@ -112,7 +114,8 @@ def _read_globs(patterns, labels) -> list[dict]:
             raise FileNotFoundError(f"{pattern}: the pattern matches no file")
         files += matched
     if labels is None:
-        raise ValueError("a list of files or globs needs labels (one per file, in sorted order)")
+        raise ValueError("a list of files or globs needs labels (--labels FILE: one per line, a "
+                         "line per file in sorted order), or give a cohort table instead")
     if isinstance(labels, (str, Path)):
         label_file = Path(labels)
         if not label_file.is_file():
@@ -125,7 +128,7 @@ def _read_globs(patterns, labels) -> list[dict]:
              "where": f} for f, lab in zip(files, labels, strict=True)]
 
 
-def read_cohort(cohort, labels=None, classes=None, *, outcomes: bool = True) -> list[dict]:
+def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> list[dict]:
     """Parse and check a cohort: one entry per file (no file is opened).
 
     Parameters
@@ -136,9 +139,9 @@ def read_cohort(cohort, labels=None, classes=None, *, outcomes: bool = True) -> 
     classes : list of str, optional
         Allowed labels, in class-index order; default: the sorted labels found. Only for a
         cohort with labels.
-    outcomes : bool, default=True
-        Whether each file needs its label or target (to train or to score). False for images
-        to predict: the table may have neither column, and empty cells are kept empty.
+    known : bool, default=True
+        Whether every file's label or target must be given (a cohort to train or score on);
+        False for images to predict, whose table may have neither column or leave them blank.
 
     Returns
     -------
@@ -146,9 +149,8 @@ def read_cohort(cohort, labels=None, classes=None, *, outcomes: bool = True) -> 
         Keys path, label ("" for a table without a ``label`` column), target (float, or None
         without a ``target`` column), group, split, where (file and line, for messages).
     """
-    is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in (
-        ".csv", ".tsv", ".tab")
-    entries, has_labels = _read_table(Path(cohort), outcomes) if is_table else (
+    is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in _TABLE_SUFFIXES
+    entries, has_labels = _read_table(Path(cohort), known) if is_table else (
         _read_globs(cohort, labels), True)
     if not entries:
         raise ValueError(f"{cohort}: the cohort is empty")
@@ -162,7 +164,7 @@ def read_cohort(cohort, labels=None, classes=None, *, outcomes: bool = True) -> 
                              f"{seen[e['path']]}); each file must appear once (a 4D file gives "
                              "one row per volume by itself)")
         seen[e["path"]] = e["where"]
-        if has_labels and outcomes and not e["label"]:
+        if known and has_labels and not e["label"]:
             raise ValueError(f"{e['where']}: missing label for {e['path']}")
         if classes is not None and e["label"] not in classes:
             raise ValueError(f"{e['where']}: unknown label {e['label']!r} for {e['path']}; "
@@ -171,3 +173,25 @@ def read_cohort(cohort, labels=None, classes=None, *, outcomes: bool = True) -> 
             raise ValueError(f"{e['where']}: split {e['split']!r} for {e['path']}; expected "
                              "'train', 'test' or empty")
     return entries
+
+
+def entry_name(entry: dict) -> str:
+    """A cohort entry's file as messages name it: after its table's file and line, when it
+    came from a table (a cohort of hundreds of rows: which line to fix)."""
+    return entry["path"] if entry["where"] == entry["path"] else f"{entry['where']}: {entry['path']}"
+
+
+def entry_headers(entries: list[dict]) -> list:
+    """The NIfTI header of each entry's file (:func:`fgscale.images.read_header`); a file that
+    is missing or unreadable is named by :func:`entry_name`."""
+    from fgscale.images._nifti import read_header
+
+    headers = []
+    for e in entries:
+        try:
+            headers.append(read_header(e["path"]))
+        except (FileNotFoundError, ValueError) as exc:
+            if e["where"] == e["path"]:
+                raise
+            raise type(exc)(f"{e['where']}: {exc}") from None
+    return headers

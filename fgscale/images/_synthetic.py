@@ -154,6 +154,8 @@ def _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction, seed
     """The cohort's design and a generator of its volumes, one float32 array per sample."""
     if not 0.0 <= smooth_noise <= 1.0:
         raise ValueError(f"smooth_noise must be in [0, 1], got {smooth_noise}")
+    if not np.isfinite(snr_db):  # nan: every voxel NaN, an empty mask at conversion
+        raise ValueError(f"snr_db must be a finite number of dB, got {snr_db}")
     shape, affine, n_voxels = grid_geometry(grid)
     mask = brain_mask(shape, n_voxels)
     rng = np.random.default_rng(seed)
@@ -254,9 +256,10 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
         The cohort table, columns path (relative to its folder), label, group, split.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # the arguments checked first: a refused call leaves no empty folder behind
     design, volumes = _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction,
                                seed, smooth_noise)
+    out_dir.mkdir(parents=True, exist_ok=True)
     ext = ".nii.gz" if compress else ".nii"
     names = [f"class_{k}" for k in range(n_classes)]
     y, groups, split = design["y"], design["groups"], design["split"]

@@ -52,13 +52,12 @@ from fgscale.cluster import (
     get_client,
     run_tasks,
 )
-from fgscale.images._cohort import read_cohort
+from fgscale.images._cohort import entry_headers, entry_name, read_cohort
 from fgscale.images._nifti import (
     grid_mismatch,
     load_img,
     load_mask,
     read_array,
-    read_header,
     read_image,
     same_grid,
 )
@@ -87,9 +86,10 @@ def _target_grid(entries, headers, mask_img, resample):
             for e, img in zip(entries, headers, strict=True):
                 if not same_grid(img.shape, img.affine, grid):
                     raise ValueError(grid_mismatch(
-                        e["path"], img.shape, img.affine, grid,
+                        entry_name(e), img.shape, img.affine, grid,
                         "mask" if mask_img is not None else "first image",
-                        " (resample= in Python, --resample for fgscale convert)"))
+                        " (" + ("" if mask_img is not None else f"first image {entries[0]['path']}; ")
+                        + "resample= in Python, --resample for fgscale convert)"))
         return grid, resample == "mask"
     # nibabel.processing imports scipy.ndimage, a tenth of a second that a conversion without
     # resampling (most) should not pay: it is imported where resampling happens.
@@ -247,12 +247,17 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     """
     if nan not in ("error", "zero"):
         raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
+    if block_rows is not None:  # 0 or less: no shard layout (zarr's error names no option)
+        check_count("block_rows", block_rows)
+    if intersect_mask and mask is None:  # else silently the computed mask alone
+        raise ValueError("intersect_mask (--intersect-mask) intersects a given mask (--mask) "
+                         "with the computed one: give the mask")
     if resample not in (None, "mask"):
         resample = float(resample)
     out = Path(out)
     t0 = time.perf_counter()
     entries = read_cohort(cohort, labels, classes)
-    headers = [read_header(e["path"]) for e in entries]
+    headers = entry_headers(entries)
     per_row = [(e, v) for e, img in zip(entries, headers, strict=True)
                for v in range(img.shape[3] if img.ndim == 4 else 1)]
     rows = [(str(Path(e["path"]).resolve()), v, e["label"], e["group"], e["split"])
@@ -265,6 +270,11 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     fingerprint = _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
 
     g = None
+    if out.is_dir() and not any(out.iterdir()):  # made empty beforehand (a job script's mkdir)
+        out.rmdir()
+    if out.is_dir() and not (out / "zarr.json").is_file():  # never written into, nor removed
+        raise StoreError(f"{out}: a folder that is not a store; choose another --out (a new "
+                         "path, or an empty folder)")
     if out.exists():
         g = open_group_checked(out, "r+")
         made = g.attrs.get("params", {}).get("fingerprint")
@@ -307,10 +317,13 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         n_rows, step = len(rows), g.attrs["block_rows"]
         done = g["done"][:]
         todo = np.flatnonzero(done == 0)
-        args = [(str(out), fingerprint, int(b), sources[slice(*block_range(b, step, n_rows))],
+        # absolute, as the sources: workers of a cluster joined by address run elsewhere
+        args = [(str(out.resolve()), fingerprint, int(b),
+                 sources[slice(*block_range(b, step, n_rows))],
                  grid, resampled, nan) for b in todo]
         already = n_rows - sum(len(a[3]) for a in args)
-        results = run_tasks(c, _convert_block, args, progress=progress, total=n_rows, unit="rows",
+        results = run_tasks(c, _convert_block, args, progress=progress, desc="converting",
+                            total=n_rows, unit="rows",
                             initial=already, weight=lambda result: result["rows"])
         n_workers_used = len(c.nthreads())
     seconds = time.perf_counter() - t0
@@ -376,7 +389,7 @@ def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress)
     step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
     parts = [sources[i:i + step] for i in range(0, len(sources), step)]
     partial = run_tasks(client, _mask_block, [(p, grid, resampled) for p in parts],
-                        progress=progress, unit="blocks")
+                        progress=progress, desc="mask", unit="blocks")
     computed = np.logical_and.reduce(partial)
     final = computed if given is None else computed & given
     if not final.any():

@@ -32,11 +32,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 import zarr
 
+from fgscale._files import can_write
 from fgscale.store._reader import Store
 from fgscale.store._shards import StoreError
 
@@ -66,19 +66,6 @@ def cache_dir() -> Path:
 def cache_path(store: Store) -> Path:
     """The cache store of ``store``: ``<cache dir>/<store identity>.zarr`` (may not exist)."""
     return cache_dir() / f"{store.identity()}.zarr"
-
-
-def can_write(folder) -> bool:
-    """Whether this process can create a file in ``folder``, found by creating (and removing)
-    one: mode bits, ACLs, a read-only mount, root's rights and a server's squashing of them
-    all say their word, which :func:`os.access` does not always hear."""
-    try:
-        fd, name = tempfile.mkstemp(prefix=".fgscale-write-probe-", dir=folder)
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(name)
-    return True
 
 
 def writable(location) -> bool:

@@ -61,19 +61,19 @@ def test_a_table_needs_a_label_or_a_target_column(tmp_path):
         read_cohort(table)
 
 
-def test_images_to_predict_need_no_label_nor_target(tmp_path):
+def test_images_to_predict_keep_their_split_and_blank_cells(tmp_path):
     paths = write_table(tmp_path / "new.csv", ["path", "split"], [["a.nii", "test"], ["b.nii", ""]])
-    entries = read_cohort(paths, outcomes=False)
+    entries = read_cohort(paths, known=False)
     assert [(e["label"], e["target"], e["split"]) for e in entries] == [
         ("", None, "test"), ("", None, "")]
     some = write_table(tmp_path / "some.csv", ["path", "label", "target"],
                        [["a.nii", "x", "2.5"], ["b.nii", "", ""]])
-    entries = read_cohort(some, outcomes=False)
+    entries = read_cohort(some, known=False)
     assert [(e["label"], e["target"]) for e in entries] == [("x", 2.5), ("", None)]
     # a value that is there is still checked, and training still needs every one
     bad = write_table(tmp_path / "bad.csv", ["path", "target"], [["a.nii", "abc"]])
     with pytest.raises(ValueError, match=r"bad.csv:2: target 'abc' for .*a.nii is not a number"):
-        read_cohort(bad, outcomes=False)
+        read_cohort(bad, known=False)
     with pytest.raises(ValueError, match=r"some.csv:3: missing target"):
         read_cohort(some)
 
@@ -83,6 +83,22 @@ def test_labels_stay_required_where_the_column_is(tmp_path):
                         [["a.nii", "x", "1"], ["b.nii", "", "2"]])
     with pytest.raises(ValueError, match=r"c.csv:3: missing label for .*b.nii"):
         read_cohort(table)
+
+
+def test_images_to_predict_need_no_label_nor_target(tmp_path):
+    """known=False (fgscale predict): a table of paths alone, or with blank labels and targets."""
+    paths = write_table(tmp_path / "p.csv", ["path"], [["a.nii"], ["b.nii"]])
+    assert [(e["label"], e["target"]) for e in read_cohort(paths, known=False)] == [
+        ("", None), ("", None)]
+    some = write_table(tmp_path / "s.tsv", ["path", "label", "target"],
+                       [["a.nii", "x", ""], ["b.nii", "", "2.5"]])
+    assert [(e["label"], e["target"]) for e in read_cohort(some, known=False)] == [
+        ("x", None), ("", 2.5)]
+    with pytest.raises(ValueError, match="target 'old' .* is not a number"):
+        read_cohort(write_table(tmp_path / "b.csv", ["path", "target"], [["a.nii", "old"]]),
+                    known=False)
+    with pytest.raises(ValueError, match="neither a 'label' nor a 'target' column"):
+        read_cohort(paths)
 
 
 def test_classes_need_labels(tmp_path):

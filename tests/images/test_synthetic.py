@@ -102,3 +102,13 @@ def test_bad_design():
         make_classification_volumes(3, 4, grid=TINY_GRID)
     with pytest.raises(ValueError, match="test_fraction"):
         make_classification_volumes(8, 2, grid=TINY_GRID, test_fraction=1.0)
+
+
+@pytest.mark.parametrize("bad", [dict(snr_db=float("nan")), dict(snr_db=float("-inf")),
+                                 dict(n_samples=2), dict(smooth_noise=2.0)])
+def test_a_refused_cohort_writes_nothing(tmp_path, bad):
+    """A NaN SNR would write images of NaN only (and NaN into cohort.json, not JSON); every
+    refusal comes before the folder is made."""
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        make_cohort(tmp_path / "c", **{"n_samples": 8, "grid": TINY_GRID, **bad})
+    assert not (tmp_path / "c").exists()

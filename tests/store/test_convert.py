@@ -60,6 +60,39 @@ def test_round_trip_equals_nibabel(tiny_cohort, tmp_path, client):
     assert store.attrs["summary"]["n_samples"] == 24
 
 
+def test_a_relative_out_reaches_workers_that_run_elsewhere(tiny_cohort, tmp_path, client,
+                                                         monkeypatch):
+    """Workers of a cluster joined by --scheduler-file run in a working directory of their own
+    (a SLURM job's, a pod's, here the session's): a relative --out must reach them as the
+    folder the command meant, not as one of theirs."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    store = convert(tiny_cohort, "rel.zarr", client=client, block_rows=5, progress=False)
+    assert (here / "rel.zarr" / "zarr.json").is_file()
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+
+
+def test_an_empty_out_folder_takes_the_store_and_another_folder_is_left_alone(tiny_cohort,
+                                                                             tmp_path, capsys):
+    """A job script's ``mkdir -p $OUT`` before fgscale convert: the store goes there (it was
+    refused as "not a Zarr group"). A folder of other files is refused in convert's words
+    (not told to "convert them to a store") and left as it was."""
+    empty = tmp_path / "made-by-the-job.zarr"
+    empty.mkdir()
+    assert main(["convert", str(tiny_cohort), "--out", str(empty), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    np.testing.assert_array_equal(open_store(empty).X[:], oracle(open_store(empty)))
+    files = sorted(p.name for p in tiny_cohort.parent.iterdir())
+    capsys.readouterr()
+    assert main(["convert", str(tiny_cohort), "--out", str(tiny_cohort.parent), "--n-workers",
+                 "1", "--no-progress"]) == 2
+    assert capsys.readouterr().err == (f"fgscale convert: error: {tiny_cohort.parent}: a folder "
+                                       "that is not a store; choose another --out (a new path, "
+                                       "or an empty folder)\n")
+    assert sorted(p.name for p in tiny_cohort.parent.iterdir()) == files
+
+
 def test_four_d_and_tsv(tmp_path, client):
     csv_path = make_cohort(tmp_path / "c4", n_samples=10, n_classes=2, grid=TINY_GRID, n_subjects=2,
                            four_d=True, seed=2)
@@ -207,8 +240,9 @@ def damage(csv_path, index, how):
     ("missing", FileNotFoundError, "no such NIfTI file"),
     ("junk", ValueError, "not a readable NIfTI image"),
     ("shape", ValueError, r"grid \(12, 14, 11\).*does not match"),
-    ("affine", ValueError, r"does not match the first image's grid .*\(resample= in Python, "
-                           r"--resample for fgscale convert\)"),
+    ("affine", ValueError, r"does not match the first image's grid .*\(first image "
+                           r".*synthetic_00000\.nii\.gz; resample= in Python, --resample for "
+                           r"fgscale convert\)"),
     ("truncate", ValueError, "truncated or corrupt"),  # found by the mask pass, before writing
 ])
 def test_bad_file_fails_before_writing(cohort_copy, tmp_path, client, how, error, message):
@@ -223,6 +257,8 @@ def test_bad_file_fails_before_writing(cohort_copy, tmp_path, client, how, error
     with pytest.raises(error, match=message) as info:
         convert(cohort_copy, tmp_path / "bad.zarr", client=client, block_rows=4, progress=False)
     assert path.name in str(info.value)
+    if how != "truncate":  # a header's problem: the table's line too, to find it in hundreds
+        assert str(info.value).startswith(f"{cohort_copy}:9: ")
     assert not (tmp_path / "bad.zarr").exists()
 
 

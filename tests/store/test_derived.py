@@ -242,6 +242,29 @@ def test_a_fit_with_nowhere_to_write_is_refused_before_a_cluster_starts(tmp_path
     assert clf.fit(store.path, client=client).n_iter_ >= 1
 
 
+def test_fgscale_train_with_nowhere_to_write_is_refused_before_a_cluster_starts(
+        tmp_path, monkeypatch, capsys):
+    """fgscale train started its cluster (its dashboard printed) before the fit's refusal;
+    the failed run leaves no folder that would block the corrected command."""
+    from fgscale.cli import main
+
+    store = synthetic_store(tmp_path / "s.zarr", 24, 2, seed=0, block_rows=4)
+    blocker = tmp_path / "a-file"
+    blocker.touch()
+    monkeypatch.setenv(DERIVED_ENV, "cache")
+    monkeypatch.setenv(CACHE_DIR_ENV, str(blocker / "cache"))
+    train = ["train", str(store.path), "--out", str(tmp_path / "run"), "--n-groupings", "2",
+             "--n-bootstrap", "4", "--n-clusters", "0.1", "--max-epochs", "1", "--n-workers",
+             "1", "--no-progress"]
+    assert main(train) == 2
+    err = capsys.readouterr().err
+    assert "fgscale train: error: " in err and "nowhere to go" in err
+    assert "Dask dashboard" not in err
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+    assert main(train) == 0
+
+
 # ---------------------------------------------------------------- training
 
 
