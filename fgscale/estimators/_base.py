@@ -20,6 +20,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted, validate_dat
 
 from fgscale._params import PARAMS, estimator_signature, validate_params
 from fgscale.estimators._inputs import (
+    cnn_grid,
     images_to_rows,
     is_store,
     mask_image_of,
@@ -339,7 +340,7 @@ class FeatureGroupingBase(BaseEstimator):
         self.model_ = build_model(self.model, self.n_features_in_, self._n_outputs(),
                                   regularizer=self.regularizer, dropout=dropout,
                                   hidden_layer_sizes=self.hidden_layer_sizes,
-                                  grid=self._grid()).to(self.device)
+                                  grid=cnn_grid(self)).to(self.device)
         fixed = 0.0 if self.learning_rate == "auto" else self.learning_rate
         optimizer = make_optimizer(self.model_, fixed, alpha)
         stopper = EarlyStopping(self.patience if stop else max_epochs + 1, self.tol)
@@ -367,18 +368,6 @@ class FeatureGroupingBase(BaseEstimator):
         # the model now holds the best epoch's weights: its snapshot (as large) is released
         stopper.best_state = None
         return run
-
-    def _grid(self):
-        """The mask as a boolean array, for the CNN (None for the dense models)."""
-        if self.model != "cnn":
-            return None
-        if getattr(self, "mask_img_", None) is not None:
-            return np.asarray(self.mask_img_.dataobj) != 0
-        grid = resolve_graph(self.mask, self.n_features_in_)
-        if hasattr(grid, "tocsr"):
-            raise ValueError("model='cnn' needs a mask on a grid (an image, a path or a boolean "
-                             "array), not a sparse adjacency")
-        return grid
 
     # ------------------------------------------------------------------ data out
 

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-__all__ = ["images_to_rows", "is_store", "mask_image_of", "resolve_graph", "rows_of"]
+__all__ = ["cnn_grid", "images_to_rows", "is_store", "mask_image_of", "resolve_graph", "rows_of"]
 
 
 def resolve_graph(mask, n_features: int):
@@ -93,3 +93,16 @@ def rows_of(X, mask_img, owner: str, resample: bool = False):
         raise ValueError(f"{owner} was fitted on arrays without a mask image: give arrays, or "
                          "fit on images, a store or with mask= an image")
     return mask_images(X, mask_img, resample=resample)
+
+
+def cnn_grid(estimator):
+    """The mask as a boolean array, for the CNN (None for the dense models)."""
+    if estimator.model != "cnn":
+        return None
+    if getattr(estimator, "mask_img_", None) is not None:
+        return np.asarray(estimator.mask_img_.dataobj) != 0
+    grid = resolve_graph(estimator.mask, estimator.n_features_in_)
+    if hasattr(grid, "tocsr"):
+        raise ValueError("model='cnn' needs a mask on a grid (an image, a path or a boolean "
+                         "array), not a sparse adjacency")
+    return grid
