@@ -1,6 +1,10 @@
-"""What a command interrupted by Ctrl-C does before it exits: zarr's reads and writes in flight
-settled, one line saying what was kept and how to go on; and a Ctrl-C that lands once the
-command has returned, during the interpreter's clean-up, ends the process at once.
+"""What a command interrupted by Ctrl-C or SIGTERM does before it exits: zarr's reads and writes
+in flight settled, one line saying what was kept and how to go on; and a signal that lands once
+the command has returned, during the interpreter's clean-up, ends the process at once.
+
+SIGTERM is how a batch scheduler stops a job (SLURM at its time limit or on ``scancel``,
+Kubernetes on deleting a pod), a grace period before SIGKILL: its default action would end the
+command where it stands, without a word in the job's log of what was kept and how to go on.
 
 zarr runs its I/O as asyncio tasks on an event loop in a thread of its own. When Ctrl-C lands
 while the main thread waits on one of them, the tasks go on; at exit zarr's own clean-up stops
@@ -17,7 +21,7 @@ import os
 import signal
 import sys
 
-__all__ = ["interrupted", "run_command", "settle_io"]
+__all__ = ["Terminated", "interrupted", "run_command", "settle_io"]
 
 _KEPT_DEFAULT = "Nothing it wrote is half-written (files are renamed into place when complete)."
 _KEPT = {  # what an interrupted command keeps, and how it goes on
@@ -33,33 +37,49 @@ _KEPT = {  # what an interrupted command keeps, and how it goes on
 }
 
 
-def interrupted(command: str) -> int:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C raises KeyboardInterrupt, so that every
+    clean-up that Ctrl-C runs runs for it too."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated
+
+
+def interrupted(command: str, exc: KeyboardInterrupt | None = None) -> int:
     """Settle zarr's I/O (:func:`settle_io`), say on stderr what ``fgscale command`` kept and
-    how to go on; return the exit status of an interrupted command, 130."""
+    how to go on; return the exit status of an interrupted command: 130 after Ctrl-C, 143
+    (128 + SIGTERM) after ``exc`` a :class:`Terminated`."""
     try:
         settle_io()
-    except KeyboardInterrupt:  # a second Ctrl-C: exit now, with the same message
+    except KeyboardInterrupt:  # a second signal: exit now, with the same message
         pass
-    print(f"fgscale {command}: interrupted. {_KEPT.get(command, _KEPT_DEFAULT)}", file=sys.stderr)
-    return 130
+    how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+    print(f"fgscale {command}: {how}. {_KEPT.get(command, _KEPT_DEFAULT)}", file=sys.stderr)
+    return 143 if isinstance(exc, Terminated) else 130
 
 
 def run_command(main) -> int:
-    """Run the console command ``main()`` and return its exit status; from then on, Ctrl-C
-    ends the process at once with that status.
+    """Run the console command ``main()``, SIGTERM raising :class:`Terminated` in it, and
+    return its exit status; from then on, Ctrl-C or SIGTERM ends the process at once with that
+    status.
 
     Once the command has returned its work is written, but the interpreter's clean-up is still
     to come (zarr's event loop, Dask's threads): a Ctrl-C landing there would print "Exception
     ignored ... KeyboardInterrupt" and a traceback over a command that succeeded.
     """
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         status = main()
-    except KeyboardInterrupt:  # before the command's own handler: parsing the arguments
-        print("fgscale: interrupted.", file=sys.stderr)
-        status = 130
+    except KeyboardInterrupt as exc:  # before the command's own handler: parsing the arguments
+        terminated = isinstance(exc, Terminated)
+        print(f"fgscale: {'stopped by SIGTERM' if terminated else 'interrupted'}.",
+              file=sys.stderr)
+        status = 143 if terminated else 130
     except SystemExit as exc:  # argparse's --help, --version and usage errors
         status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    signal.signal(signal.SIGINT, functools.partial(_exit_now, status))
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, functools.partial(_exit_now, status))
     return status
 
 

@@ -410,8 +410,8 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as exc:  # OSError: a missing file, a full disk, a scheduler
         print(f"fgscale {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return interrupted(args.command)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (fgscale._interrupt.Terminated)
+        return interrupted(args.command, exc)
 
 
 def run() -> int:

@@ -21,11 +21,13 @@ TRAIN = ["--regularizer", "none", "--early-stopping", "false", "--batch-size", "
          "--n-workers", "1", "--no-progress", "--seed", "0"]
 
 
-def _interrupt(command: list, started, name: str, *, group: bool = False) -> list[str]:
-    """Run ``command``, send it SIGINT once ``started()`` holds, and check the interruption:
-    exit status 130, no traceback. Returns its ``fgscale <name>:`` lines on stderr (Dask may
-    warn there too, about a busy dashboard port). Skips when the job ended first. ``group``:
-    to its whole process group, its worker processes too, as a terminal's Ctrl-C is sent."""
+def _interrupt(command: list, started, name: str, *, group: bool = False,
+               signum: int = signal.SIGINT) -> list[str]:
+    """Run ``command``, send it ``signum`` once ``started()`` holds, and check the interruption:
+    exit status 128 + signum (130 for SIGINT, 143 for SIGTERM), no traceback. Returns its
+    ``fgscale <name>:`` lines on stderr (Dask may warn there too, about a busy dashboard port).
+    Skips when the job ended first. ``group``: to its whole process group, its worker processes
+    too, as a terminal's Ctrl-C or a batch scheduler's SIGTERM is sent."""
     # SIGINT as a terminal leaves it: a test run in the background has it ignored, inherited
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=group,
@@ -36,15 +38,15 @@ def _interrupt(command: list, started, name: str, *, group: bool = False) -> lis
             time.sleep(0.05)
         assert proc.poll() is None or proc.returncode == 0, proc.communicate()[1]
         if group:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, signum)
         else:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     if proc.returncode == 0:
         pytest.skip(f"fgscale {name} ended before the interrupt landed")
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + signum, err
     assert "Traceback" not in err and "lose already computed" not in err, err
     return [line for line in err.splitlines() if line.startswith(f"fgscale {name}:")]
 
@@ -234,7 +236,8 @@ def _built(store_path) -> int:
     return banks[0]["built"] if banks else 0
 
 
-def test_ctrl_c_during_the_bank_exits_130_and_the_same_command_finishes(tmp_path, client):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_during_the_bank_and_the_same_command_finishes(tmp_path, client, signum):
     from fgscale.grouping._dask_bank import build_bank, load_bank
 
     split = np.where(np.arange(40) % 5 == 0, "test", "train")
@@ -245,10 +248,13 @@ def test_ctrl_c_during_the_bank_exits_130_and_the_same_command_finishes(tmp_path
                *[f"--{name.replace('_', '-')}={value}" for name, value in bank.items()],
                "--n-workers", "1", "--no-progress"]
     # once some groupings are written, the tasks run
-    # Ctrl-C in a terminal reaches the LocalCluster's worker processes too: they leave it to
-    # the command, no traceback of theirs, no warning of the results lost with them
-    lines = _interrupt(command, lambda: _built(stores[0].path) >= 5, "bank", group=True)
-    assert lines == ["fgscale bank: interrupted. The groupings built so far are kept in the "
+    # Ctrl-C in a terminal, and a batch scheduler's SIGTERM (a time limit, scancel), reach the
+    # LocalCluster's worker processes too: they leave it to the command, no traceback of
+    # theirs, no warning of the results lost with them
+    lines = _interrupt(command, lambda: _built(stores[0].path) >= 5, "bank", group=True,
+                       signum=signum)
+    how = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
+    assert lines == [f"fgscale bank: {how}. The groupings built so far are kept in the "
                      "store: run the same command again to build the rest."]
     kept = _built(stores[0].path)
     assert 5 <= kept < bank["n_groupings"]
