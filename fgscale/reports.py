@@ -182,7 +182,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         Fitted; images need its ``mask_img_``.
     inputs : list of str or Path
         NIfTI files (3D or 4D: one row per volume); or one ``.csv``/``.tsv`` cohort table
-        (:func:`fgscale.images.read_cohort`); or one store (a directory).
+        (:func:`fgscale.images.read_cohort`; its ``label`` or ``target`` column, when it has
+        one, is copied, and may be empty); or one store (a directory).
     rows : {"all", "train", "test"}, default="all"
         The rows of a store, or the files of a cohort table, by their split.
     resample : bool, default=False
@@ -287,14 +288,15 @@ def classification_report(labels, proba: np.ndarray, classes) -> dict:
 def regression_report(targets, predictions) -> dict:
     """Scores of predicted against true targets: ``n``, ``r2`` (as scikit-learn's
     ``r2_score``), ``mae``, ``rmse`` and Pearson's ``correlation`` (None without rows, or
-    where undefined)."""
+    where undefined: R² on targets that do not vary, where ``r2_score`` would say 1 or 0)."""
     from sklearn import metrics
 
     y, pred = np.asarray(targets, float), np.asarray(predictions, float)
     if y.size == 0:
         return {"n": 0, "r2": None, "mae": None, "rmse": None, "correlation": None}
-    defined = y.size > 1 and y.std() > 0 and pred.std() > 0
-    return {"n": int(y.size), "r2": float(metrics.r2_score(y, pred)) if y.size > 1 else None,
+    varies = y.size > 1 and y.std() > 0
+    defined = varies and pred.std() > 0
+    return {"n": int(y.size), "r2": float(metrics.r2_score(y, pred)) if varies else None,
             "mae": float(metrics.mean_absolute_error(y, pred)),
             "rmse": float(np.sqrt(metrics.mean_squared_error(y, pred))),
             "correlation": float(np.corrcoef(y, pred)[0, 1]) if defined else None}
