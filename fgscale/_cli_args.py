@@ -136,6 +136,10 @@ def add_cohort_args(p) -> None:
                         "or a small box of XxYxZ voxels")
     p.add_argument("--four-d", action="store_true",
                    help="one 4D file per subject, class and split, not a 3D file per volume")
+    p.add_argument("--target", action="store_true",
+                   help="also a continuous target per volume (column target, standard normal, "
+                        "with a smooth pattern of its own in the images), for train --task "
+                        "regression")
 
 
 def add_param(p, name: str, note: str = "") -> None:

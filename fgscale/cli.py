@@ -209,16 +209,16 @@ def _cmd_make_cohort(args) -> int:
     table = Path(args.out) / "cohort.csv"
     if table.exists():  # the folder may hold a real cohort: never overwrite its table
         raise ValueError(f"{table}: exists; remove it or choose another folder")
-    csv = make_cohort(args.out, n_samples=args.n_samples, n_classes=args.n_classes,
-                      grid=args.grid, snr_db=args.snr_db, smooth_noise=args.smooth_noise,
-                      n_subjects=args.n_subjects, test_fraction=args.test_fraction,
-                      seed=args.seed, four_d=args.four_d)
+    csv = make_cohort(args.out, **{k: getattr(args, k) for k in (
+        "n_samples", "n_classes", "grid", "snr_db", "smooth_noise", "n_subjects",
+        "test_fraction", "seed", "four_d", "target")})
     grid = args.grid if isinstance(args.grid, str) else "x".join(map(str, args.grid))
-    print(f"{csv}: a SYNTHETIC cohort of {args.n_samples} volumes, {args.n_classes} classes, "
-          f"{grid} grid, SNR {args.snr_db:g} dB ({args.smooth_noise:.0%} of the noise smooth), "
-          f"seed {args.seed}")
+    print(f"{csv}: a SYNTHETIC cohort of {args.n_samples} volumes, {args.n_classes} classes"
+          f"{' and a target' if args.target else ''}, {grid} grid, SNR {args.snr_db:g} dB "
+          f"({args.smooth_noise:.0%} of the noise smooth), seed {args.seed}")
     print(f"SYNTHETIC data, generated, not images of anyone; next: fgscale convert {csv} "
-          "--out STORE.zarr")
+          "--out STORE.zarr" + (", then train with --task regression for the target"
+                                if args.target else ""))
     return 0
 
 

@@ -150,7 +150,7 @@ def _design(n_samples, n_classes, n_subjects, test_fraction, rng):
 
 
 def _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction, seed,
-             smooth_noise=0.5) -> tuple[dict, Iterator[np.ndarray]]:
+             smooth_noise=0.5, target=False) -> tuple[dict, Iterator[np.ndarray]]:
     """The cohort's design and a generator of its volumes, one float32 array per sample."""
     if not 0.0 <= smooth_noise <= 1.0:
         raise ValueError(f"smooth_noise must be in [0, 1], got {smooth_noise}")
@@ -164,7 +164,13 @@ def _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction, seed
     subject_seeds = rng.integers(2**31, size=max(n_subjects or 1, 1))
     sample_seeds = rng.integers(2**31, size=n_samples)
     noise_scale = 10.0 ** (-snr_db / 20.0)  # signal has unit power
-    design = dict(mask=mask, affine=affine, y=y, groups=groups, split=split)
+    # the target from a generator of its own: a cohort without one is what it always was
+    t, t_pattern = np.zeros(n_samples), np.zeros(mask.shape)
+    if target:
+        rng_t = np.random.default_rng([seed, 1])
+        t, t_pattern = rng_t.standard_normal(n_samples), _class_patterns(rng_t, mask, 1)[0]
+    design = dict(mask=mask, affine=affine, y=y, groups=groups, split=split,
+                  target=t if target else None)
 
     def generate():
         subject_fields = {}
@@ -178,7 +184,10 @@ def _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction, seed
             noise = np.sqrt(smooth_noise) * smooth + np.sqrt(1.0 - smooth_noise) * white
             noise = _unit_rms(noise * mask, mask)
             amplitude = r.uniform(0.8, 1.2)
-            yield ((amplitude * patterns[y[i]] + noise_scale * noise) * mask).astype(np.float32)
+            signal = amplitude * patterns[y[i]]
+            if target:
+                signal = signal + t[i] * t_pattern
+            yield ((signal + noise_scale * noise) * mask).astype(np.float32)
 
     return design, generate()
 
@@ -222,7 +231,7 @@ def make_classification_volumes(n_samples: int = 40, n_classes: int = 4, *, grid
 def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
                 snr_db: float = 0.0, n_subjects: int | None = None, test_fraction: float = 0.25,
                 seed: int = 0, smooth_noise: float = 0.5, four_d: bool = False,
-                compress: bool = True) -> Path:
+                compress: bool = True, target: bool = False) -> Path:
     """Write a SYNTHETIC NIfTI cohort and its cohort table.
 
     Parameters
@@ -249,16 +258,25 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
         Write one 4D file per (subject, class, split) instead of one 3D file per sample.
     compress : bool
         ``.nii.gz`` (True) or ``.nii``.
+    target : bool, default=False
+        Also a continuous target per sample (column ``target``, standard normal, for
+        regression): each volume adds the target times a smooth pattern of its own, of the
+        class patterns' power per unit of target. The images and labels of the other columns
+        are drawn as without it, so the labels stay predictable too.
 
     Returns
     -------
     csv_path : Path
-        The cohort table, columns path (relative to its folder), label, group, split.
+        The cohort table, columns path (relative to its folder), label, [target,] group,
+        split.
     """
     out_dir = Path(out_dir)
     # the arguments checked first: a refused call leaves no empty folder behind
     design, volumes = _volumes(n_samples, n_classes, grid, snr_db, n_subjects, test_fraction,
-                               seed, smooth_noise)
+                               seed, smooth_noise, target)
+    if four_d and target:
+        raise ValueError("four_d groups volumes by class, not by target: write a 3D file per "
+                         "volume for a cohort with a target")
     out_dir.mkdir(parents=True, exist_ok=True)
     ext = ".nii.gz" if compress else ".nii"
     names = [f"class_{k}" for k in range(n_classes)]
@@ -274,7 +292,8 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
         for i, vol in enumerate(volumes):
             name = f"synthetic_{i:05d}{ext}"
             save(vol, name)
-            rows.append((name, names[y[i]], groups[i], split[i]))
+            rows.append((name, names[y[i]], *([f"{design['target'][i]:.6g}"] if target else []),
+                         groups[i], split[i]))
     else:
         vols = list(volumes)  # 4D mode is for small cohorts: files are grouped, not streamed
         keys = sorted({(groups[i], y[i], split[i]) for i in range(n_samples)})
@@ -286,14 +305,15 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
     meta = dict(synthetic=True, generator="fgscale.images.make_cohort", n_samples=n_samples,
                 n_classes=n_classes, grid=grid if isinstance(grid, str) else list(grid),
                 snr_db=snr_db, smooth_noise=smooth_noise, n_subjects=n_subjects,
-                test_fraction=test_fraction, seed=seed, four_d=four_d, n_voxels=int(design["mask"].sum()))
+                test_fraction=test_fraction, seed=seed, four_d=four_d, target=target,
+                n_voxels=int(design["mask"].sum()))
     (out_dir / "cohort.json").write_text(json.dumps(meta, indent=2))
     # the table last, under a temporary name: its presence means a whole cohort (the demo
     # reuses a cohort whose table exists)
     csv_path = out_dir / "cohort.csv"
     with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["path", "label", "group", "split"])
+        writer.writerow(["path", "label", *(["target"] if target else []), "group", "split"])
         writer.writerows(rows)
     log.info("wrote synthetic cohort of %d samples (%d files) to %s", n_samples, len(rows),
              out_dir)
