@@ -100,6 +100,9 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     for fold in folds:
         if echo is not None:
             echo(_fold_line(fold, name, saved=out))
+    for train, _ in splits[done:]:  # what a fold's fit refuses (k above p, nowhere to write
+        probe = clone(clf)           # its statistics or banks), refused before any cluster starts
+        probe._store_plan(store, rows[train], probe._seed())
     if done < n_folds:
         with get_client(client, processes=False) as client:
             for fold, (train, test) in enumerate(splits[done:], start=done):
