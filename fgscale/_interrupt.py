@@ -46,6 +46,11 @@ def _terminate(signum, frame) -> None:
     raise Terminated
 
 
+def _stopped(exc: BaseException | None) -> tuple[str, int]:
+    """How a command was stopped, in words, and its exit status: 128 + the signal's number."""
+    return ("stopped by SIGTERM", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+
+
 def interrupted(command: str, exc: KeyboardInterrupt | None = None) -> int:
     """Settle zarr's I/O (:func:`settle_io`), say on stderr what ``fgscale command`` kept and
     how to go on; return the exit status of an interrupted command: 130 after Ctrl-C, 143
@@ -54,9 +59,9 @@ def interrupted(command: str, exc: KeyboardInterrupt | None = None) -> int:
         settle_io()
     except KeyboardInterrupt:  # a second signal: exit now, with the same message
         pass
-    how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+    how, status = _stopped(exc)
     print(f"fgscale {command}: {how}. {_KEPT.get(command, _KEPT_DEFAULT)}", file=sys.stderr)
-    return 143 if isinstance(exc, Terminated) else 130
+    return status
 
 
 def run_command(main) -> int:
@@ -72,10 +77,8 @@ def run_command(main) -> int:
     try:
         status = main()
     except KeyboardInterrupt as exc:  # before the command's own handler: parsing the arguments
-        terminated = isinstance(exc, Terminated)
-        print(f"fgscale: {'stopped by SIGTERM' if terminated else 'interrupted'}.",
-              file=sys.stderr)
-        status = 143 if terminated else 130
+        how, status = _stopped(exc)
+        print(f"fgscale: {how}.", file=sys.stderr)
     except SystemExit as exc:  # argparse's --help, --version and usage errors
         status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -19,7 +19,7 @@ import numpy as np
 
 from fgscale._files import atomic_path
 from fgscale._progress import tqdm
-from fgscale.images._cohort import read_cohort
+from fgscale.images._cohort import TABLE_SUFFIXES, read_cohort
 from fgscale.images._masking import mask_images
 from fgscale.images._nifti import load_img, same_grid
 from fgscale.store._reader import Store, open_store
@@ -28,7 +28,6 @@ __all__ = ["ROWS", "check_store", "classification_report", "format_report", "pre
            "proba_matrix", "regression_report", "score_store", "write_table"]
 
 ROWS = ("all", "train", "test")
-_TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
 
 
 def _proba_columns(clf, blocks: Iterable[tuple[dict, np.ndarray]], *, progress: bool = False,
@@ -214,14 +213,14 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
     if getattr(clf, "mask_img_", None) is None:
         raise ValueError("the model has no mask (fitted on arrays without one): it predicts "
                          "from a store or from arrays, not from images")
-    if len(inputs) == 1 and inputs[0].suffix.lower() in _TABLE_SUFFIXES:
+    if len(inputs) == 1 and inputs[0].suffix.lower() in TABLE_SUFFIXES:
         entries = [e for e in read_cohort(inputs[0], known=False)
                    if rows == "all" or (e["split"] == "test") == (rows == "test")]
         if not entries:
             raise ValueError(f"{inputs[0]}: no file with split {rows!r}")
     else:
         for p in inputs:
-            if p.is_dir() or p.suffix.lower() in _TABLE_SUFFIXES:
+            if p.is_dir() or p.suffix.lower() in TABLE_SUFFIXES:
                 raise ValueError(f"{p}: a store or a cohort table is given alone, not with "
                                  "other inputs")
         if rows != "all":

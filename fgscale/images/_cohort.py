@@ -16,7 +16,7 @@ import logging
 import math
 from pathlib import Path
 
-__all__ = ["entry_headers", "entry_name", "read_cohort"]
+__all__ = ["TABLE_SUFFIXES", "entry_headers", "entry_name", "read_cohort"]
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ _COLUMNS = ("path", "label", "target", "group", "split")
 _ALIASES = {"group": ("subject", "subject_id", "participant_id", "participant", "sub"),
             "split": ("set", "subset")}
 _EXPECTED = "path,label[,target][,group][,split] or path,target[,group][,split]"
-_TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
+TABLE_SUFFIXES = (".csv", ".tsv", ".tab")  # a cohort table's; the last two tab-separated
 
 
 def _parse_target(text: str, where: str, file: str) -> float:
@@ -58,7 +58,7 @@ def _read_table(path: Path, known: bool = True) -> tuple[list[dict], bool]:
 
 
 def _parse_table(path: Path, known: bool) -> tuple[list[dict], bool]:
-    delimiter = "\t" if path.suffix.lower() in _TABLE_SUFFIXES[1:] else ","
+    delimiter = "\t" if path.suffix.lower() in TABLE_SUFFIXES[1:] else ","
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         columns = set(reader.fieldnames or [])
@@ -103,7 +103,7 @@ def _column_names(path: Path, fieldnames: list[str]) -> dict:
 
 def _read_globs(patterns, labels) -> list[dict]:
     patterns = [patterns] if isinstance(patterns, (str, Path)) else list(patterns)
-    tables = [p for p in map(str, patterns) if Path(p).suffix.lower() in _TABLE_SUFFIXES]
+    tables = [p for p in map(str, patterns) if Path(p).suffix.lower() in TABLE_SUFFIXES]
     if tables:  # else read as an image, with labels counted against it: a puzzling message
         raise ValueError(f"{tables[0]}: a cohort table is given alone, its labels in its own "
                          "column; labels (--labels) go with a list of NIfTI files or globs")
@@ -149,7 +149,7 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> lis
         Keys path, label ("" for a table without a ``label`` column), target (float, or None
         without a ``target`` column), group, split, where (file and line, for messages).
     """
-    is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in _TABLE_SUFFIXES
+    is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in TABLE_SUFFIXES
     entries, has_labels = _read_table(Path(cohort), known) if is_table else (
         _read_globs(cohort, labels), True)
     if not entries:

@@ -40,7 +40,7 @@ from fgscale._files import can_write
 from fgscale.store._reader import Store
 from fgscale.store._shards import StoreError
 
-__all__ = ["CACHE_DIR_ENV", "DERIVED_ENV", "cache_dir", "cache_path", "can_write", "derived_mode",
+__all__ = ["CACHE_DIR_ENV", "DERIVED_ENV", "cache_dir", "cache_path", "derived_mode",
            "read_locations", "writable", "write_location"]
 
 log = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ from faults import mount_small_disk, unmount
 from helpers import smooth_cohort, synthetic_store
 
 from fgscale import FeatureGroupingClassifier
+from fgscale._files import can_write
 from fgscale.cli import main
 from fgscale.grouping._bank import make_bank, resolve_n_clusters
 from fgscale.grouping._dask_bank import build_bank
@@ -34,7 +35,6 @@ from fgscale.store._derived import (
     DERIVED_ENV,
     cache_dir,
     cache_path,
-    can_write,
     read_locations,
     write_location,
 )
