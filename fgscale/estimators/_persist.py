@@ -91,15 +91,14 @@ def _versions() -> dict:
     return {"fgscale": __version__, "torch": torch.__version__, "numpy": np.__version__}
 
 
-def _mask_to_save(estimator, mask_img):
+def _mask_to_save(estimator, mask_img, in_npz: bool):
     """The fitted ``mask_img_``, else ``mask_img``, else a 3D array or image ``mask``
     parameter (a path parameter is kept as a path in the parameters; the other arrays go to
-    model.npz: :func:`_mask_arrays`)."""
+    model.npz, ``in_npz``: :func:`_mask_arrays`)."""
     for mask in (getattr(estimator, "mask_img_", None), mask_img):
         if mask is not None:
             return as_mask_image(mask)
-    if estimator.mask is None or isinstance(estimator.mask, (str, os.PathLike)) or _mask_arrays(
-            estimator.mask):
+    if estimator.mask is None or isinstance(estimator.mask, (str, os.PathLike)) or in_npz:
         return None
     return as_mask_image(estimator.mask)
 
@@ -174,7 +173,8 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
                              "be strings, integers, floats or booleans")
         doc.update(classes_=classes.tolist(),
                    classes_dtype="object" if kind == "O" else classes.dtype.str)
-    mask = _mask_to_save(estimator, mask_img)
+    mask_arrays = _mask_arrays(estimator.mask)
+    mask = _mask_to_save(estimator, mask_img, bool(mask_arrays))
     if mask is not None:
         data = np.asarray(mask.dataobj)
         mask = nib.Nifti1Image((np.isfinite(data) & (data != 0)).astype(np.uint8), mask.affine)
@@ -184,7 +184,7 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
 
     arrays = {_PREFIX + k: v.detach().cpu().numpy()
               for k, v in estimator.model_.state_dict().items()}
-    arrays.update(_mask_arrays(estimator.mask))
+    arrays.update(mask_arrays)
     for attr in ("mean_", "scale_"):
         if getattr(estimator, attr, None) is not None:
             arrays[attr] = np.asarray(getattr(estimator, attr))
@@ -199,7 +199,7 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
     params = params_to_json(estimator.get_params())
     if isinstance(estimator.mask, (str, os.PathLike)):  # found again from any working folder
         params["mask"] = os.path.abspath(estimator.mask)
-    if _mask_arrays(estimator.mask):
+    if mask_arrays:
         params["mask"] = _NPZ_MASK_PARAM
     elif mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):
         params["mask"] = _MASK_PARAM
