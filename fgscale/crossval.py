@@ -5,7 +5,10 @@ and a killed cross-validation resumes from it with the folds it has not finished
 The results file holds the store (path and identity), the estimator's parameters, the number
 of folds, the task, whether the folds are grouped, the seed and each fold's test rows: what a
 resumed cross-validation must share with the one it continues; then every finished fold and,
-once all are, the mean and standard deviation of the scores and ``"complete": true``. It is
+once all are, the mean and standard deviation of the scores and ``"complete": true``. A
+regression fold also keeps its targets and out-of-fold predictions, pooled over the folds into
+one R² (as scikit-learn's ``cross_val_predict`` then ``r2_score``): the score of leave one
+subject out with a scan per subject, where no fold's own R² is defined. It is
 written whole under a temporary name, then renamed (:func:`fgscale._files.atomic_path`), and
 read back as JSON only.
 """
@@ -23,7 +26,7 @@ from fgscale._params import params_to_json
 from fgscale._run_folder import UNSEEN_PARAMS, versions
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
-from fgscale.reports import score_store
+from fgscale.reports import regression_report, score_store
 from fgscale.store._reader import open_store
 
 __all__ = ["cross_validate", "read_results", "summary_line"]
@@ -32,6 +35,7 @@ _KIND = "fgscale cv results"  # tells a results file from any other JSON file at
 # What a resumed cross-validation must share with the saved one, in the order they are checked
 _SHARED = ("store_id", "params", "n_folds", "task", "seed", "test_rows")
 _ERRORS = ("mae", "rmse")  # a regression fold's errors, in the target's units, beside its R²
+_POOLED = ("targets", "predictions")  # a regression fold's test rows, kept for the pooled R²
 
 
 def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, client=None,
@@ -74,7 +78,10 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         or ``regression_report``, its training rows, the chosen hyper-parameters),
         ``score`` (``"accuracy"`` or ``"r2"``), ``mean_score``, ``std_score``, ``grouped``,
         ``n_folds``; for classification also ``mean_accuracy`` and ``std_accuracy``, for
-        regression ``mean_mae`` and ``mean_rmse`` (in the target's units); with
+        regression ``mean_mae`` and ``mean_rmse`` (in the target's units), ``n_scored`` (the
+        folds whose R² is defined, those of the mean and sd, None when no fold's is: one
+        test row, or one target value) and ``pooled_r2``, ``pooled_mae``, ``pooled_rmse``
+        (of every fold's out-of-fold predictions together); with
         ``out``, ``out`` and ``already_complete`` (the file had every fold: none was trained).
     """
     if resume and out is None:
@@ -87,7 +94,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     seed = clf._seed()  # drawn once: the split's, and the file's
     splits = list(_splits(rows, store, n_folds, grouped, name, seed))
     if name == "r2":
-        _check_r2_defined(store, rows, splits)
+        _check_target_varies(store, rows)
     header = {"kind": _KIND, "store": str(store.path.resolve()), "store_id": store.identity(),
               "params": params_to_json(clf.get_params()), "n_folds": n_folds,
               "task": "classification" if name == "accuracy" else "regression", "score": name,
@@ -108,8 +115,10 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
             for fold, (train, test) in enumerate(splits[done:], start=done):
                 model = clone(clf)
                 model._fit_store(store.path, client, rows=rows[train])
-                metrics, _ = score_store(model, store, client, rows[test],
-                                         progress=bool(model.verbose))
+                metrics, table = score_store(model, store, client, rows[test],
+                                             progress=bool(model.verbose))
+                if name == "r2":
+                    metrics.update(targets=table["target"], predictions=table["prediction"])
                 # as JSON keeps it: a resumed cross-validation reads its saved folds back
                 folds.append(json.loads(json.dumps(
                     {"fold": fold, "n_train": int(train.size), **metrics,
@@ -143,21 +152,13 @@ def _training_rows(store, n_folds: int) -> tuple[np.ndarray, bool]:
     return rows, grouped
 
 
-def _check_r2_defined(store, rows: np.ndarray, splits: list) -> None:
-    """Refuse, before any fold trains, folds whose R² would not be defined: one test row (leave
-    one subject out with a scan per subject), or test targets that are all the same."""
+def _check_target_varies(store, rows: np.ndarray) -> None:
+    """Refuse, before any fold trains, training rows whose target does not vary: no R² is
+    defined, pooled or in a fold."""
     if np.ptp(store.target[rows]) == 0:
         raise ValueError(f"{store.path}: the target is {store.target[rows[0]]:g} for all "
                          f"{rows.size} training rows: there is nothing to predict (is it the "
                          "right column of the cohort table?)")
-    for fold, (_, test) in enumerate(splits):
-        targets = store.target[rows[test]]
-        if test.size < 2 or np.ptp(targets) == 0:
-            what = ("a single row" if test.size < 2
-                    else f"{test.size} rows whose target is {targets[0]:g} for all")
-            raise ValueError(f"{store.path}: fold {fold} of {len(splits)} would be scored on "
-                             f"{what}, where R² is not defined: give fewer folds (each fold's "
-                             "test rows need targets that vary)")
 
 
 def _splits(rows, store, n_folds: int, grouped: bool, name: str, seed: int):
@@ -179,12 +180,17 @@ def _plain(value):
 
 
 def _summary(folds: list, name: str) -> dict:
-    score = np.array([f[name] for f in folds], float)
-    summary = {"score": name, "mean_score": float(score.mean()), "std_score": float(score.std())}
+    score = np.array([f[name] for f in folds if f[name] is not None], float)
+    summary = {"score": name, "mean_score": float(score.mean()) if score.size else None,
+               "std_score": float(score.std()) if score.size else None}
     if name == "accuracy":
         summary.update(mean_accuracy=summary["mean_score"], std_accuracy=summary["std_score"])
-    else:  # the errors, in the target's units, as the folds give them
-        summary.update({f"mean_{k}": float(np.mean([f[k] for f in folds])) for k in _ERRORS})
+        return summary
+    # the errors, in the target's units, as the folds give them; then every fold's rows at once
+    summary.update({f"mean_{k}": float(np.mean([f[k] for f in folds])) for k in _ERRORS})
+    pooled = regression_report(*(np.concatenate([f[k] for f in folds]) for k in _POOLED))
+    summary.update(n_scored=int(score.size),
+                   **{f"pooled_{k}": pooled[k] for k in ("r2", *_ERRORS)})
     return summary
 
 
@@ -192,18 +198,30 @@ def _fold_line(fold: dict, name: str, saved=None) -> str:
     errors = "".join(f", {k} {fold[k]:.4g}" for k in _ERRORS if name == "r2")
     selected = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                          for k, v in fold["selected"].items())
-    line = (f"fold {fold['fold']}: {name} {fold[name]:.4f}{errors} on {fold['n']} rows "
+    score = (f"{fold[name]:.4f}" if fold[name] is not None else
+             "n/a (" + ("one row" if fold["n"] < 2 else "one target value") + ")")
+    line = (f"fold {fold['fold']}: {name} {score}{errors} on {fold['n']} rows "
             f"(trained on {fold['n_train']}; {selected})")
     return line if saved is None else f"{line}, from {saved}"
 
 
 def summary_line(scores: dict) -> str:
-    """The last line of ``fgscale cv``: the folds' mean score ± sd, and where they are kept."""
+    """The last line of ``fgscale cv``: the folds' mean score ± sd (a regression's: of the
+    folds where R² is defined, then pooled over every fold), and where they are kept."""
     kind = "grouped by subject" if scores["grouped"] else "shuffled (the store has no groups)"
-    errors = "".join(f", {k} {scores[f'mean_{k}']:.4g}" for k in _ERRORS
-                     if f"mean_{k}" in scores)
-    line = (f"{scores['n_folds']}-fold cross-validation, {kind}: {scores['score']} "
-            f"{scores['mean_score']:.4f} ± {scores['std_score']:.4f} (mean ± sd){errors}")
+    n, name = scores["n_folds"], scores["score"]
+    if scores["mean_score"] is None:
+        line = f"{n}-fold cross-validation, {kind}: {name} n/a in every fold (one row or one target value)"
+    else:
+        line = (f"{n}-fold cross-validation, {kind}: {name} {scores['mean_score']:.4f} ± "
+                f"{scores['std_score']:.4f} (mean ± sd")
+        scored = scores.get("n_scored", n)
+        line += ")" if scored == n else f" of the {scored} folds where it is defined)"
+    line += "".join(f", {k} {scores[f'mean_{k}']:.4g}" for k in _ERRORS if f"mean_{k}" in scores)
+    if "pooled_r2" in scores:
+        line += "; pooled out-of-fold: " + ", ".join(
+            f"{k} " + ("n/a" if scores[f"pooled_{k}"] is None else f"{scores[f'pooled_{k}']:.4g}")
+            for k in ("r2", *_ERRORS))
     if "out" not in scores:
         return line
     if scores["already_complete"]:
@@ -243,7 +261,7 @@ def read_results(out) -> dict:
     return results
 
 
-_INT, _NUMBER = "an integer", "a number"
+_INT, _NUMBER, _SCORE = "an integer", "a number", "a number or null"
 _FIELDS = {"store": "a path", "store_id": "a string", "params": "an object",
            "n_folds": _INT, "task": "'classification' or 'regression'",
            "score": "'accuracy' or 'r2'", "seed": _INT,
@@ -253,6 +271,8 @@ _FOLD = {"fold": _INT, "n": _INT, "n_train": _INT, "selected": "an object"}
 
 def _is(value, what: str) -> bool:
     """Whether a JSON value is ``what`` (a description of :data:`_FIELDS` or :data:`_FOLD`)."""
+    if what == _SCORE:
+        return value is None or _is(value, _NUMBER)
     if what in (_INT, _NUMBER):
         kinds = int if what == _INT else (int, float)
         return isinstance(value, kinds) and not isinstance(value, bool)
@@ -278,15 +298,22 @@ def _problem(results) -> str | None:
             return f'its "{field}" is {_shown(results.get(field))}, expected {what}'
     if len(results["folds"]) > results["n_folds"]:
         return f'it has {len(results["folds"])} "folds", more than its "n_folds"'
-    fields = {**_FOLD, results["score"]: _NUMBER,
-              **{k: _NUMBER for k in _ERRORS if results["score"] == "r2"}}
+    regression = results["score"] == "r2"
+    fields = {**_FOLD, results["score"]: _SCORE if regression else _NUMBER,
+              **{k: _NUMBER for k in _ERRORS + _POOLED if regression}}
     for i, fold in enumerate(results["folds"]):
         if not isinstance(fold, dict):
             return f'its "folds"[{i}] is {_shown(fold)}, expected an object'
         for field, what in fields.items():
-            if not _is(fold.get(field), what) or field == "fold" and fold[field] != i:
+            value = fold.get(field)
+            if field in _POOLED:  # a number per test row
+                if not (isinstance(value, list) and len(value) == fold["n"]
+                        and all(_is(v, _NUMBER) for v in value)):
+                    return (f'its "folds"[{i}]["{field}"] is {_shown(value)}, expected a list of '
+                            f'{fold["n"]} numbers')
+            elif field not in fold or not _is(value, what) or field == "fold" and value != i:
                 expected = str(i) if field == "fold" else what
-                return f'its "folds"[{i}]["{field}"] is {_shown(fold.get(field))}, expected {expected}'
+                return f'its "folds"[{i}]["{field}"] is {_shown(value)}, expected {expected}'
     return None
 
 

@@ -236,7 +236,9 @@ def test_a_damaged_results_file_names_the_field_and_what_it_should_be(full_run, 
              """its "task" is "or", expected 'classification' or 'regression'"""),
             (lambda r: r["test_rows"][0].__setitem__(0, "a"),
              'its "test_rows" is [["a", '),
-            (lambda r: r.update(score="r2"), 'its "folds"[0]["r2"] is missing (or null)')):
+            (lambda r: r.update(score="r2"), 'its "folds"[0]["r2"] is missing (or null)'),
+            (lambda r: [f.update(r2=None) for f in r["folds"]] and r.update(score="r2"),
+             'its "folds"[0]["mae"] is missing (or null), expected a number')):
         results = _read(full)
         change(results)
         out.write_text(json.dumps(results))

@@ -117,6 +117,15 @@ def test_cv_of_a_regression_store_grouped_by_subject(regression_cohort, tmp_path
         assert f"n_clusters {fold['selected']['n_clusters']})" in line
     assert saved["mean_mae"] == pytest.approx(np.mean([f["mae"] for f in saved["folds"]]))
     assert f"(mean ± sd), mae {saved['mean_mae']:.4g}, rmse {saved['mean_rmse']:.4g}" in summary
+    # each fold's out-of-fold predictions, row by row, pooled into one more R²
+    target = open_store(store).target
+    for fold, test in zip(saved["folds"], saved["test_rows"], strict=True):
+        np.testing.assert_allclose(fold["targets"], target[test])
+        assert fold["r2"] == pytest.approx(metrics.r2_score(fold["targets"], fold["predictions"]))
+    pooled = metrics.r2_score(target[sum(saved["test_rows"], [])],
+                              sum((f["predictions"] for f in saved["folds"]), []))
+    assert saved["pooled_r2"] == pytest.approx(pooled) and saved["n_scored"] == 2
+    assert f"; pooled out-of-fold: r2 {pooled:.4g}, mae " in summary
     # a resumed complete file says the same, and a fold without its errors is a damaged file
     assert main(["cv", str(store), "--folds", "2", "--out", str(results), "--resume",
                  *TRAIN]) == 0
@@ -128,25 +137,50 @@ def test_cv_of_a_regression_store_grouped_by_subject(regression_cohort, tmp_path
     assert '"folds"[1]["mae"] is missing (or null), expected a number' in capsys.readouterr().err
 
 
-def test_cv_refuses_folds_where_r2_is_not_defined(regression_cohort, tmp_path, capsys):
+def test_leave_one_subject_out_is_scored_on_the_pooled_predictions(regression_cohort, tmp_path,
+                                                                   capsys):
     rows = _read(regression_cohort)
     one_each, constant = tmp_path / "one_each.csv", tmp_path / "constant.csv"
-    # a scan per subject, every subject a fold: each fold would test on one row
+    # a scan per subject, every subject a fold: no fold's own R² is defined (one test row)
     one_each.write_text("path,target,group\n" + "".join(
         f"{r['path']},{r['target']},s{i}\n" for i, r in enumerate(rows[:6])))
     constant.write_text("path,target\n" + "".join(f"{r['path']},50\n" for r in rows[:6]))
-    for table, message in ((one_each, "fold 0 of 6 would be scored on a single row, where R² "
-                                      "is not defined: give fewer folds"),
-                           (constant, "the target is 50 for all 6 training rows: there is "
-                                      "nothing to predict")):
-        store = tmp_path / f"{table.stem}.zarr"
-        assert main(["convert", str(table), "--out", str(store), "--n-workers", "1",
-                     "--no-progress"]) == 0
-        capsys.readouterr()
-        assert main(["cv", str(store), "--folds", "6" if table == one_each else "2",
-                     *TRAIN]) == 2
-        captured = capsys.readouterr()
-        assert message in captured.err and "fold 0:" not in captured.out
+    for table in (one_each, constant):
+        assert main(["convert", str(table), "--out", str(tmp_path / f"{table.stem}.zarr"),
+                     "--n-workers", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    results = tmp_path / "loso.json"
+    assert main(["cv", str(tmp_path / "one_each.zarr"), "--folds", "6", "--out", str(results),
+                 *TRAIN]) == 0
+    out = capsys.readouterr().out.splitlines()
+    saved = json.loads(results.read_text())
+    assert [f["r2"] for f in saved["folds"]] == [None] * 6
+    assert all(line.startswith(f"fold {i}: r2 n/a (one row), mae ")
+               for i, line in enumerate(out[:6]))
+    # the pooled scores are scikit-learn's on the six out-of-fold predictions together
+    y = np.concatenate([f["targets"] for f in saved["folds"]])
+    pred = np.concatenate([f["predictions"] for f in saved["folds"]])
+    assert sorted(y) == sorted(float(r["target"]) for r in rows[:6])
+    assert saved["pooled_r2"] == pytest.approx(metrics.r2_score(y, pred))
+    assert saved["pooled_mae"] == pytest.approx(metrics.mean_absolute_error(y, pred))
+    assert saved["mean_score"] is None and saved["n_scored"] == 0
+    assert out[6].startswith("6-fold cross-validation, grouped by subject: r2 n/a in every fold")
+    assert f"; pooled out-of-fold: r2 {saved['pooled_r2']:.4g}, mae {saved['pooled_mae']:.4g}" in out[6]
+    # read back on --resume as the file it is (a null R², the rows' predictions)
+    assert main(["cv", str(tmp_path / "one_each.zarr"), "--folds", "6", "--out", str(results),
+                 "--resume", *TRAIN]) == 0
+    assert capsys.readouterr().out.splitlines()[6] == f"{out[6].split('; results in')[0]}; " \
+        f"already complete in {results}, nothing trained"
+    saved["folds"][2]["predictions"] = []
+    results.write_text(json.dumps(saved))
+    assert main(["cv", str(tmp_path / "one_each.zarr"), "--folds", "6", "--out", str(results),
+                 "--resume", *TRAIN]) == 2
+    assert '"folds"[2]["predictions"] is [], expected a list of 1 numbers' in capsys.readouterr().err
+    # a target that never varies has nothing to predict: refused before any fold trains
+    assert main(["cv", str(tmp_path / "constant.zarr"), "--folds", "2", *TRAIN]) == 2
+    captured = capsys.readouterr()
+    assert "the target is 50 for all 6 training rows: there is nothing to predict" in captured.err
+    assert "fold 0:" not in captured.out
 
 
 def test_help_says_what_the_classification_words_mean_for_a_regressor(capsys):
