@@ -5,7 +5,7 @@ import inspect
 import numpy as np
 import pytest
 
-from fgscale import FeatureGroupingClassifier
+from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor
 from fgscale._params import PARAMS, params_to_json
 from fgscale.cli import build_parser, main
 
@@ -30,6 +30,10 @@ def test_signature_and_docstring_come_from_the_table():
             FeatureGroupingClassifier.__doc__)
     with pytest.raises(TypeError, match="unexpected parameter"):
         FeatureGroupingClassifier(n_cluster=3)
+    # by position, as a user may try: the estimator named, not the base class
+    with pytest.raises(TypeError, match=r"^FeatureGroupingRegressor takes keyword arguments "
+                                        r"only, as scikit-learn's estimators: got 'l2' by"):
+        FeatureGroupingRegressor("l2")
 
 
 @pytest.mark.parametrize(("name", "value"), BAD)

@@ -79,7 +79,11 @@ class _History:
 class FeatureGroupingBase(BaseEstimator):
     """The machinery of the estimators; subclasses set the targets and the outputs."""
 
-    def __init__(self, **params):
+    def __init__(self, *args, **params):
+        if args:  # else Python's error names this base class, not the estimator
+            raise TypeError(f"{type(self).__name__} takes keyword arguments only, as scikit-learn's "
+                            f"estimators: got {args[0]!r} by position (such as "
+                            f"{type(self).__name__}(regularizer=...))")
         unknown = sorted(set(params) - {p.name for p in PARAMS})
         if unknown:
             raise TypeError(f"{type(self).__name__} got unexpected parameter(s) {unknown}")
