@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import sys
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -242,7 +243,15 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
         kind = "worker process(es)" if processes else "in-process worker(s)"
         _log_dashboard(local, f"started a local Dask cluster of {n_workers} {kind} "
                               f"x {threads_per_worker} thread(s)")
-        yield local
+        try:
+            yield local
+        except BaseException:  # an interrupt: the client leaves first, releasing its tasks, so
+            local.close()  # that stopping the workers reports no result lost (log tracebacks)
+            for _ in range(300):
+                if local.id not in cluster.scheduler.clients:
+                    break
+                time.sleep(0.05)
+            raise
 
 
 async def _probe(address: str, timeout: float, security=None) -> None:
@@ -367,7 +376,8 @@ def run_tasks(client: Client | ThreadTasks, func, args_list, *, progress: bool =
     else:
         from distributed import as_completed
 
-        futures = [client.submit(func, *args, pure=False) for args in args_list]
+        args_list = list(args_list)  # one graph for all: a submit each lags the scheduler
+        futures = client.map(func, *zip(*args_list, strict=True), pure=False) if args_list else []
         # the client's own loop: as_completed would otherwise look for a default client
         finished = as_completed(futures, loop=client.loop)
         failed = lambda future: future.status == "error"  # noqa: E731
@@ -383,8 +393,12 @@ def run_tasks(client: Client | ThreadTasks, func, args_list, *, progress: bool =
                 bar.update(weight(results[-1]))
         if errors:
             errors[0].result()  # re-raises the worker's exception, which names its input
-    finally:
-        client.cancel(futures)  # no-op when all are done; stops the rest on an interrupt
+    finally:  # a no-op when all are done; stops the rest on an interrupt
+        if isinstance(client, ThreadTasks):
+            client.cancel(futures)
+        else:  # one by one: distributed's cancel of n keys takes the scheduler n² steps, and
+            for future in futures:  # the cluster would be closed under it (tracebacks)
+                future.release()
     return results
 
 
