@@ -38,10 +38,22 @@ def is_store(X) -> bool:
     return isinstance(X, (str, os.PathLike)) and not is_images(X)
 
 
-def _affine(img) -> np.ndarray:
+def _array_mask_image(mask: np.ndarray, first):
+    """A boolean grid array as a mask image on the grid of ``first``, the first image: an
+    array has no affine of its own, so it must have the image's shape (resampling the images
+    to it would crop them to its corner, not align them)."""
+    from fgscale.images._masking import as_mask_image
     from fgscale.images._nifti import load_img
 
-    return load_img(img).affine
+    img = load_img(first)
+    if mask.ndim == 3 and tuple(mask.shape) != tuple(img.shape[:3]):
+        name = os.fspath(first) if isinstance(first, (str, os.PathLike)) else (
+            img.get_filename() or "the first image")
+        raise ValueError(f"mask is a boolean array of shape {tuple(mask.shape)} but {name} has "
+                         f"the grid {tuple(img.shape[:3])}: an array takes the images' affine, "
+                         "so it must have their shape; to mask images on another grid, give "
+                         "the mask as an image (its affine places it) with resample=True")
+    return as_mask_image(mask, img.affine)
 
 
 def mask_image_of(mask):
@@ -69,7 +81,7 @@ def images_to_rows(X, mask, resample: bool = False):
     if mask is None:
         mask_img = compute_mask(X, resample=resample)
     elif isinstance(mask, np.ndarray):
-        mask_img = as_mask_image(mask, _affine(X[0]))
+        mask_img = _array_mask_image(mask, X[0])
     else:
         mask_img = as_mask_image(mask)
     return mask_images(X, mask_img, resample=resample), mask_img

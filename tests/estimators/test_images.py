@@ -189,3 +189,18 @@ def test_errors_name_the_in_memory_image_by_its_place_in_the_list(cohort):
     empty = nib.Nifti1Image(np.zeros(TINY_GRID, np.uint8), mask.affine)
     with pytest.raises(ValueError, match=r"the mask is empty"):
         mask_images(paths[:2], empty)
+
+
+@pytest.mark.parametrize("resample", [False, True])
+def test_a_mask_array_of_another_shape_than_the_images_is_refused(cohort, resample):
+    """A boolean array has no affine of its own: it takes the images', so it must have their
+    shape; resampling the images to it would crop them to a corner, not align them."""
+    paths, y, _ = cohort
+    mask = np.ones(tuple(n - 1 for n in TINY_GRID), bool)
+    clf = FeatureGroupingClassifier(mask=mask, resample=resample, **FAST)
+    with pytest.raises(ValueError, match=(
+            rf"mask is a boolean array of shape \({', '.join(map(str, mask.shape))}\) but "
+            rf"{paths[0]} has the grid \({', '.join(map(str, TINY_GRID))}\).*give the mask as "
+            r"an image")) as info:
+        clf.fit(paths, y)
+    assert "resamples the images to the mask's grid" not in str(info.value)
