@@ -14,7 +14,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale.images._nifti import _name, grid_mismatch, load_img, read_data, read_image, same_grid
+from fgscale.images._nifti import grid_mismatch, load_img, load_mask, read_data, read_image, same_grid
 
 __all__ = ["as_mask_image", "compute_mask", "image_list", "is_images", "mask_images"]
 
@@ -183,16 +183,10 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
     ValueError
         Naming the image: unreadable, on another grid, or with non-finite values in the mask.
     """
-    mask_img = load_img(mask_img)
-    mask = read_data(mask_img)
-    if mask.ndim != 3:
-        raise ValueError(f"{_name(mask_img)}: a mask must be 3D, got shape {mask.shape}")
-    mask = np.isfinite(mask) & (mask != 0)
-    if not mask.any():
-        raise ValueError(f"{_name(mask_img)}: the mask is empty (no finite non-zero voxel)")
+    mask, affine = load_mask(mask_img)
     rows = []
     for name, img, data in _volumes(imgs):
-        vol = _on_grid(name, img, data, (mask.shape, mask_img.affine), resample)
+        vol = _on_grid(name, img, data, (mask.shape, affine), resample)
         row = np.asarray(vol[mask], dtype=np.float32)
         if not np.isfinite(row).all():
             raise ValueError(f"{name}: {int((~np.isfinite(row)).sum())} non-finite value(s) "
@@ -204,11 +198,13 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
 
 
 def as_mask_image(mask, affine=None) -> nib.Nifti1Image:
-    """A boolean grid array (with its affine) or a mask image/path, as a uint8 image."""
+    """A boolean grid array (with its affine) or a mask image/path, as a uint8 image of 0 and 1
+    (an image's voxels finite and non-zero, as :func:`~fgscale.images.load_mask` reads it)."""
     if isinstance(mask, np.ndarray):
         if mask.ndim != 3:
             raise ValueError(f"a mask array must be 3D, got shape {mask.shape}")
         return nib.Nifti1Image(mask.astype(np.uint8),
                                np.eye(4) if affine is None else np.asarray(affine, float))
-    return load_img(mask)
+    mask, affine = load_mask(mask)
+    return nib.Nifti1Image(mask.astype(np.uint8), affine)
 

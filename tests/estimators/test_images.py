@@ -204,3 +204,31 @@ def test_a_mask_array_of_another_shape_than_the_images_is_refused(cohort, resamp
             r"an image")) as info:
         clf.fit(paths, y)
     assert "resamples the images to the mask's grid" not in str(info.value)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # nilearn 0.14 on standardize=False
+def test_a_mask_with_nans_outside_or_one_volume_masks_as_nilearns_masker(cohort):
+    """Masks as other tools write them: NaN outside the brain, or a 4D image of one volume
+    (which nilearn takes as 3D). The features, mask_img_ (uint8, 0/1, on the mask's affine)
+    and the maps are those of the plain 0/1 mask."""
+    from nilearn.maskers import NiftiMasker
+
+    paths, y, _ = cohort
+    plain = compute_mask(paths)
+    data = np.asarray(plain.dataobj).astype(np.float32)
+    with_nans = nib.Nifti1Image(np.where(data > 0, 0.7, np.nan).astype(np.float32), plain.affine)
+    one_volume = nib.Nifti1Image(data[..., None], plain.affine)
+    reference = FeatureGroupingClassifier(mask=plain, **FAST).fit(paths, y)
+    expected = NiftiMasker(mask_img=plain).fit().transform(paths)
+    for mask in (with_nans, one_volume):
+        np.testing.assert_array_equal(NiftiMasker(mask_img=mask).fit().transform(paths),
+                                      expected)
+        np.testing.assert_array_equal(mask_images(paths, mask), expected)
+        clf = FeatureGroupingClassifier(mask=mask, **FAST).fit(paths, y)
+        assert clf.mask_img_.shape == TINY_GRID and clf.mask_img_.get_data_dtype() == np.uint8
+        np.testing.assert_array_equal(clf.mask_img_.get_fdata(), plain.get_fdata())
+        np.testing.assert_array_equal(clf.mask_img_.affine, plain.affine)
+        np.testing.assert_array_equal(clf.coef_, reference.coef_)
+        for name, img in reference.coef_img_.items():
+            np.testing.assert_array_equal(clf.coef_img_[name].get_fdata(), img.get_fdata())
+        np.testing.assert_array_equal(clf.predict(paths), reference.predict(paths))
