@@ -92,7 +92,8 @@ class FeatureGroupingBase(BaseEstimator):
         """Check every parameter (the table's constraints), before any work; with
         ``warn_level``, warn of those that have no effect, naming that frame of the stack
         (``warnings.warn``'s ``stacklevel``: 3 is the caller of this method)."""
-        validate_params(self.get_params(), type(self).__name__)
+        # deep=False: a parameter's own parameters (an estimator given as mask=) are not ours
+        validate_params(self.get_params(deep=False), type(self).__name__)
         if warn_level:
             warn_ignored(self, warn_level)
 

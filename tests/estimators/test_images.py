@@ -232,3 +232,18 @@ def test_a_mask_with_nans_outside_or_one_volume_masks_as_nilearns_masker(cohort)
         for name, img in reference.coef_img_.items():
             np.testing.assert_array_equal(clf.coef_img_[name].get_fdata(), img.get_fdata())
         np.testing.assert_array_equal(clf.predict(paths), reference.predict(paths))
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_a_nilearn_masker_as_mask_is_refused_saying_what_to_give(cohort):
+    """nilearn's decoders take a masker as mask=; here it would bring its own smoothing and
+    standardization, which fgscale does not apply: refused before any work, naming mask_img_."""
+    from nilearn.maskers import NiftiMasker
+
+    paths, y, _ = cohort
+    masker = NiftiMasker(mask_img=compute_mask(paths)).fit()
+    with pytest.raises(ValueError, match=r"The 'mask' parameter of FeatureGroupingClassifier must "
+                                         r"be .*for a nilearn masker.*mask_img_.*Got NiftiMasker"):
+        FeatureGroupingClassifier(mask=masker, **FAST).fit(paths, y)
+    clf = FeatureGroupingClassifier(mask=masker.mask_img_, **FAST).fit(paths, y)
+    np.testing.assert_array_equal(mask_images(paths, clf.mask_img_), masker.transform(paths))
