@@ -87,18 +87,35 @@ def images_to_rows(X, mask, resample: bool = False):
     return mask_images(X, mask_img, resample=resample), mask_img
 
 
+def _refuse_path(X) -> None:
+    """Refuse a path that predict or score cannot read (a string would otherwise reach numpy
+    as a float to convert), saying what to give instead: a folder of images, a cohort table,
+    a store, or another file."""
+    from pathlib import Path
+
+    from fgscale.store._reader import holds_images
+
+    path = Path(X)
+    if path.is_dir() and holds_images(path):
+        raise ValueError(f"{path}: a folder of NIfTI images; give them to predict as paths or "
+                         f"a pattern such as '{path / '*.nii.gz'}'")
+    if path.suffix.lower() in (".csv", ".tsv"):
+        raise ValueError(f"{path}: a cohort table, not images; give its path column (the "
+                         "table's folder prefixed to relative paths), or predict its files "
+                         "with fgscale.reports.predict_inputs(estimator, path)")
+    where = "a folder" if path.is_dir() else "not a NIfTI file (.nii, .nii.gz, .img, .hdr)"
+    raise ValueError(f"{path}: {where}; predict and score take arrays or NIfTI images, not a "
+                     "store: read its rows with open_store(path).read_rows(rows) (rows from "
+                     "its test_rows() or train_rows()), or predict them a shard at a time "
+                     "with fgscale.reports.predict_inputs(estimator, path)")
+
+
 def rows_of(X, mask_img, owner: str, resample: bool = False):
     """``X`` as it is, or images masked with ``mask_img`` (the fitted estimator's)."""
     from fgscale.images._masking import is_images, mask_images
 
     if isinstance(X, (str, os.PathLike)) and not is_images(X):
-        # a store (or a typo) would otherwise reach numpy as a string to convert to float
-        where = f"{os.fspath(X)}: " + ("a folder" if os.path.isdir(X) else
-                                      "not a NIfTI file (.nii, .nii.gz, .img, .hdr)")
-        raise ValueError(f"{where}; predict and score take arrays or NIfTI images, not a "
-                         "store: read its rows with open_store(path).read_rows(rows) (rows from "
-                         "its test_rows() or train_rows()), or predict them a shard at a time "
-                         "with fgscale.reports.predict_inputs(estimator, path)")
+        _refuse_path(X)
     if not is_images(X):
         return X
     if mask_img is None:

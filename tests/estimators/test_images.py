@@ -169,6 +169,15 @@ def test_a_table_or_a_folder_of_images_given_as_X_says_what_to_give(cohort, tiny
     with pytest.raises(ValueError, match=r"not a Zarr group .*; it holds NIfTI images: give them "
                                          r"to fit as paths or a pattern such as '.*\*\.nii\.gz'"):
         clf.fit(str(tiny_cohort.parent), y)
+    # predict and score: the same inputs are named for what they are, not taken for a store
+    fitted = FeatureGroupingClassifier(**FAST).fit(paths, y)
+    with pytest.raises(ValueError, match=r"cohort\.csv: a cohort table, not images; give its "
+                                         r"path column"):
+        fitted.predict(str(tiny_cohort))
+    with pytest.raises(ValueError, match=r"a folder of NIfTI images; give them to predict as "
+                                         r"paths or a pattern such as '.*\*\.nii\.gz'") as info:
+        fitted.score(str(tiny_cohort.parent), y)
+    assert "open_store" not in str(info.value)
     four_d = nib.concat_images(paths[:6])
     with pytest.raises(ValueError, match=r"the images hold 6 volumes but y has 1 targets: give "
                                          r"one target per volume \(a 4D image gives one row"):
