@@ -20,6 +20,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted, validate_dat
 
 from fgscale._params import PARAMS, estimator_signature, validate_params
 from fgscale.estimators._inputs import (
+    check_not_empty,
     cnn_grid,
     images_to_rows,
     is_store,
@@ -116,6 +117,7 @@ class FeatureGroupingBase(BaseEstimator):
         # be left from a previous fit
         for name in ("coef_", "intercept_", "feature_names_in_"):
             self.__dict__.pop(name, None)
+        check_not_empty(X, "fit on")
         if is_store(X):
             if y is not None or groups is not None:
                 from fgscale.store._reader import open_group_checked

@@ -7,7 +7,8 @@ import os
 
 import numpy as np
 
-__all__ = ["cnn_grid", "images_to_rows", "is_store", "mask_image_of", "resolve_graph", "rows_of"]
+__all__ = ["check_not_empty", "cnn_grid", "images_to_rows", "is_store", "mask_image_of",
+           "resolve_graph", "rows_of"]
 
 
 def resolve_graph(mask, n_features: int):
@@ -29,6 +30,14 @@ def resolve_graph(mask, n_features: int):
     if int(mask.sum()) != n_features:
         raise ValueError(f"mask has {int(mask.sum())} voxels set but X has {n_features} features")
     return mask
+
+
+def check_not_empty(X, to: str) -> None:
+    """Refuse an empty list or tuple (what ``sorted(glob(...))`` of a wrong folder gives),
+    naming it, rather than let scikit-learn call it a 1D array."""
+    if isinstance(X, (list, tuple)) and len(X) == 0:
+        raise ValueError(f"X is an empty {type(X).__name__}: no image or row to {to} (a glob "
+                         "of a wrong folder or pattern matches no file)")
 
 
 def is_store(X) -> bool:
@@ -114,6 +123,7 @@ def rows_of(X, mask_img, owner: str, resample: bool = False):
     """``X`` as it is, or images masked with ``mask_img`` (the fitted estimator's)."""
     from fgscale.images._masking import is_images, mask_images
 
+    check_not_empty(X, "predict")
     if isinstance(X, (str, os.PathLike)) and not is_images(X):
         _refuse_path(X)
     if not is_images(X):

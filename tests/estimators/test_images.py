@@ -256,3 +256,18 @@ def test_a_nilearn_masker_as_mask_is_refused_saying_what_to_give(cohort):
         FeatureGroupingClassifier(mask=masker, **FAST).fit(paths, y)
     clf = FeatureGroupingClassifier(mask=masker.mask_img_, **FAST).fit(paths, y)
     np.testing.assert_array_equal(mask_images(paths, clf.mask_img_), masker.transform(paths))
+
+
+def test_an_empty_list_of_images_is_named_as_such(cohort, tmp_path):
+    """sorted(glob(...)) of a wrong folder gives []: fit and predict say that no image came,
+    not scikit-learn's 'Expected 2D array, got 1D array'."""
+    paths, y, _ = cohort
+    clf = FeatureGroupingClassifier(**FAST)
+    with pytest.raises(ValueError, match=r"^X is an empty list: no image or row to fit on"):
+        clf.fit([], [])
+    clf.fit(paths, y)
+    for method in (clf.predict, clf.predict_proba, clf.decision_function):
+        with pytest.raises(ValueError, match=r"^X is an empty list: no image or row to predict"):
+            method([])
+    with pytest.raises(ValueError, match=r"^X is an empty tuple"):
+        clf.score((), [])
