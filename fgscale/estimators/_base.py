@@ -27,6 +27,7 @@ from fgscale.estimators._inputs import (
     mask_image_of,
     resolve_graph,
     rows_of,
+    warn_unused_mask,
 )
 from fgscale.estimators._selection import candidates, check_groups, validation_split, warn_ignored
 from fgscale.grouping._bank import make_bank
@@ -207,6 +208,7 @@ class FeatureGroupingBase(BaseEstimator):
 
         self._check_params()
         store = open_store(path)
+        warn_unused_mask(self.mask, store, stacklevel=5)  # the caller of the subclass's fit
         self.mask_img_ = store.mask_img()
         seed = self._seed()
         rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))

@@ -4,11 +4,12 @@ path; and the masks that come with them."""
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 
 __all__ = ["check_not_empty", "cnn_grid", "images_to_rows", "is_store", "mask_image_of",
-           "resolve_graph", "rows_of"]
+           "resolve_graph", "rows_of", "warn_unused_mask"]
 
 
 def resolve_graph(mask, n_features: int):
@@ -38,6 +39,31 @@ def check_not_empty(X, to: str) -> None:
     if isinstance(X, (list, tuple)) and len(X) == 0:
         raise ValueError(f"X is an empty {type(X).__name__}: no image or row to {to} (a glob "
                          "of a wrong folder or pattern matches no file)")
+
+
+def warn_unused_mask(mask, store, stacklevel: int) -> None:
+    """Warn that ``mask`` (the parameter) has no effect on a fit on ``store``, whose features
+    are its own mask's voxels; silent when it is that mask (as given to fgscale convert)."""
+    if mask is None:
+        return
+    same = False
+    if isinstance(mask, np.ndarray):
+        same = mask.shape == store.mask.shape and np.array_equal(mask != 0, store.mask)
+    elif not hasattr(mask, "tocsr"):
+        from fgscale.images._nifti import load_mask, same_grid
+
+        try:
+            given, affine = load_mask(mask)
+        except (OSError, ValueError):  # a mask that cannot be read cannot be the store's
+            given, affine = None, None
+        same = given is not None and same_grid(given.shape, affine, (store.mask.shape,
+                                                                     store.affine)) and (
+            np.array_equal(given, store.mask))
+    if not same:
+        warnings.warn(f"mask= is not used with a store: the features are the store's "
+                      f"{int(store.mask.sum())} voxels (its mask, from fgscale convert); to "
+                      "train on another mask, convert with --mask", UserWarning,
+                      stacklevel=stacklevel)
 
 
 def is_store(X) -> bool:

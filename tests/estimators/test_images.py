@@ -271,3 +271,24 @@ def test_an_empty_list_of_images_is_named_as_such(cohort, tmp_path):
             method([])
     with pytest.raises(ValueError, match=r"^X is an empty tuple"):
         clf.score((), [])
+
+
+def test_a_mask_given_with_a_store_is_warned_of_unless_it_is_the_stores(tiny_cohort, tmp_path,
+                                                                        client):
+    """A store's features are its own mask's voxels: another mask= cannot apply, and says so;
+    the store's own mask (a user passing the mask the store was converted with) is silent."""
+    import warnings
+
+    store = convert(tiny_cohort, tmp_path / "c.zarr", client=client, progress=False)
+    other = store.mask.copy()
+    other[tuple(np.argwhere(other)[0])] = False
+    fast = dict(FAST, max_epochs=2)
+    for mask in (other, nib.Nifti1Image(other.astype(np.uint8), store.affine)):
+        with pytest.warns(UserWarning, match=rf"mask= is not used with a store: the features are "
+                                             rf"the store's {int(store.mask.sum())} voxels"):
+            clf = FeatureGroupingClassifier(mask=mask, **fast).fit(str(store.path), client=client)
+        assert clf.n_features_in_ == store.mask.sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FeatureGroupingClassifier(mask=store.mask_img(), **fast).fit(str(store.path),
+                                                                     client=client)
