@@ -22,12 +22,9 @@ def resolve_graph(mask, n_features: int):
         from fgscale.images._nifti import load_mask
 
         mask = load_mask(mask)[0]
-    if mask.dtype != bool:
-        if mask.dtype.kind not in "iuf" or not np.isin(mask, (0, 1)).all():
-            raise ValueError(f"mask must be a boolean array (or one of 0s and 1s), got dtype "
-                             f"{mask.dtype}" + ("" if mask.dtype.kind not in "iuf" else
-                                                f" with values {np.unique(mask)[:5].tolist()}"))
-        mask = mask != 0
+    from fgscale.images._masking import bool_mask_array
+
+    mask = bool_mask_array(mask)
     if int(mask.sum()) != n_features:
         raise ValueError(f"mask has {int(mask.sum())} voxels set but X has {n_features} features")
     return mask

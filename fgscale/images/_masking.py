@@ -16,7 +16,7 @@ import numpy as np
 
 from fgscale.images._nifti import grid_mismatch, load_img, load_mask, read_data, read_image, same_grid
 
-__all__ = ["as_mask_image", "compute_mask", "image_list", "is_images", "mask_images"]
+__all__ = ["as_mask_image", "bool_mask_array", "compute_mask", "image_list", "is_images", "mask_images"]
 
 _NIFTI_SUFFIXES = (".nii", ".nii.gz", ".img", ".hdr")
 
@@ -197,13 +197,25 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
     return np.stack(rows)
 
 
+def bool_mask_array(mask: np.ndarray) -> np.ndarray:
+    """A mask given as an array, as booleans: boolean, or of 0s and 1s (any other values, a
+    probability map or atlas labels, are refused rather than guessed at)."""
+    if mask.dtype == bool:
+        return mask
+    if mask.dtype.kind not in "iuf" or not np.isin(mask, (0, 1)).all():
+        raise ValueError(f"mask must be a boolean array (or one of 0s and 1s), got dtype "
+                         f"{mask.dtype}" + ("" if mask.dtype.kind not in "iuf" else
+                                            f" with values {np.unique(mask)[:5].tolist()}"))
+    return mask != 0
+
+
 def as_mask_image(mask, affine=None) -> nib.Nifti1Image:
     """A boolean grid array (with its affine) or a mask image/path, as a uint8 image of 0 and 1
     (an image's voxels finite and non-zero, as :func:`~fgscale.images.load_mask` reads it)."""
     if isinstance(mask, np.ndarray):
         if mask.ndim != 3:
             raise ValueError(f"a mask array must be 3D, got shape {mask.shape}")
-        return nib.Nifti1Image(mask.astype(np.uint8),
+        return nib.Nifti1Image(bool_mask_array(mask).astype(np.uint8),
                                np.eye(4) if affine is None else np.asarray(affine, float))
     mask, affine = load_mask(mask)
     return nib.Nifti1Image(mask.astype(np.uint8), affine)

@@ -292,3 +292,17 @@ def test_a_mask_given_with_a_store_is_warned_of_unless_it_is_the_stores(tiny_coh
         warnings.simplefilter("error")
         FeatureGroupingClassifier(mask=store.mask_img(), **fast).fit(str(store.path),
                                                                      client=client)
+
+
+@pytest.mark.parametrize("scale", [0.5, 256])
+def test_a_mask_array_not_of_0_and_1_is_refused_with_images_as_with_arrays(cohort, scale):
+    """An array of 0 and 0.5, or of atlas labels (256 wraps to 0 in uint8), was cast to uint8
+    with images and then called empty; it is refused as the arrays' path refuses it."""
+    paths, y, _ = cohort
+    mask = (np.asarray(compute_mask(paths).dataobj) != 0) * scale
+    X = mask_images(paths, compute_mask(paths))
+    message = (r"^mask must be a boolean array \(or one of 0s and 1s\), got dtype "
+               rf"{mask.dtype} with values \[0(\.0)?, {scale}(\.0)?\]")
+    for data in (paths, X):
+        with pytest.raises(ValueError, match=message):
+            FeatureGroupingClassifier(mask=mask, **FAST).fit(data, y)
