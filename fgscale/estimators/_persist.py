@@ -199,7 +199,7 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
 
     params = params_to_json(estimator.get_params())
     if isinstance(estimator.mask, (str, os.PathLike)):  # found again from any working folder
-        params["mask"] = os.path.abspath(estimator.mask)
+        params["mask"] = os.path.abspath(os.path.expanduser(estimator.mask))
     if mask_arrays:
         params["mask"] = _NPZ_MASK_PARAM
     elif mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):

@@ -67,7 +67,7 @@ def is_images(X) -> bool:
 def image_list(imgs) -> list:
     """The images ``imgs`` stands for, as a list: one image, a list, tuple, array or Series of
     them; a path with wildcards (``"sub-*/beta.nii.gz"``) stands for the files it matches,
-    in sorted order.
+    in sorted order; a path from ``~`` for the user's file.
 
     Raises
     ------
@@ -81,6 +81,10 @@ def image_list(imgs) -> list:
             if not matches:
                 raise FileNotFoundError(f"{item}: no file matches this pattern")
             out.extend(matches)
+        elif isinstance(item, str) and item.startswith("~"):
+            out.append(os.path.expanduser(item))
+        elif isinstance(item, Path) and str(item).startswith("~"):
+            out.append(item.expanduser())
         else:
             out.append(item)
     return out

@@ -51,7 +51,7 @@ def load_img(img) -> nib.Nifti1Image:
         If the file is not a readable NIfTI image or the image is not 3D/4D.
     """
     if isinstance(img, (str, Path)):
-        path = Path(img)
+        path = Path(img).expanduser()  # "~/betas/x.nii.gz", as nilearn reads it
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such NIfTI file")
         try:

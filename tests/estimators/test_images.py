@@ -1,6 +1,8 @@
 """Images at the estimators' edges: NIfTI paths, images and 4D series in ``fit``, ``predict`` and
 ``score``, masked as nilearn's NiftiMasker masks them, and weights back as one map per class."""
 
+import os
+
 import nibabel as nib
 import numpy as np
 import pytest
@@ -306,3 +308,25 @@ def test_a_mask_array_not_of_0_and_1_is_refused_with_images_as_with_arrays(cohor
     for data in (paths, X):
         with pytest.raises(ValueError, match=message):
             FeatureGroupingClassifier(mask=mask, **FAST).fit(data, y)
+
+
+def test_paths_from_the_home_folder_are_read_as_nilearn_reads_them(cohort, tmp_path,
+                                                                   monkeypatch):
+    """'~/betas/x.nii.gz' is the user's file, as for a pattern and for nilearn's maskers."""
+    import shutil
+
+    paths, y, _ = cohort
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "betas").mkdir()
+    for p in paths:
+        shutil.copy(p, tmp_path / "betas")
+    compute_mask(paths).to_filename(tmp_path / "mask.nii.gz")
+    home = [f"~/betas/{os.path.basename(p)}" for p in paths]
+    clf = FeatureGroupingClassifier(mask="~/mask.nii.gz", **FAST).fit(home, y)
+    reference = FeatureGroupingClassifier(mask=compute_mask(paths), **FAST).fit(paths, y)
+    np.testing.assert_array_equal(clf.coef_, reference.coef_)
+    np.testing.assert_array_equal(clf.predict(home[0]), reference.predict(paths[0]))
+    from fgscale import load_model, save_model
+
+    save_model(clf, tmp_path / "model")  # the mask's path saved as the file it names
+    assert load_model(tmp_path / "model").mask == str(tmp_path / "mask.nii.gz")
