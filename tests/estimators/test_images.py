@@ -330,3 +330,18 @@ def test_paths_from_the_home_folder_are_read_as_nilearn_reads_them(cohort, tmp_p
 
     save_model(clf, tmp_path / "model")  # the mask's path saved as the file it names
     assert load_model(tmp_path / "model").mask == str(tmp_path / "mask.nii.gz")
+
+
+def test_an_empty_image_that_empties_the_computed_mask_is_named(cohort, tmp_path):
+    """One failed contrast (all zeros, or NaN) among many: the error names it, not only 'the
+    images share no voxel'."""
+    paths, y, _ = cohort
+    imgs = [nib.load(p) for p in paths]
+    imgs[3] = nib.Nifti1Image(np.full(TINY_GRID, np.nan, np.float32), imgs[3].affine)
+    with pytest.raises(ValueError, match=r"<in-memory image 3 of the list>: no voxel is finite "
+                                         r"and non-zero \(all zero or NaN\)"):
+        FeatureGroupingClassifier(**FAST).fit(imgs, y)
+    zero = tmp_path / "zero.nii.gz"
+    nib.save(nib.Nifti1Image(np.zeros(TINY_GRID, np.float32), imgs[0].affine), zero)
+    with pytest.raises(ValueError, match=r"zero\.nii\.gz: no voxel is finite and non-zero"):
+        compute_mask([paths[0], str(zero), paths[1]])
