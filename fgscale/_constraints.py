@@ -7,11 +7,12 @@ inside :func:`check_device`).
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 
-__all__ = ["Anything", "Bool", "Constraint", "Device", "Fraction", "Interval", "InvalidParameterError",
-           "Options", "RandomState", "Searchable", "Sizes", "Union", "check_device"]
+__all__ = ["Bool", "Constraint", "Device", "Fraction", "Interval", "InvalidParameterError",
+           "Mask", "Options", "RandomState", "Searchable", "Sizes", "Union", "check_device"]
 
 
 class InvalidParameterError(ValueError):
@@ -188,15 +189,18 @@ class Device(Constraint):
         return "a torch device ('cpu', 'cuda', 'cuda:1')"
 
 
-class Anything(Constraint):
-    def __init__(self, description: str):
-        self.description = description
+class Mask(Constraint):
+    """What ``mask`` takes; checked by duck typing, so that this module imports no nibabel."""
 
     def accepts(self, value):
-        return True
+        return (value is None or isinstance(value, (str, os.PathLike, np.ndarray))
+                or hasattr(value, "tocsr")  # a sparse adjacency
+                or hasattr(value, "dataobj") and hasattr(value, "affine"))  # a nibabel image
 
     def describe(self):
-        return self.description
+        return ("None, a mask image (nibabel), a path to one, a boolean array or a sparse "
+                "adjacency (for a nilearn masker, give its mask image: a masker's mask_img_ "
+                "once fitted; fgscale standardizes the features itself and does not smooth)")
 
 
 class RandomState(Constraint):

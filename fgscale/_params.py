@@ -18,13 +18,13 @@ import numpy as np
 
 from fgscale._auto import auto_k_help
 from fgscale._constraints import (
-    Anything,
     Bool,
     Constraint,
     Device,
     Fraction,
     Interval,
     InvalidParameterError,
+    Mask,
     Options,
     RandomState,
     Searchable,
@@ -68,9 +68,10 @@ class Param:
 
 
 PARAMS: tuple[Param, ...] = (
-    Param("mask", None, Anything("an image, a path or a boolean array"),
+    Param("mask", None, Mask(),
           "spatial layout of the features (X's columns are vol[mask] in C order); None chains "
-          "the features in a 1D graph; with a store, the store's mask is used",
+          "the features in a 1D graph; with a store, the store's mask is used (another one "
+          "is warned of)",
           "ndarray of bool, Nifti1Image, str, Path or None", cli=False),
     Param("resample", False, Bool(),
           "images given to fit, predict or score on another grid than the mask's are resampled "

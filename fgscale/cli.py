@@ -360,8 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "trained run (no cluster)")
     p.add_argument("run", help="run folder (from fgscale train)")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="NIfTI files (3D or 4D: a line per volume), or one cohort table "
-                        "(.csv/.tsv: path[,label or target, copied][,split]), or one store")
+                   help="NIfTI files or a quoted pattern (3D or 4D: a line per volume), or one "
+                        "cohort table (.csv/.tsv: path[,label or target, copied][,split]), or one store")
     p.add_argument("--out", required=True, help="the predictions to write (CSV)")
     p.add_argument("--rows", choices=["all", "train", "test"], default="all",
                    help="a store's rows or a cohort table's files, by split (default: all)")

@@ -310,12 +310,15 @@ def _peak(data: np.ndarray) -> tuple[int, int, int]:
 
 
 def _matplotlib_slices(img, mask, title: str):
-    """Sagittal, coronal and axial slices through the peak voxel, in RAS orientation."""
+    """Sagittal, coronal and axial slices through the peak voxel, in RAS orientation; the peak
+    named as the file's voxel and in mm, which hold whatever the file's orientation."""
+    in_file = _peak(np.asarray(img.dataobj))
+    mm = nib.affines.apply_affine(img.affine, in_file)
     img = nib.as_closest_canonical(img)
     data = np.asarray(img.dataobj, dtype=np.float64)
     back = (np.asarray(nib.as_closest_canonical(mask).dataobj) != 0 if mask is not None
             else data != 0)
-    peak = _peak(data)
+    peak = tuple(int(i) for i in np.rint(nib.affines.apply_affine(np.linalg.inv(img.affine), mm)))
     vmax = float(np.abs(data).max()) or 1.0
     zooms = img.header.get_zooms()[:3]
     fig = _new_figure(10, 3.2)
@@ -330,10 +333,11 @@ def _matplotlib_slices(img, mask, title: str):
                   aspect=zooms[rest[1]] / zooms[rest[0]])
         shown = ax.imshow(np.ma.masked_equal(plane, 0), cmap="RdBu_r", vmin=-vmax, vmax=vmax,
                           origin="lower", aspect=zooms[rest[1]] / zooms[rest[0]])
-        ax.set_title(f"{name}, voxel {peak[axis]}", fontsize=9)
+        ax.set_title(f"{name}, {'xyz'[axis]} = {mm[axis]:.3g} mm", fontsize=9)
         ax.set_axis_off()
     fig.colorbar(shown, ax=list(axes), shrink=0.8)
-    fig.suptitle(f"{title} (peak |value| {vmax:.3g} at voxel {peak})")
+    fig.suptitle(f"{title} (peak |value| {vmax:.3g} at voxel {in_file} of the file, "
+                 f"({', '.join(f'{c:.3g}' for c in mm)}) mm)")
     return fig
 
 

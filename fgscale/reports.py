@@ -20,7 +20,7 @@ import numpy as np
 from fgscale._files import atomic_path
 from fgscale._progress import tqdm
 from fgscale.images._cohort import TABLE_SUFFIXES, read_cohort
-from fgscale.images._masking import mask_images
+from fgscale.images._masking import image_list, mask_images
 from fgscale.images._nifti import load_img, same_grid
 from fgscale.store._reader import Store, open_store
 
@@ -180,7 +180,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
     clf : FeatureGroupingClassifier
         Fitted; images need its ``mask_img_``.
     inputs : list of str or Path
-        NIfTI files (3D or 4D: one row per volume); or one ``.csv``/``.tsv`` cohort table
+        NIfTI files (3D or 4D: one row per volume; a pattern such as ``"new/*.nii.gz"``
+        stands for the files it matches, sorted); or one ``.csv``/``.tsv`` cohort table
         (:func:`fgscale.images.read_cohort`; its ``label`` or ``target`` column, when it has
         one, is copied, and may be empty); or one store (a directory).
     rows : {"all", "train", "test"}, default="all"
@@ -226,7 +227,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         if rows != "all":
             raise ValueError("rows selects a store's rows or a cohort table's files by split; "
                              "NIfTI files have none")
-        entries = [{"path": str(p)} for p in inputs]
+        # a pattern the shell left alone (quoted, or no shell) names the files it matches
+        entries = [{"path": str(p)} for p in image_list([str(p) for p in inputs])]
     shapes = [load_img(e["path"]).shape for e in entries]  # headers only
     with_volume = any(len(shape) == 4 for shape in shapes)
     return _proba_columns(clf, _image_blocks(clf, entries, resample, with_volume),

@@ -166,3 +166,24 @@ def test_chromium_renders_the_report(tiny_runs, tmp_path):
     assert pixels.shape[:2] == (2400, 1200)
     # the figures are drawn: more than a few colours, as text on white alone would give
     assert len({tuple(p) for p in pixels[::4, ::4].reshape(-1, pixels.shape[-1])}) > 50
+
+
+def test_matplotlib_maps_name_the_peak_as_in_the_file_whatever_its_orientation():
+    """The slices are drawn in RAS, but the peak is given as the map file's voxel and in mm,
+    which a reader can find in the file (an LAS image's x index runs the other way)."""
+    import nibabel as nib
+
+    from fgscale.report_html import _matplotlib_slices
+
+    data = np.zeros((10, 12, 10), np.float32)
+    data[3, 6, 2] = -0.5  # the peak of |value|, near the image's low-x side
+    data[5, 5, 5] = 0.2
+    las = np.array([[-4.0, 0, 0, 90], [0, 4, 0, -126], [0, 0, 4, -72], [0, 0, 0, 1]])
+    fig = _matplotlib_slices(nib.Nifti1Image(data, las), None, "class_0")
+    title = fig._suptitle.get_text()
+    assert "voxel (3, 6, 2)" in title and "(78, -102, -64) mm" in title, title
+    views = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert views == ["sagittal, x = 78 mm", "coronal, y = -102 mm", "axial, z = -64 mm"]
+    # the sagittal view is the slice of the peak: it holds the peak's value, not the other one
+    shown = fig.axes[0].images[1].get_array()
+    assert shown.compressed().tolist() == [-0.5]

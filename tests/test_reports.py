@@ -69,6 +69,23 @@ def test_nifti_files_are_predicted_as_the_store_rows(trained, tiny_cohort, tmp_p
     np.testing.assert_allclose(proba(table, classes), clf.predict_proba(X), **FLOAT32)
 
 
+def test_a_quoted_pattern_is_expanded_as_the_shell_would(trained, tiny_cohort, tmp_path,
+                                                         capsys):
+    """A pattern the shell did not expand (quoted, or from a script without a shell) names
+    the files it matches, sorted, as the estimator's predict and the cohort tables take it."""
+    _, run = trained
+    files = sorted(map(str, tiny_cohort.parent.glob("synthetic_0000*.nii.gz")))
+    code, out, err = predict(capsys, run, tiny_cohort.parent / "synthetic_0000*.nii.gz",
+                             out=tmp_path / "p.csv")
+    assert code == 0, err
+    assert [r["path"] for r in read_csv(tmp_path / "p.csv")] == files
+    assert predict(capsys, run, *files, out=tmp_path / "q.csv")[0] == 0
+    assert read_csv(tmp_path / "p.csv") == read_csv(tmp_path / "q.csv")
+    code, _, err = predict(capsys, run, tiny_cohort.parent / "nothing_*.nii.gz",
+                           out=tmp_path / "p.csv")
+    assert code == 2 and "nothing_*.nii.gz: no file matches this pattern" in err
+
+
 def test_a_cohort_table_by_split(trained, tiny_cohort, tmp_path, capsys):
     store, run = trained
     assert predict(capsys, run, tiny_cohort, out=tmp_path / "p.csv", extra=["--rows", "test"])[0] == 0

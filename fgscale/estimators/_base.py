@@ -20,12 +20,14 @@ from sklearn.utils.validation import _num_samples, check_is_fitted, validate_dat
 
 from fgscale._params import PARAMS, estimator_signature, validate_params
 from fgscale.estimators._inputs import (
+    check_not_empty,
     cnn_grid,
     images_to_rows,
     is_store,
     mask_image_of,
     resolve_graph,
     rows_of,
+    warn_unused_mask,
 )
 from fgscale.estimators._selection import candidates, check_groups, validation_split, warn_ignored
 from fgscale.grouping._bank import make_bank
@@ -96,7 +98,8 @@ class FeatureGroupingBase(BaseEstimator):
         """Check every parameter (the table's constraints), before any work; with
         ``warn_level``, warn of those that have no effect, naming that frame of the stack
         (``warnings.warn``'s ``stacklevel``: 3 is the caller of this method)."""
-        validate_params(self.get_params(), type(self).__name__)
+        # deep=False: a parameter's own parameters (an estimator given as mask=) are not ours
+        validate_params(self.get_params(deep=False), type(self).__name__)
         if warn_level:
             warn_ignored(self, warn_level)
 
@@ -119,6 +122,7 @@ class FeatureGroupingBase(BaseEstimator):
         # be left from a previous fit
         for name in ("coef_", "intercept_", "feature_names_in_"):
             self.__dict__.pop(name, None)
+        check_not_empty(X, "fit on")
         if is_store(X):
             if y is not None or groups is not None:
                 from fgscale.store._reader import open_group_checked
@@ -208,6 +212,7 @@ class FeatureGroupingBase(BaseEstimator):
 
         self._check_params()
         store = open_store(path)
+        warn_unused_mask(self.mask, store, stacklevel=5)  # the caller of the subclass's fit
         self.mask_img_ = store.mask_img()
         seed = self._seed()
         rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))

@@ -58,9 +58,10 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     coef_img_ : dict of nibabel.Nifti1Image
         ``coef_`` as one 3D map per class, keyed by class, when a mask image is known.
     mask_img_ : nibabel.Nifti1Image or None
-        The mask of the features: the store's, the one computed from or given with the
-        images, ``mask`` when it is an image or a path; None for arrays with no image mask.
-        ``predict`` and ``score`` accept images on its grid.
+        The mask of the features, as a uint8 image of 0 and 1: the store's, the one computed
+        from or given with the images, ``mask`` when it is an image or a path (its voxels
+        finite and non-zero); None for arrays with no image mask (a boolean array has no
+        affine). ``predict`` and ``score`` accept images on its grid.
     n_iter_ : int
         Epochs that the returned model was trained for.
     history_ : list of dict

@@ -4,10 +4,12 @@ path; and the masks that come with them."""
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 
-__all__ = ["cnn_grid", "images_to_rows", "is_store", "mask_image_of", "resolve_graph", "rows_of"]
+__all__ = ["check_not_empty", "cnn_grid", "images_to_rows", "is_store", "mask_image_of",
+           "resolve_graph", "rows_of", "warn_unused_mask"]
 
 
 def resolve_graph(mask, n_features: int):
@@ -20,15 +22,45 @@ def resolve_graph(mask, n_features: int):
         from fgscale.images._nifti import load_mask
 
         mask = load_mask(mask)[0]
-    if mask.dtype != bool:
-        if mask.dtype.kind not in "iuf" or not np.isin(mask, (0, 1)).all():
-            raise ValueError(f"mask must be a boolean array (or one of 0s and 1s), got dtype "
-                             f"{mask.dtype}" + ("" if mask.dtype.kind not in "iuf" else
-                                                f" with values {np.unique(mask)[:5].tolist()}"))
-        mask = mask != 0
+    from fgscale.images._masking import bool_mask_array
+
+    mask = bool_mask_array(mask)
     if int(mask.sum()) != n_features:
         raise ValueError(f"mask has {int(mask.sum())} voxels set but X has {n_features} features")
     return mask
+
+
+def check_not_empty(X, to: str) -> None:
+    """Refuse an empty list or tuple (what ``sorted(glob(...))`` of a wrong folder gives),
+    naming it, rather than let scikit-learn call it a 1D array."""
+    if isinstance(X, (list, tuple)) and len(X) == 0:
+        raise ValueError(f"X is an empty {type(X).__name__}: no image or row to {to} (a glob "
+                         "of a wrong folder or pattern matches no file)")
+
+
+def warn_unused_mask(mask, store, stacklevel: int) -> None:
+    """Warn that ``mask`` (the parameter) has no effect on a fit on ``store``, whose features
+    are its own mask's voxels; silent when it is that mask (as given to fgscale convert)."""
+    if mask is None:
+        return
+    same = False
+    if isinstance(mask, np.ndarray):
+        same = mask.shape == store.mask.shape and np.array_equal(mask != 0, store.mask)
+    elif not hasattr(mask, "tocsr"):
+        from fgscale.images._nifti import load_mask, same_grid
+
+        try:
+            given, affine = load_mask(mask)
+        except (OSError, ValueError):  # a mask that cannot be read cannot be the store's
+            given, affine = None, None
+        same = given is not None and same_grid(given.shape, affine, (store.mask.shape,
+                                                                     store.affine)) and (
+            np.array_equal(given, store.mask))
+    if not same:
+        warnings.warn(f"mask= is not used with a store: the features are the store's "
+                      f"{int(store.mask.sum())} voxels (its mask, from fgscale convert); to "
+                      "train on another mask, convert with --mask", UserWarning,
+                      stacklevel=stacklevel)
 
 
 def is_store(X) -> bool:
@@ -38,10 +70,22 @@ def is_store(X) -> bool:
     return isinstance(X, (str, os.PathLike)) and not is_images(X)
 
 
-def _affine(img) -> np.ndarray:
+def _array_mask_image(mask: np.ndarray, first):
+    """A boolean grid array as a mask image on the grid of ``first``, the first image: an
+    array has no affine of its own, so it must have the image's shape (resampling the images
+    to it would crop them to its corner, not align them)."""
+    from fgscale.images._masking import as_mask_image
     from fgscale.images._nifti import load_img
 
-    return load_img(img).affine
+    img = load_img(first)
+    if mask.ndim == 3 and tuple(mask.shape) != tuple(img.shape[:3]):
+        name = os.fspath(first) if isinstance(first, (str, os.PathLike)) else (
+            img.get_filename() or "the first image")
+        raise ValueError(f"mask is a boolean array of shape {tuple(mask.shape)} but {name} has "
+                         f"the grid {tuple(img.shape[:3])}: an array takes the images' affine, "
+                         "so it must have their shape; to mask images on another grid, give "
+                         "the mask as an image (its affine places it) with resample=True")
+    return as_mask_image(mask, img.affine)
 
 
 def mask_image_of(mask):
@@ -69,24 +113,42 @@ def images_to_rows(X, mask, resample: bool = False):
     if mask is None:
         mask_img = compute_mask(X, resample=resample)
     elif isinstance(mask, np.ndarray):
-        mask_img = as_mask_image(mask, _affine(X[0]))
+        mask_img = _array_mask_image(mask, X[0])
     else:
         mask_img = as_mask_image(mask)
     return mask_images(X, mask_img, resample=resample), mask_img
+
+
+def _refuse_path(X) -> None:
+    """Refuse a path that predict or score cannot read (a string would otherwise reach numpy
+    as a float to convert), saying what to give instead: a folder of images, a cohort table,
+    a store, or another file."""
+    from pathlib import Path
+
+    from fgscale.store._reader import holds_images
+
+    path = Path(X)
+    if path.is_dir() and holds_images(path):
+        raise ValueError(f"{path}: a folder of NIfTI images; give them to predict as paths or "
+                         f"a pattern such as '{path / '*.nii.gz'}'")
+    if path.suffix.lower() in (".csv", ".tsv"):
+        raise ValueError(f"{path}: a cohort table, not images; give its path column (the "
+                         "table's folder prefixed to relative paths), or predict its files "
+                         "with fgscale.reports.predict_inputs(estimator, path)")
+    where = "a folder" if path.is_dir() else "not a NIfTI file (.nii, .nii.gz, .img, .hdr)"
+    raise ValueError(f"{path}: {where}; predict and score take arrays or NIfTI images, not a "
+                     "store: read its rows with open_store(path).read_rows(rows) (rows from "
+                     "its test_rows() or train_rows()), or predict them a shard at a time "
+                     "with fgscale.reports.predict_inputs(estimator, path)")
 
 
 def rows_of(X, mask_img, owner: str, resample: bool = False):
     """``X`` as it is, or images masked with ``mask_img`` (the fitted estimator's)."""
     from fgscale.images._masking import is_images, mask_images
 
+    check_not_empty(X, "predict")
     if isinstance(X, (str, os.PathLike)) and not is_images(X):
-        # a store (or a typo) would otherwise reach numpy as a string to convert to float
-        where = f"{os.fspath(X)}: " + ("a folder" if os.path.isdir(X) else
-                                      "not a NIfTI file (.nii, .nii.gz, .img, .hdr)")
-        raise ValueError(f"{where}; predict and score take arrays or NIfTI images, not a "
-                         "store: read its rows with open_store(path).read_rows(rows) (rows from "
-                         "its test_rows() or train_rows()), or predict them a shard at a time "
-                         "with fgscale.reports.predict_inputs(estimator, path)")
+        _refuse_path(X)
     if not is_images(X):
         return X
     if mask_img is None:

@@ -10,11 +10,12 @@ and ``mask.nii.gz``.
                   the SHA-256 of model.npz; written last, so that it marks a complete save
     model.npz     the torch model's state_dict (arrays ``model.<name>``), the
                   standardization vectors ``mean_`` and ``scale_`` (absent without it), and
-                  a ``mask`` parameter that no 3D image holds: an array of another
-                  dimension as ``mask`` (a CNN's 2D grid), a sparse adjacency as
-                  ``mask.row``, ``mask.col`` and ``mask.data``
+                  a ``mask`` parameter given as an array or a sparse adjacency, as it was:
+                  an array (a 3D boolean grid, a CNN's 2D grid) as ``mask``, an adjacency
+                  as ``mask.row``, ``mask.col`` and ``mask.data``
     mask.nii.gz   the mask the features come from, uint8 on the images' grid, when the
-                  estimator has one (``mask_img_``)
+                  estimator has one (``mask_img_``); never made up for a boolean array,
+                  which has no affine
 
 Loading reads JSON, ``np.load(allow_pickle=False)`` and a NIfTI header and array: a crafted
 folder can fail to load, never run code, where a pickle (or ``torch.load`` without
@@ -50,8 +51,8 @@ _FORMAT = "fgscale-model"
 _SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_")
 _CLASS_KINDS = "Uiubf"  # the dtypes of labels that JSON gives back as they were (and "O")
 _PREFIX = "model."  # state_dict arrays in model.npz, apart from mean_ and scale_
-_MASK_PARAM = {"saved": MASK}  # a 3D array or image ``mask`` parameter: the saved mask
-_NPZ_MASK_PARAM = {"saved": MODEL_NPZ}  # another array, or a sparse adjacency: its arrays
+_MASK_PARAM = {"saved": MASK}  # an image ``mask`` parameter: the saved mask
+_NPZ_MASK_PARAM = {"saved": MODEL_NPZ}  # an array, or a sparse adjacency: its arrays
 _COO = ("mask.row", "mask.col", "mask.data")
 
 
@@ -92,9 +93,9 @@ def _versions() -> dict:
 
 
 def _mask_to_save(estimator, mask_img, in_npz: bool):
-    """The fitted ``mask_img_``, else ``mask_img``, else a 3D array or image ``mask``
-    parameter (a path parameter is kept as a path in the parameters; the other arrays go to
-    model.npz, ``in_npz``: :func:`_mask_arrays`)."""
+    """The fitted ``mask_img_``, else ``mask_img``, else an image ``mask`` parameter (a path
+    parameter is kept as a path in the parameters; arrays go to model.npz, ``in_npz``:
+    :func:`_mask_arrays`, and give no image: a grid array has no affine to place it)."""
     for mask in (getattr(estimator, "mask_img_", None), mask_img):
         if mask is not None:
             return as_mask_image(mask)
@@ -104,13 +105,13 @@ def _mask_to_save(estimator, mask_img, in_npz: bool):
 
 
 def _mask_arrays(mask) -> dict:
-    """A ``mask`` parameter that no 3D image holds, as arrays of model.npz: an array of
-    another dimension (the CNN's 2D grid, a 1D chain), or a sparse adjacency as COO."""
+    """A ``mask`` parameter given as an array, as arrays of model.npz: a boolean grid (3D,
+    the CNN's 2D grid, a 1D chain) as it was, or a sparse adjacency as COO."""
     if hasattr(mask, "tocsr"):
         coo = mask.tocoo()
         return dict(zip(_COO, (coo.row.astype(np.int64), coo.col.astype(np.int64),
                                coo.data.astype(np.float64)), strict=True))
-    if isinstance(mask, np.ndarray) and mask.ndim != 3:
+    if isinstance(mask, np.ndarray):
         return {"mask": mask != 0}
     return {}
 
@@ -120,8 +121,8 @@ def _saved_mask_param(arrays: dict, n_features: int, path: Path):
     ``arrays``."""
     if "mask" in arrays:
         mask = arrays.pop("mask")
-        if mask.dtype != bool or mask.ndim == 3 or int(mask.sum()) != n_features:
-            raise ValueError(f"{path}: array 'mask' must be a boolean grid (not 3D) with "
+        if mask.dtype != bool or int(mask.sum()) != n_features:
+            raise ValueError(f"{path}: array 'mask' must be a boolean grid with "
                              f"{n_features} cells set, got {mask.dtype} {mask.shape}")
         return mask
     row, col, data = (arrays.pop(name, None) for name in _COO)
@@ -198,7 +199,7 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
 
     params = params_to_json(estimator.get_params())
     if isinstance(estimator.mask, (str, os.PathLike)):  # found again from any working folder
-        params["mask"] = os.path.abspath(estimator.mask)
+        params["mask"] = os.path.abspath(os.path.expanduser(estimator.mask))
     if mask_arrays:
         params["mask"] = _NPZ_MASK_PARAM
     elif mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):
@@ -334,9 +335,10 @@ def load_model(folder):
     -------
     estimator : FeatureGroupingClassifier or FeatureGroupingRegressor
         Its parameters, fitted attributes and model as saved, the model on the CPU (moved to
-        ``device`` to predict); ``bank_`` is None. A 3D array or image ``mask`` parameter
-        comes back as the saved mask image, another array (a CNN's 2D grid) or a sparse
-        adjacency as it was; a ``RandomState`` as None.
+        ``device`` to predict); ``bank_`` is None. An image ``mask`` parameter comes back
+        as the saved mask image, an array (a 3D boolean grid, a CNN's 2D grid) or a sparse
+        adjacency as it was, and ``mask_img_`` is None where it was None (an array has no
+        affine); a ``RandomState`` as None.
 
     Raises
     ------

@@ -14,9 +14,9 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale.images._nifti import _name, grid_mismatch, load_img, read_data, read_image, same_grid
+from fgscale.images._nifti import grid_mismatch, load_img, load_mask, read_data, read_image, same_grid
 
-__all__ = ["as_mask_image", "compute_mask", "image_list", "is_images", "mask_images"]
+__all__ = ["as_mask_image", "bool_mask_array", "compute_mask", "image_list", "is_images", "mask_images"]
 
 _NIFTI_SUFFIXES = (".nii", ".nii.gz", ".img", ".hdr")
 
@@ -67,7 +67,7 @@ def is_images(X) -> bool:
 def image_list(imgs) -> list:
     """The images ``imgs`` stands for, as a list: one image, a list, tuple, array or Series of
     them; a path with wildcards (``"sub-*/beta.nii.gz"``) stands for the files it matches,
-    in sorted order.
+    in sorted order; a path from ``~`` for the user's file.
 
     Raises
     ------
@@ -81,6 +81,10 @@ def image_list(imgs) -> list:
             if not matches:
                 raise FileNotFoundError(f"{item}: no file matches this pattern")
             out.extend(matches)
+        elif isinstance(item, str) and item.startswith("~"):
+            out.append(os.path.expanduser(item))
+        elif isinstance(item, Path) and str(item).startswith("~"):
+            out.append(item.expanduser())
         else:
             out.append(item)
     return out
@@ -151,6 +155,9 @@ def compute_mask(imgs, *, resample: bool = False) -> nib.Nifti1Image:
                         " (resample=True resamples the images to the first one's grid, or to "
                         "the mask's with mask=)")
         keep = np.isfinite(data) & (data != 0)
+        if not keep.any():  # a failed contrast would otherwise empty the mask unnamed
+            raise ValueError(f"{name}: no voxel is finite and non-zero (all zero or NaN), so "
+                             "no voxel is in every image: drop it, or give a mask")
         mask = keep if mask is None else mask & keep
     if mask is None:
         raise ValueError("no image given to compute a mask from")
@@ -183,16 +190,10 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
     ValueError
         Naming the image: unreadable, on another grid, or with non-finite values in the mask.
     """
-    mask_img = load_img(mask_img)
-    mask = read_data(mask_img)
-    if mask.ndim != 3:
-        raise ValueError(f"{_name(mask_img)}: a mask must be 3D, got shape {mask.shape}")
-    mask = np.isfinite(mask) & (mask != 0)
-    if not mask.any():
-        raise ValueError(f"{_name(mask_img)}: the mask is empty (no finite non-zero voxel)")
+    mask, affine = load_mask(mask_img)
     rows = []
     for name, img, data in _volumes(imgs):
-        vol = _on_grid(name, img, data, (mask.shape, mask_img.affine), resample)
+        vol = _on_grid(name, img, data, (mask.shape, affine), resample)
         row = np.asarray(vol[mask], dtype=np.float32)
         if not np.isfinite(row).all():
             raise ValueError(f"{name}: {int((~np.isfinite(row)).sum())} non-finite value(s) "
@@ -203,12 +204,26 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
     return np.stack(rows)
 
 
+def bool_mask_array(mask: np.ndarray) -> np.ndarray:
+    """A mask given as an array, as booleans: boolean, or of 0s and 1s (any other values, a
+    probability map or atlas labels, are refused rather than guessed at)."""
+    if mask.dtype == bool:
+        return mask
+    if mask.dtype.kind not in "iuf" or not np.isin(mask, (0, 1)).all():
+        raise ValueError(f"mask must be a boolean array (or one of 0s and 1s), got dtype "
+                         f"{mask.dtype}" + ("" if mask.dtype.kind not in "iuf" else
+                                            f" with values {np.unique(mask)[:5].tolist()}"))
+    return mask != 0
+
+
 def as_mask_image(mask, affine=None) -> nib.Nifti1Image:
-    """A boolean grid array (with its affine) or a mask image/path, as a uint8 image."""
+    """A boolean grid array (with its affine) or a mask image/path, as a uint8 image of 0 and 1
+    (an image's voxels finite and non-zero, as :func:`~fgscale.images.load_mask` reads it)."""
     if isinstance(mask, np.ndarray):
         if mask.ndim != 3:
             raise ValueError(f"a mask array must be 3D, got shape {mask.shape}")
-        return nib.Nifti1Image(mask.astype(np.uint8),
+        return nib.Nifti1Image(bool_mask_array(mask).astype(np.uint8),
                                np.eye(4) if affine is None else np.asarray(affine, float))
-    return load_img(mask)
+    mask, affine = load_mask(mask)
+    return nib.Nifti1Image(mask.astype(np.uint8), affine)
 

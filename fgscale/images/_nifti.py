@@ -51,7 +51,7 @@ def load_img(img) -> nib.Nifti1Image:
         If the file is not a readable NIfTI image or the image is not 3D/4D.
     """
     if isinstance(img, (str, Path)):
-        path = Path(img)
+        path = Path(img).expanduser()  # "~/betas/x.nii.gz", as nilearn reads it
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such NIfTI file")
         try:
@@ -256,11 +256,13 @@ def read_array(path) -> np.ndarray:
 
 
 def load_mask(img) -> tuple[np.ndarray, np.ndarray]:
-    """A mask image as (bool array, affine): voxels finite and non-zero.
+    """A mask image as (bool array, affine): voxels finite and non-zero (NaN outside the brain
+    is outside the mask), as nilearn's maskers read one.
 
     Parameters
     ----------
-    img : str, Path or nibabel image, 3D
+    img : str, Path or nibabel image
+        3D, or 4D of one volume (as some tools write masks; nilearn takes it as 3D).
 
     Returns
     -------
@@ -268,9 +270,10 @@ def load_mask(img) -> tuple[np.ndarray, np.ndarray]:
     affine : ndarray of shape (4, 4)
     """
     img = load_img(img)
-    if img.ndim != 3:
-        raise ValueError(f"{_name(img)}: a mask must be 3D, got shape {img.shape}")
-    data = read_data(img)
+    if img.ndim != 3 and img.shape[3:] != (1,):
+        raise ValueError(f"{_name(img)}: a mask must be 3D (or 4D of one volume), got shape "
+                         f"{img.shape}")
+    data = read_data(img).reshape(img.shape[:3])
     mask = np.isfinite(data) & (data != 0)
     if not mask.any():
         raise ValueError(f"{_name(img)}: the mask is empty (no finite non-zero voxel)")

@@ -88,8 +88,10 @@ def _target_grid(entries, headers, mask_img, resample):
                     raise ValueError(grid_mismatch(
                         entry_name(e), img.shape, img.affine, grid,
                         "mask" if mask_img is not None else "first image",
-                        " (" + ("" if mask_img is not None else f"first image {entries[0]['path']}; ")
-                        + "resample= in Python, --resample for fgscale convert)"))
+                        " (--resample mask for fgscale convert, resample='mask' in Python, "
+                        "resamples the images to the mask's grid)" if mask_img is not None else
+                        f" (first image {entries[0]['path']}; --resample MM for fgscale convert, "
+                        "resample=MM in Python, resamples every image to that voxel size)"))
         return grid, resample == "mask"
     # nibabel.processing imports scipy.ndimage, a tenth of a second that a conversion without
     # resampling (most) should not pay: it is imported where resampling happens.

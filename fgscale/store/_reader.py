@@ -200,12 +200,18 @@ class Store:
         return nib.Nifti1Image(self.mask.astype(np.uint8), self.affine)
 
 
+def holds_images(folder) -> bool:
+    """Whether ``folder`` holds NIfTI files (among its first thousand entries: a hint is not
+    worth more)."""
+    with os.scandir(folder) as entries:
+        return any(e.name.lower().endswith((".nii", ".nii.gz"))
+                   for e in itertools.islice(entries, 1000))
+
+
 def _images_hint(folder: Path) -> str:
     """What to do with a folder of NIfTI images given where a store was expected."""
-    with os.scandir(folder) as entries:  # the first thousand: a hint is not worth more
-        if not any(e.name.lower().endswith((".nii", ".nii.gz"))
-                   for e in itertools.islice(entries, 1000)):
-            return ""
+    if not holds_images(folder):
+        return ""
     return (f"; it holds NIfTI images: give them to fit as paths or a pattern such as "
             f"'{folder / '*.nii.gz'}', or convert them to a store (fgscale convert)")
 

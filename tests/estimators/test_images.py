@@ -1,6 +1,8 @@
 """Images at the estimators' edges: NIfTI paths, images and 4D series in ``fit``, ``predict`` and
 ``score``, masked as nilearn's NiftiMasker masks them, and weights back as one map per class."""
 
+import os
+
 import nibabel as nib
 import numpy as np
 import pytest
@@ -169,6 +171,15 @@ def test_a_table_or_a_folder_of_images_given_as_X_says_what_to_give(cohort, tiny
     with pytest.raises(ValueError, match=r"not a Zarr group .*; it holds NIfTI images: give them "
                                          r"to fit as paths or a pattern such as '.*\*\.nii\.gz'"):
         clf.fit(str(tiny_cohort.parent), y)
+    # predict and score: the same inputs are named for what they are, not taken for a store
+    fitted = FeatureGroupingClassifier(**FAST).fit(paths, y)
+    with pytest.raises(ValueError, match=r"cohort\.csv: a cohort table, not images; give its "
+                                         r"path column"):
+        fitted.predict(str(tiny_cohort))
+    with pytest.raises(ValueError, match=r"a folder of NIfTI images; give them to predict as "
+                                         r"paths or a pattern such as '.*\*\.nii\.gz'") as info:
+        fitted.score(str(tiny_cohort.parent), y)
+    assert "open_store" not in str(info.value)
     four_d = nib.concat_images(paths[:6])
     with pytest.raises(ValueError, match=r"the images hold 6 volumes but y has 1 targets: give "
                                          r"one target per volume \(a 4D image gives one row"):
@@ -189,3 +200,148 @@ def test_errors_name_the_in_memory_image_by_its_place_in_the_list(cohort):
     empty = nib.Nifti1Image(np.zeros(TINY_GRID, np.uint8), mask.affine)
     with pytest.raises(ValueError, match=r"the mask is empty"):
         mask_images(paths[:2], empty)
+
+
+@pytest.mark.parametrize("resample", [False, True])
+def test_a_mask_array_of_another_shape_than_the_images_is_refused(cohort, resample):
+    """A boolean array has no affine of its own: it takes the images', so it must have their
+    shape; resampling the images to it would crop them to a corner, not align them."""
+    paths, y, _ = cohort
+    mask = np.ones(tuple(n - 1 for n in TINY_GRID), bool)
+    clf = FeatureGroupingClassifier(mask=mask, resample=resample, **FAST)
+    with pytest.raises(ValueError, match=(
+            rf"mask is a boolean array of shape \({', '.join(map(str, mask.shape))}\) but "
+            rf"{paths[0]} has the grid \({', '.join(map(str, TINY_GRID))}\).*give the mask as "
+            r"an image")) as info:
+        clf.fit(paths, y)
+    assert "resamples the images to the mask's grid" not in str(info.value)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # nilearn 0.14 on standardize=False
+def test_a_mask_with_nans_outside_or_one_volume_masks_as_nilearns_masker(cohort):
+    """Masks as other tools write them: NaN outside the brain, or a 4D image of one volume
+    (which nilearn takes as 3D). The features, mask_img_ (uint8, 0/1, on the mask's affine)
+    and the maps are those of the plain 0/1 mask."""
+    from nilearn.maskers import NiftiMasker
+
+    paths, y, _ = cohort
+    plain = compute_mask(paths)
+    data = np.asarray(plain.dataobj).astype(np.float32)
+    with_nans = nib.Nifti1Image(np.where(data > 0, 0.7, np.nan).astype(np.float32), plain.affine)
+    one_volume = nib.Nifti1Image(data[..., None], plain.affine)
+    reference = FeatureGroupingClassifier(mask=plain, **FAST).fit(paths, y)
+    expected = NiftiMasker(mask_img=plain).fit().transform(paths)
+    for mask in (with_nans, one_volume):
+        np.testing.assert_array_equal(NiftiMasker(mask_img=mask).fit().transform(paths),
+                                      expected)
+        np.testing.assert_array_equal(mask_images(paths, mask), expected)
+        clf = FeatureGroupingClassifier(mask=mask, **FAST).fit(paths, y)
+        assert clf.mask_img_.shape == TINY_GRID and clf.mask_img_.get_data_dtype() == np.uint8
+        np.testing.assert_array_equal(clf.mask_img_.get_fdata(), plain.get_fdata())
+        np.testing.assert_array_equal(clf.mask_img_.affine, plain.affine)
+        np.testing.assert_array_equal(clf.coef_, reference.coef_)
+        for name, img in reference.coef_img_.items():
+            np.testing.assert_array_equal(clf.coef_img_[name].get_fdata(), img.get_fdata())
+        np.testing.assert_array_equal(clf.predict(paths), reference.predict(paths))
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_a_nilearn_masker_as_mask_is_refused_saying_what_to_give(cohort):
+    """nilearn's decoders take a masker as mask=; here it would bring its own smoothing and
+    standardization, which fgscale does not apply: refused before any work, naming mask_img_."""
+    from nilearn.maskers import NiftiMasker
+
+    paths, y, _ = cohort
+    masker = NiftiMasker(mask_img=compute_mask(paths)).fit()
+    with pytest.raises(ValueError, match=r"The 'mask' parameter of FeatureGroupingClassifier must "
+                                         r"be .*for a nilearn masker.*mask_img_.*Got NiftiMasker"):
+        FeatureGroupingClassifier(mask=masker, **FAST).fit(paths, y)
+    clf = FeatureGroupingClassifier(mask=masker.mask_img_, **FAST).fit(paths, y)
+    np.testing.assert_array_equal(mask_images(paths, clf.mask_img_), masker.transform(paths))
+
+
+def test_an_empty_list_of_images_is_named_as_such(cohort, tmp_path):
+    """sorted(glob(...)) of a wrong folder gives []: fit and predict say that no image came,
+    not scikit-learn's 'Expected 2D array, got 1D array'."""
+    paths, y, _ = cohort
+    clf = FeatureGroupingClassifier(**FAST)
+    with pytest.raises(ValueError, match=r"^X is an empty list: no image or row to fit on"):
+        clf.fit([], [])
+    clf.fit(paths, y)
+    for method in (clf.predict, clf.predict_proba, clf.decision_function):
+        with pytest.raises(ValueError, match=r"^X is an empty list: no image or row to predict"):
+            method([])
+    with pytest.raises(ValueError, match=r"^X is an empty tuple"):
+        clf.score((), [])
+
+
+def test_a_mask_given_with_a_store_is_warned_of_unless_it_is_the_stores(tiny_cohort, tmp_path,
+                                                                        client):
+    """A store's features are its own mask's voxels: another mask= cannot apply, and says so;
+    the store's own mask (a user passing the mask the store was converted with) is silent."""
+    import warnings
+
+    store = convert(tiny_cohort, tmp_path / "c.zarr", client=client, progress=False)
+    other = store.mask.copy()
+    other[tuple(np.argwhere(other)[0])] = False
+    fast = dict(FAST, max_epochs=2)
+    for mask in (other, nib.Nifti1Image(other.astype(np.uint8), store.affine)):
+        with pytest.warns(UserWarning, match=rf"mask= is not used with a store: the features are "
+                                             rf"the store's {int(store.mask.sum())} voxels"):
+            clf = FeatureGroupingClassifier(mask=mask, **fast).fit(str(store.path), client=client)
+        assert clf.n_features_in_ == store.mask.sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FeatureGroupingClassifier(mask=store.mask_img(), **fast).fit(str(store.path),
+                                                                     client=client)
+
+
+@pytest.mark.parametrize("scale", [0.5, 256])
+def test_a_mask_array_not_of_0_and_1_is_refused_with_images_as_with_arrays(cohort, scale):
+    """An array of 0 and 0.5, or of atlas labels (256 wraps to 0 in uint8), was cast to uint8
+    with images and then called empty; it is refused as the arrays' path refuses it."""
+    paths, y, _ = cohort
+    mask = (np.asarray(compute_mask(paths).dataobj) != 0) * scale
+    X = mask_images(paths, compute_mask(paths))
+    message = (r"^mask must be a boolean array \(or one of 0s and 1s\), got dtype "
+               rf"{mask.dtype} with values \[0(\.0)?, {scale}(\.0)?\]")
+    for data in (paths, X):
+        with pytest.raises(ValueError, match=message):
+            FeatureGroupingClassifier(mask=mask, **FAST).fit(data, y)
+
+
+def test_paths_from_the_home_folder_are_read_as_nilearn_reads_them(cohort, tmp_path,
+                                                                   monkeypatch):
+    """'~/betas/x.nii.gz' is the user's file, as for a pattern and for nilearn's maskers."""
+    import shutil
+
+    paths, y, _ = cohort
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "betas").mkdir()
+    for p in paths:
+        shutil.copy(p, tmp_path / "betas")
+    compute_mask(paths).to_filename(tmp_path / "mask.nii.gz")
+    home = [f"~/betas/{os.path.basename(p)}" for p in paths]
+    clf = FeatureGroupingClassifier(mask="~/mask.nii.gz", **FAST).fit(home, y)
+    reference = FeatureGroupingClassifier(mask=compute_mask(paths), **FAST).fit(paths, y)
+    np.testing.assert_array_equal(clf.coef_, reference.coef_)
+    np.testing.assert_array_equal(clf.predict(home[0]), reference.predict(paths[0]))
+    from fgscale import load_model, save_model
+
+    save_model(clf, tmp_path / "model")  # the mask's path saved as the file it names
+    assert load_model(tmp_path / "model").mask == str(tmp_path / "mask.nii.gz")
+
+
+def test_an_empty_image_that_empties_the_computed_mask_is_named(cohort, tmp_path):
+    """One failed contrast (all zeros, or NaN) among many: the error names it, not only 'the
+    images share no voxel'."""
+    paths, y, _ = cohort
+    imgs = [nib.load(p) for p in paths]
+    imgs[3] = nib.Nifti1Image(np.full(TINY_GRID, np.nan, np.float32), imgs[3].affine)
+    with pytest.raises(ValueError, match=r"<in-memory image 3 of the list>: no voxel is finite "
+                                         r"and non-zero \(all zero or NaN\)"):
+        FeatureGroupingClassifier(**FAST).fit(imgs, y)
+    zero = tmp_path / "zero.nii.gz"
+    nib.save(nib.Nifti1Image(np.zeros(TINY_GRID, np.float32), imgs[0].affine), zero)
+    with pytest.raises(ValueError, match=r"zero\.nii\.gz: no voxel is finite and non-zero"):
+        compute_mask([paths[0], str(zero), paths[1]])

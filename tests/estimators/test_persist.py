@@ -40,7 +40,8 @@ def test_round_trip_predicts_as_the_original(problem, tmp_path, params):
     X, y, mask = problem
     clf = FeatureGroupingClassifier(mask=mask, **FAST, **params).fit(X, y)
     save_model(clf, tmp_path)
-    assert sorted(os.listdir(tmp_path)) == ["mask.nii.gz", "model.json", "model.npz"]
+    # a boolean array has no affine: no mask image is made up for it
+    assert sorted(os.listdir(tmp_path)) == ["model.json", "model.npz"]
     loaded = load_model(tmp_path)
     assert type(loaded) is FeatureGroupingClassifier
     np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
@@ -52,9 +53,14 @@ def test_round_trip_predicts_as_the_original(problem, tmp_path, params):
         assert getattr(loaded, attr) == getattr(clf, attr), attr
     expected = {k: v for k, v in clf.get_params().items() if k != "mask"}
     assert {k: v for k, v in loaded.get_params().items() if k != "mask"} == expected
-    # the array mask comes back as the saved image, on which it was fitted
-    np.testing.assert_array_equal(np.asarray(loaded.mask.dataobj) != 0, mask)
-    np.testing.assert_array_equal(np.asarray(loaded.mask_img_.dataobj) != 0, mask)
+    # the array mask comes back as the array it was, and still with no image (no affine)
+    assert type(loaded.mask) is np.ndarray and loaded.mask.dtype == bool
+    np.testing.assert_array_equal(loaded.mask, mask)
+    assert clf.mask_img_ is None and loaded.mask_img_ is None
+    if clf.model == "logreg":
+        for est in (clf, loaded):
+            with pytest.raises(AttributeError, match="coef_img_ needs"):
+                _ = est.coef_img_
     if clf.model == "logreg":
         np.testing.assert_array_equal(loaded.coef_, clf.coef_)
         np.testing.assert_array_equal(loaded.intercept_, clf.intercept_)
@@ -87,6 +93,27 @@ def test_an_image_mask_keeps_its_affine(problem, tmp_path):
     np.testing.assert_array_equal(np.asarray(img.dataobj) != 0, mask)
 
 
+def test_an_array_mask_of_images_keeps_the_array_and_the_images_affine(problem, tmp_path):
+    """Fitted on images with a boolean array as mask: the array stays the parameter, the mask
+    image (the array on the images' grid) the fitted mask_img_, both as they were."""
+    from fgscale.images import unmask
+
+    X, y, mask = problem
+    affine = np.array([[-3.0, 0, 0, 90], [0, 3, 0, -126], [0, 0, 3, -72], [0, 0, 0, 1]])
+    imgs = [unmask(row, mask, affine) for row in X]
+    clf = FeatureGroupingClassifier(mask=mask, **FAST).fit(imgs, y)
+    save_model(clf, tmp_path)
+    loaded = load_model(tmp_path)
+    assert type(loaded.mask) is np.ndarray
+    np.testing.assert_array_equal(loaded.mask, mask)
+    np.testing.assert_array_equal(loaded.mask_img_.affine, affine)
+    np.testing.assert_array_equal(np.asarray(loaded.mask_img_.dataobj) != 0, mask)
+    for name, img in clf.coef_img_.items():
+        np.testing.assert_array_equal(loaded.coef_img_[name].get_fdata(), img.get_fdata())
+        np.testing.assert_array_equal(loaded.coef_img_[name].affine, affine)
+    np.testing.assert_array_equal(loaded.predict(imgs), clf.predict(imgs))
+
+
 def test_a_mask_no_3d_image_holds_round_trips_as_it_was(problem, tmp_path):
     """The README's CNN on a 2D grid, and a sparse adjacency: saved in model.npz, loaded as
     they were given, so that the loaded estimator predicts and refits as the original."""
@@ -116,8 +143,8 @@ def test_a_mask_no_3d_image_holds_round_trips_as_it_was(problem, tmp_path):
         arrays = dict(npz)
     arrays["mask"] = arrays["mask"][1:]  # a row of cells fewer
     _rewrite_npz(tmp_path / "0", arrays)
-    with pytest.raises(ValueError, match=r"model\.npz: array 'mask' must be a boolean grid \(not "
-                                         rf"3D\) with {p} cells set"):
+    with pytest.raises(ValueError, match=r"model\.npz: array 'mask' must be a boolean grid "
+                                         rf"with {p} cells set"):
         load_model(tmp_path / "0")
 
 
@@ -171,7 +198,9 @@ def _rewrite_npz(folder, arrays, **kw):
     _edit_json(folder, lambda doc: doc["sha256"].update({"model.npz": sha}))
 
 
-def test_errors_name_the_file_and_the_problem(saved, tmp_path):
+def test_errors_name_the_file_and_the_problem(saved, problem, tmp_path):
+    from sklearn.base import clone
+
     folder = _copy(saved, tmp_path)
     with pytest.raises(FileNotFoundError, match=r"empty.model\.json: no such file"):
         load_model(tmp_path / "empty")
@@ -204,7 +233,9 @@ def test_errors_name_the_file_and_the_problem(saved, tmp_path):
     with pytest.raises(ValueError, match=r"model\.npz: does not match model\.json"):
         load_model(folder)
 
-    folder = _copy(saved, tmp_path / "f")
+    clf, _ = saved  # refitted with its mask as an image, which the save writes
+    folder = tmp_path / "f"
+    save_model(clone(clf).set_params(mask=mask_img(clf.mask)).fit(*problem[:2]), folder)
     (folder / "mask.nii.gz").unlink()
     with pytest.raises(FileNotFoundError, match=r"mask\.nii\.gz: no such file"):
         load_model(folder)

@@ -147,6 +147,18 @@ def test_resample_to_mask_grid(tiny_cohort, tmp_path, client):
     np.testing.assert_allclose(store.X[0], first[store.mask], rtol=1e-6, atol=1e-6)
 
 
+def test_images_off_the_mask_grid_are_refused_saying_how_to_resample(tiny_cohort, tmp_path):
+    _, affine, _ = grid_geometry(TINY_GRID)
+    coarse = affine.copy()
+    coarse[:3, :3] *= 2
+    save_mask(tmp_path / "m.nii", np.ones((6, 7, 6), bool), coarse)
+    with pytest.raises(ValueError, match=r"does not match the mask's grid \(6, 7, 6\).* \(--resample "
+                                         r"mask for fgscale convert, resample='mask' in Python, "
+                                         r"resamples the images to the mask's grid\)"):
+        convert(tiny_cohort, tmp_path / "rm.zarr", mask=tmp_path / "m.nii", progress=False)
+    assert not (tmp_path / "rm.zarr").exists()
+
+
 def test_rerun_complete_is_noop_and_other_args_refused(tiny_cohort, tmp_path, client):
     out = tmp_path / "n.zarr"
     convert(tiny_cohort, out, client=client, block_rows=8, progress=False)
@@ -241,8 +253,8 @@ def damage(csv_path, index, how):
     ("junk", ValueError, "not a readable NIfTI image"),
     ("shape", ValueError, r"grid \(12, 14, 11\).*does not match"),
     ("affine", ValueError, r"does not match the first image's grid .*\(first image "
-                           r".*synthetic_00000\.nii\.gz; resample= in Python, --resample for "
-                           r"fgscale convert\)"),
+                           r".*synthetic_00000\.nii\.gz; --resample MM for fgscale convert, "
+                           r"resample=MM in Python, resamples every image to that voxel size\)"),
     ("truncate", ValueError, "truncated or corrupt"),  # found by the mask pass, before writing
 ])
 def test_bad_file_fails_before_writing(cohort_copy, tmp_path, client, how, error, message):

@@ -87,7 +87,7 @@ def test_cnn_classifier_learns_digits(digits, regularizer):
 
 def test_saved_cnn_predicts_as_the_fitted_one(digits, tmp_path):
     X_tr, X_te, y_tr, _ = digits
-    mask = np.ones((4, 4, 4), bool)  # the 64 pixels on a 3D grid (masks are saved as NIfTI)
+    mask = np.ones((4, 4, 4), bool)  # the 64 pixels on a 3D grid
     mask[0, 0, 0] = False  # a grid that is not full: the saved grid must be this one
     clf = FeatureGroupingClassifier(model="cnn", regularizer="dropout", mask=mask,
                                     hidden_layer_sizes=(16,), max_epochs=3, random_state=0)
