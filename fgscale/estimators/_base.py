@@ -32,14 +32,7 @@ from fgscale.estimators._inputs import (
 from fgscale.estimators._selection import candidates, check_groups, validation_split, warn_ignored
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
-from fgscale.training._loop import (
-    EarlyStopping,
-    cuda_device,
-    fit,
-    lipschitz,
-    make_optimizer,
-    torch_threads,
-)
+from fgscale.training._loop import EarlyStopping, cuda_device, fit, lipschitz, make_optimizer, torch_threads
 from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
@@ -84,8 +77,7 @@ class FeatureGroupingBase(BaseEstimator):
     def __init__(self, *args, **params):
         if args:  # else Python's error names this base class, not the estimator
             raise TypeError(f"{type(self).__name__} takes keyword arguments only, as scikit-learn's "
-                            f"estimators: got {args[0]!r} by position (such as "
-                            f"{type(self).__name__}(regularizer=...))")
+                            f"estimators: got {args[0]!r} by position")
         unknown = sorted(set(params) - {p.name for p in PARAMS})
         if unknown:
             raise TypeError(f"{type(self).__name__} got unexpected parameter(s) {unknown}")
