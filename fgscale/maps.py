@@ -210,6 +210,8 @@ def read_maps(folder) -> tuple[dict, dict[str, Path]]:
     FileNotFoundError
         If the folder has no maps.json (a run that has not finished, or one trained by an
         fgscale older than the maps).
+    ValueError
+        If maps.json is not a maps sidecar, or names a map file outside the folder.
     """
     folder = Path(folder)
     path = folder / MAPS_JSON
@@ -220,4 +222,16 @@ def read_maps(folder) -> tuple[dict, dict[str, Path]]:
     if sidecar.get("format") != _FORMAT:
         raise ValueError(f"{path}: not an fgscale maps sidecar (expected \"format\": "
                          f"\"{_FORMAT}\")")
-    return sidecar, {name: folder / sidecar["files"][name] for name in sidecar["outputs"]}
+    outputs, files = sidecar.get("outputs"), sidecar.get("files")
+    if not (isinstance(outputs, list) and isinstance(files, dict)
+            and all(isinstance(files.get(n) if isinstance(n, str) else None, str) and
+                    _inside(files[n]) for n in outputs)):
+        raise ValueError(f"{path}: damaged maps sidecar (expected \"outputs\", a list of "
+                         "names, and \"files\", each one's map as a path inside the run folder)")
+    return sidecar, {name: folder / files[name] for name in outputs}
+
+
+def _inside(relative: str) -> bool:
+    """Whether a path of maps.json stays in its run folder (relative, no ``..``)."""
+    parts = Path(relative).parts
+    return bool(parts) and not Path(relative).is_absolute() and ".." not in parts

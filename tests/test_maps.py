@@ -3,6 +3,7 @@ the MLP's map checked against autograd."""
 
 import json
 import re
+import shutil
 
 import nibabel as nib
 import numpy as np
@@ -143,3 +144,18 @@ def test_a_run_without_maps_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="maps.json: no such file; the run has not "
                                                 "finished, or an older fgscale trained it"):
         read_maps(tmp_path)
+
+
+def test_a_damaged_maps_sidecar_or_one_naming_files_outside_the_run_is_refused(tiny_runs, tmp_path):
+    run = shutil.copytree(tiny_runs["logreg"], tmp_path / "run")
+    good = json.loads((run / "maps.json").read_text())
+    name = good["outputs"][0]
+    for change in ({"files": {**good["files"], name: "../../elsewhere.nii.gz"}},
+                   {"files": {**good["files"], name: "/etc/x.nii.gz"}},
+                   {"outputs": None}, {"files": ["maps/a.nii.gz"]}, {"outputs": [1]}):
+        (run / "maps.json").write_text(json.dumps({**good, **change}))
+        with pytest.raises(ValueError, match=r"maps.json: damaged maps sidecar \(expected "
+                                             r'"outputs", a list of names, and "files"'):
+            read_maps(run)
+    (run / "maps.json").write_text(json.dumps(good))
+    assert read_maps(run)[1][name] == run / good["files"][name]
