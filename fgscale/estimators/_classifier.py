@@ -159,7 +159,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     def decision_function(self, X) -> np.ndarray:
         """Logits, shape (n_samples, n_classes); for two classes, the second class's logit
         minus the first's, shape (n_samples,), as scikit-learn's classifiers."""
-        logits = self._logits(X)
+        logits = self._logits(X).astype(np.float64)  # as predict_proba, and scikit-learn's
         return logits[:, 1] - logits[:, 0] if logits.shape[1] == 2 else logits
 
     def predict_proba(self, X) -> np.ndarray:

@@ -33,6 +33,8 @@ def test_fit_attributes_and_bank(rng, tmp_path):
     # the bank is the in-memory oracle on the training rows, drawn from the fit's seed
     assert clf.predict_proba(X).shape == (len(X), 2)
     np.testing.assert_allclose(clf.predict_proba(X).sum(1), 1.0)
+    # float64 throughout, as scikit-learn's classifiers give them
+    assert clf.predict_proba(X).dtype == clf.decision_function(X).dtype == np.float64
     assert clf.score(X, y) > 0.9
 
 
