@@ -291,3 +291,17 @@ def test_a_resumed_run_says_its_own_model_and_a_warning_is_one_line(tiny_store, 
     again = subprocess.run([*fgscale, "--resume"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "already complete" in again.stdout and "trained mlp/dropout for" in again.stdout
+
+
+def test_train_shows_the_bar_of_the_banks_it_builds(tiny_store, tmp_path, capsys):
+    """A bank missing when training starts is built first: with progress bars, its bar shows
+    (it was a silent wait between the statistics' bar and the epochs'), and without, none."""
+    store = str(tiny_store.path)
+    assert main(["train", store, "--out", str(tmp_path / "quiet"), *TRAIN, "--no-progress"]) == 0
+    assert BAR not in capsys.readouterr().err
+    auto = [a for a in TRAIN if a not in ("--n-clusters", "0.1")]  # 5 and 20%: new banks
+    assert main(["train", store, "--out", str(tmp_path / "shown"), *auto]) == 0
+    err = capsys.readouterr().err
+    # a bar starts at 0% once (it may print its 100% twice: its last update, then its close)
+    assert err.count("groupings:   0%|") == 2 and "groupings: 100%|" in err
+    assert "epochs: 100%|" in err
