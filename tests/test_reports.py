@@ -80,6 +80,19 @@ def test_a_cohort_table_by_split(trained, tiny_cohort, tmp_path, capsys):
     assert [r["prediction"] for r in table] == clf.predict(store.read_rows(test)).tolist()
 
 
+def test_tables_end_their_lines_as_unix_tools_expect(trained, tiny_cohort, tmp_path, capsys):
+    """make-cohort's table and the predictions' CSV end each line with a line feed alone:
+    with csv's default "\\r\\n", ``grep ',test$' cohort.csv`` matched no line and the last
+    column read by cut or awk carried a carriage return."""
+    store, run = trained
+    assert predict(capsys, run, store.path, out=tmp_path / "p.csv")[0] == 0
+    for path in (tiny_cohort, tmp_path / "p.csv"):
+        lines = path.read_bytes().split(b"\n")
+        assert lines[-1] == b"" and not any(line.endswith(b"\r") for line in lines), path
+    test = [line for line in tiny_cohort.read_bytes().split(b"\n") if line.endswith(b",test")]
+    assert len(test) == store.test_rows().size
+
+
 def test_a_table_of_new_images_needs_no_label(trained, tiny_cohort, tmp_path, capsys):
     """Images to predict have no label yet: a table of paths only, or with some labels left
     blank, is predicted (the labels given copied, blank for the others)."""

@@ -312,7 +312,7 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
     # reuses a cohort whose table exists)
     csv_path = out_dir / "cohort.csv"
     with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
+        writer = csv.writer(f, lineterminator="\n")  # not csv's \r\n: grep, cut, awk
         writer.writerow(["path", "label", *(["target"] if target else []), "group", "split"])
         writer.writerows(rows)
     log.info("wrote synthetic cohort of %d samples (%d files) to %s", n_samples, len(rows),
