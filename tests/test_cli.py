@@ -62,6 +62,23 @@ def test_a_default_of_none_can_be_given_back():
     assert build_parser().parse_args(["train", "s.zarr", "--out", "run", "--alpha", "0.5"]).alpha == 0.5
 
 
+def test_help_says_how_to_write_a_list_and_a_bool(capsys):
+    """--help said "a list: chosen among its values" without saying how to type one (commas,
+    not spaces), and "--standardize STANDARDIZE" without its words; the error said neither."""
+    sub = _subcommands(build_parser())["train"]
+    for option in ("--n-clusters", "--alpha", "--dropout"):
+        action = next(a for a in sub._actions if option in a.option_strings)
+        assert "comma-separated" in sub._get_formatter()._expand_help(action), option
+    args = build_parser().parse_args(["train", "s.zarr", "--out", "run", "--n-clusters",
+                                      "0.05,0.1", "--alpha", "auto", "--standardize", "off"])
+    assert args.n_clusters == [0.05, 0.1] and args.alpha == "auto" and args.standardize is False
+    usage = sub.format_usage()
+    assert "--standardize {true,false}" in usage and "--early-stopping {true,false,auto}" in usage
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "s.zarr", "--out", "run", "--n-clusters", "0.05 0.1"])
+    assert "comma-separated, such as 0.05,0.1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", LONG_COMMANDS)
 def test_every_long_command_has_no_progress(command):
     args = build_parser().parse_args([command, *LONG_COMMANDS[command], "--no-progress"])
