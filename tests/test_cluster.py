@@ -251,6 +251,23 @@ def test_slurm_job_script():
     assert environ == {"MALLOC_TRIM_THRESHOLD_": None}
 
 
+@dashboard_port_may_be_taken
+def test_slurm_readme_names_the_script_options_and_python_is_one(capsys):
+    """The README's table and the script's options are the same set, and the compute nodes'
+    Python, which the README and the script's docstring say defaults to this interpreter, can
+    be given (``--python``: there was no such option)."""
+    pytest.importorskip("dask_jobqueue")
+    import re
+
+    script = _load_script(ROOT / "slurm" / "slurm_cluster.py")
+    parser = script.build_parser()
+    options = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    table = set(re.findall(r"^\| `(--[a-z-]+)`", (ROOT / "slurm" / "README.md").read_text(), re.M))
+    assert table == options - {"--help", "--print-job-script"}
+    assert script.main(["--python", "/opt/env/bin/python", "--print-job-script"]) == 0
+    assert "/opt/env/bin/python -m distributed.cli.dask_worker" in capsys.readouterr().out
+
+
 def test_kubernetes_manifest():
     yaml = pytest.importorskip("yaml")
     docs = [d for d in yaml.safe_load_all((ROOT / "kubernetes" / "dask-cluster.yaml").read_text())
