@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import sys
+import warnings
 import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -229,10 +230,14 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
     # worker processes leave Ctrl-C to this process, which stops them (fgscale._worker_signals)
     preload = {"distributed.worker.preload": [*dask.config.get("distributed.worker.preload", []),
                                               "fgscale._worker_signals"]} if processes else {}
-    with dask.config.set({**_WORKER_CONFIG, **preload}):  # read when the nannies are created
-        # this machine only: the scheduler (worker processes talk to it over TCP), the
-        # dashboard and each worker's HTTP server (thread workers' would take every interface)
-        # listen on the loopback interface, not on every network the node is on
+    with dask.config.set({**_WORKER_CONFIG, **preload}), warnings.catch_warnings():
+        # 8787 taken (a notebook's cluster, another command): distributed picks another port
+        # and warns in four lines; the dashboard link printed below says where it is
+        warnings.filterwarnings("ignore", message="Port 8787 is already in use")
+        # The nannies read the config when they are created. This machine only: the
+        # scheduler (worker processes talk to it over TCP), the dashboard and each worker's
+        # HTTP server (thread workers' would take every interface) listen on the loopback
+        # interface, not on every network the node is on.
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
                                processes=processes, memory_limit=memory_limit,
                                host="127.0.0.1" if processes else None,

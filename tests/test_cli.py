@@ -301,7 +301,7 @@ def test_a_resumed_run_says_its_own_model_and_a_warning_is_one_line(tiny_store, 
                             "--regularizer", "dropout"], capture_output=True, text=True,
                            timeout=300)
     assert first.returncode == 0, first.stderr
-    # one line, no source line (Dask's own warnings, a dashboard port taken, keep their format)
+    # one line, no source line (Dask's own warnings keep their format)
     assert [line for line in first.stderr.splitlines() if "n_clusters" in line] == [
         "fgscale train: warning: n_clusters=0.1 has no effect with regularizer='dropout' and "
         "model='mlp'"]
