@@ -104,7 +104,7 @@ def _cmd_cv(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from fgscale.runs import train_run
+    from fgscale.runs import summary_lines, train_run
 
     params = _estimator_params(args)
     if args.resume:
@@ -115,16 +115,7 @@ def _cmd_train(args) -> int:
     if summary.get("already_complete"):
         print(f"{summary['run']}: already complete with these parameters, nothing to do; "
               "its saved summary:")
-    test = summary["test"]
-    name = "R²" if "r2" in test else "accuracy"
-    score = test.get("r2", test.get("accuracy"))
-    score = "n/a" if score is None else f"{score:.4f}"
-    print(f"trained {params['model']}/{params['regularizer']} for {summary['epochs']} epochs in "
-          f"{summary['seconds']:.1f} s; test {name} {score} on {test['n']} rows")
-    maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
-    each = "one 3D map per class" if name == "accuracy" else "the target's 3D map"
-    print(f"run folder: {summary['run']} " + ("(no weight maps: the CNN has none)" if maps is None
-          else f"(maps: {maps}, {each} in maps/, see maps.json); fgscale report RUN draws them"))
+    print("\n".join(summary_lines(summary, params)))
     return 0
 
 

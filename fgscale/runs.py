@@ -20,7 +20,8 @@ from fgscale.maps import has_maps
 from fgscale.reports import check_store, predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
-__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "train_run"]
+__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "summary_lines",
+           "train_run"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,33 @@ def load_run(run_dir, *, device: str | None = None) -> FeatureGroupingClassifier
     else:
         check_device(device)
     return clf.set_params(device=device)
+
+
+def summary_lines(summary: dict, params: dict) -> list[str]:
+    """What ``fgscale train`` says of a run's summary (``final.json``): its epochs and the
+    refit's, the test score, the values chosen among candidates, the run folder and its maps."""
+    test = summary["test"]
+    name = "R²" if "r2" in test else "accuracy"
+    score = test.get("r2", test.get("accuracy"))
+    score = "n/a" if score is None else f"{score:.4f}"
+    refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
+    lines = [f"trained {params['model']}/{params['regularizer']} for {summary['epochs']} epochs"
+             f"{refit} in {summary['seconds']:.1f} s; test {name} {score} on {test['n']} rows"]
+    candidates = summary.get("candidates") or []
+    if len(candidates) > 1:  # the epochs above are the chosen candidate's
+        said = []
+        for key, value in summary["selected"].items():
+            values = sorted({c[key] for c in candidates})
+            if len(values) > 1:
+                said.append(f"{key} {value:g} (of {', '.join(f'{v:g}' for v in values)})")
+        lines.append(f"chosen on the validation split among {len(candidates)} candidates: "
+                     + ", ".join(said))
+    maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
+    each = "one 3D map per class" if name == "accuracy" else "the target's 3D map"
+    lines.append(f"run folder: {summary['run']} " + (
+        "(no weight maps: the CNN has none)" if maps is None else
+        f"(maps: {maps}, {each} in maps/, see maps.json); fgscale report RUN draws them"))
+    return lines
 
 
 def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,

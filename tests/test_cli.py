@@ -322,3 +322,22 @@ def test_train_shows_the_bar_of_the_banks_it_builds(tiny_store, tmp_path, capsys
     # a bar starts at 0% once (it may print its 100% twice: its last update, then its close)
     assert err.count("groupings:   0%|") == 2 and "groupings: 100%|" in err
     assert "epochs: 100%|" in err
+
+
+def test_train_says_what_it_chose_and_the_refit(tiny_store, tmp_path, capsys):
+    """With candidates (n_clusters "auto", a list of alpha), the lines of train said "for N
+    epochs", N the chosen candidate's alone, and neither the choice nor the refit."""
+    out = str(tmp_path / "run")
+    auto = [a for a in TRAIN if a not in ("--n-clusters", "0.1", "--max-epochs", "2")]
+    assert main(["train", str(tiny_store.path), "--out", out, *auto, "--max-epochs", "3",
+                 "--alpha", "0,0.1", "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    summary = json.loads((tmp_path / "run" / "final.json").read_text())
+    chosen = summary["selected"]
+    assert len(summary["candidates"]) == 6
+    ks = sorted({c["n_clusters"] for c in summary["candidates"]})
+    assert lines[0].startswith(f"trained logreg/feature_grouping for {summary['epochs']} epochs "
+                               f"(+ {summary['refit_epochs']} refit)")
+    assert lines[1] == (f"chosen on the validation split among 6 candidates: alpha "
+                        f"{chosen['alpha']:g} (of 0, 0.1), n_clusters {chosen['n_clusters']} "
+                        f"(of {', '.join(map(str, ks))})")
