@@ -125,10 +125,11 @@ def _cmd_evaluate(args) -> int:
 
     with _client(args, processes=args.worker_processes) as client:
         report = evaluate_run(args.run, args.store, device=args.device, client=client,
-                              predictions=args.predictions, progress=not args.no_progress)
+                              predictions=args.predictions, progress=not args.no_progress,
+                              rows=args.rows)
     print(json.dumps(report) if args.json else format_report(report))
     if args.predictions is not None and not args.json:
-        print(f"predictions of the {report['n']} test rows: {args.predictions}")
+        print(f"predictions of the {report['n']} {args.rows} rows: {args.predictions}")
     return 0
 
 
@@ -342,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write each test row's label, prediction and probabilities (CSV) "
                         "(default: none)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    p.add_argument("--rows", choices=["test", "all", "train"], default="test",
+                   help="the store's rows scored, by split (all: new subjects without one)")
     add_cluster_args(p)
     add_worker_kind_arg(p)
     add_progress_arg(p)

@@ -97,12 +97,12 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     return summary
 
 
-def _evaluate(clf: FeatureGroupingClassifier, store, client, rows=None, *,
-              progress: bool = False) -> tuple[dict, dict]:
-    """The report and the per-row table of ``rows`` (default the store's test rows)."""
-    rows = store.test_rows() if rows is None else rows
-    if rows.size == 0:
-        log.warning("%s has no test rows: no test metrics", store.path)
+def _evaluate(clf: FeatureGroupingClassifier, store, client, rows="test", *,
+              progress: bool = False, hint: str = "") -> tuple[dict, dict]:
+    """The report and the per-row table of ``rows`` ("test", "train", "all")."""
+    if rows == "test" and store.test_rows().size == 0:
+        log.warning("%s has no test rows (no split 'test' in its cohort table): no test "
+                    "metrics%s", store.path, hint)
     return score_store(clf, store, client, rows, progress=progress)
 
 
@@ -167,8 +167,8 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
 
 
 def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
-                 predictions=None, progress: bool = False) -> dict:
-    """Score a trained run on a store's test rows, streamed.
+                 predictions=None, progress: bool = False, rows: str = "test") -> dict:
+    """Score a trained run on a store's test rows (or others), streamed.
 
     Parameters
     ----------
@@ -184,11 +184,14 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
         ``label``, ``prediction``, ``proba_<class>``.
     progress : bool, default=False
         Show a progress bar over the rows (tqdm, on stderr).
+    rows : {"test", "all", "train"}, default="test"
+        The rows scored, by the split of the store's cohort table: "all" for new subjects
+        converted without one.
 
     Returns
     -------
     report : dict
-        :func:`fgscale.reports.classification_report` of the test rows: n, loss, accuracy,
+        :func:`fgscale.reports.classification_report` of the rows: n, loss, accuracy,
         balanced accuracy, per-class precision, recall, f1 and support, confusion matrix.
     """
     clf = load_run(run_dir, device=device)
@@ -197,7 +200,8 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
         check_writable(predictions, "; choose another --predictions; nothing evaluated")
     check_store(clf, store)  # a store of other voxels: refused before a cluster starts
     with get_client(client, processes=False) as client:
-        report, table = _evaluate(clf, store, client, progress=progress)
+        report, table = _evaluate(clf, store, client, rows, progress=progress,
+                                  hint="; --rows all (rows='all') scores every row")
     if predictions is not None:
         write_table(table, predictions)
     return report

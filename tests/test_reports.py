@@ -2,6 +2,7 @@
 equal to the predictions of the run's estimator on the store's rows (SYNTHETIC cohorts)."""
 
 import csv
+import json
 import re
 import shutil
 
@@ -133,6 +134,31 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(command, tr
                          f"{'predicted' if command == 'predict' else 'evaluated'}", err), err
         assert "Dask dashboard" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_evaluate_scores_a_store_of_new_subjects_without_a_split(trained, tiny_cohort,
+                                                                  tmp_path, capsys, caplog):
+    """New subjects converted with the run's mask, as the README says, from files and labels:
+    their store has no split, so it had no test rows and evaluate said only "no rows to
+    score". ``--rows all`` scores every row, and the empty case says so."""
+    store, run = trained
+    test = store.test_rows()
+    files = [str(f) for f in store.source[test]]
+    (tmp_path / "labels.txt").write_text("\n".join(store.classes[store.y[test]]) + "\n")
+    new = tmp_path / "new.zarr"
+    assert main(["convert", *files, "--labels", str(tmp_path / "labels.txt"), "--mask",
+                 str(run / "mask.nii.gz"), "--out", str(new), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), str(new), "--no-progress", "--n-workers", "1"]) == 0
+    assert "no rows to score" in capsys.readouterr().out
+    assert "--rows all (rows='all') scores every row" in caplog.text
+    assert main(["evaluate", str(run), str(new), "--rows", "all", "--json", "--no-progress",
+                 "--n-workers", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    clf = load_run(run)
+    assert report["n"] == len(files)
+    assert report["accuracy"] == pytest.approx(clf.score(store.read_rows(test),
+                                                         store.classes[store.y[test]]))
 
 
 def test_evaluate_refuses_a_store_of_other_voxels_before_a_cluster_starts(trained, tmp_path,
