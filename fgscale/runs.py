@@ -152,10 +152,10 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
     candidates = summary.get("candidates") or []
     if len(candidates) > 1:  # the epochs above are the chosen candidate's
         said = []
-        for key, value in summary["selected"].items():
-            values = sorted({c[key] for c in candidates})
+        for key, value in summary.get("selected", {}).items():
+            values = list(dict.fromkeys(c.get(key) for c in candidates))  # in the grid's order
             if len(values) > 1:
-                said.append(f"{key} {value:g} (of {', '.join(f'{v:g}' for v in values)})")
+                said.append(f"{key} {_said(value)} (of {', '.join(map(_said, values))})")
         lines.append(f"chosen on the validation split among {len(candidates)} candidates: "
                      + ", ".join(said))
     maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
@@ -164,6 +164,10 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
         "(no weight maps: the CNN has none)" if maps is None else
         f"(maps: {maps}, {each} in maps/, see maps.json); fgscale report RUN draws them"))
     return lines
+
+
+def _said(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
