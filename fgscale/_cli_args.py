@@ -144,10 +144,12 @@ def add_cohort_args(p) -> None:
 
 def add_param(p, name: str, note: str = "") -> None:
     """The option of an estimator parameter, from the table: its type, default and help."""
-    from fgscale._constraints import Options, Sizes
+    from fgscale._constraints import Searchable, Sizes
     from fgscale._params import _BY_NAME
 
     param = _BY_NAME[name]
+    # argparse gives an option one word: a list of candidates is typed with commas
+    commas = ", comma-separated, such as 0.05,0.1" if isinstance(param.constraint, Searchable) else ""
 
     def parse(text: str):
         try:
@@ -157,8 +159,8 @@ def add_param(p, name: str, note: str = "") -> None:
         else:  # None may be a value: "--alpha none", the default said in --help
             valid = param.constraint.accepts(value)
         if not valid:
-            raise argparse.ArgumentTypeError(f"expected {param.constraint.describe()}, got "
-                                             f"{text!r}")
+            raise argparse.ArgumentTypeError(f"expected {param.constraint.describe()}{commas}, "
+                                             f"got {text!r}")
         return value
 
     default = param.default
@@ -167,11 +169,26 @@ def add_param(p, name: str, note: str = "") -> None:
         default = " ".join(map(str, default))
     else:
         kwargs = {"type": parse, "default": default}
-    metavar = ("{" + ",".join(param.constraint.choices) + "}"
-               if isinstance(param.constraint, Options) else name.upper())
-    p.add_argument("--" + name.replace("_", "-"), dest=name, metavar=metavar,
-                   help=f"{param.help} (default: {default}{note})".replace("%", "%%"),
+    typed = f"; on the command line a list is{commas[1:]}" if commas else ""
+    p.add_argument("--" + name.replace("_", "-"), dest=name, metavar=_metavar(param),
+                   help=f"{param.help}{typed} (default: {default}{note})".replace("%", "%%"),
                    **kwargs)  # argparse formats help with %
+
+
+def _metavar(param) -> str:
+    """The words an option takes, where they are few ("{auto,true,false}"), else its name."""
+    from fgscale._constraints import Bool, Options, Union
+
+    constraint = param.constraint
+    words = []
+    for option in constraint.options if isinstance(constraint, Union) else (constraint,):
+        if isinstance(option, Options):
+            words += option.choices
+        elif isinstance(option, Bool):  # on/off and yes/no are taken too
+            words += ["true", "false"]
+        else:
+            return param.name.upper()
+    return "{" + ",".join(words) + "}"
 
 
 def add_bank_args(p, note: str) -> None:

@@ -19,13 +19,14 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from fgscale.grouping._bank import bank_row, omega_diagonal
+from fgscale.grouping._bank import bank_row, check_not_none, omega_diagonal
 
 __all__ = ["membership_variance", "omega_diagonal", "omega_matrix"]
 
 
 def _check_bank(bank):
     """The bank as an array-like with a 2D integer shape (numpy, zarr, or a nested list)."""
+    check_not_none(bank)
     if not hasattr(bank, "shape") or not hasattr(bank, "dtype"):
         bank = np.asarray(bank)
     if len(bank.shape) != 2 or bank.shape[0] == 0 or bank.shape[1] == 0:

@@ -104,7 +104,7 @@ def _cmd_cv(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from fgscale.runs import train_run
+    from fgscale.runs import summary_lines, train_run
 
     params = _estimator_params(args)
     if args.resume:
@@ -115,16 +115,7 @@ def _cmd_train(args) -> int:
     if summary.get("already_complete"):
         print(f"{summary['run']}: already complete with these parameters, nothing to do; "
               "its saved summary:")
-    test = summary["test"]
-    name = "R²" if "r2" in test else "accuracy"
-    score = test.get("r2", test.get("accuracy"))
-    score = "n/a" if score is None else f"{score:.4f}"
-    print(f"trained {params['model']}/{params['regularizer']} for {summary['epochs']} epochs in "
-          f"{summary['seconds']:.1f} s; test {name} {score} on {test['n']} rows")
-    maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
-    each = "one 3D map per class" if name == "accuracy" else "the target's 3D map"
-    print(f"run folder: {summary['run']} " + ("(no weight maps: the CNN has none)" if maps is None
-          else f"(maps: {maps}, {each} in maps/, see maps.json); fgscale report RUN draws them"))
+    print("\n".join(summary_lines(summary, params)))
     return 0
 
 
@@ -134,10 +125,11 @@ def _cmd_evaluate(args) -> int:
 
     with _client(args, processes=args.worker_processes) as client:
         report = evaluate_run(args.run, args.store, device=args.device, client=client,
-                              predictions=args.predictions, progress=not args.no_progress)
+                              predictions=args.predictions, progress=not args.no_progress,
+                              rows=args.rows)
     print(json.dumps(report) if args.json else format_report(report))
     if args.predictions is not None and not args.json:
-        print(f"predictions of the {report['n']} test rows: {args.predictions}")
+        print(f"predictions of the {report['n']} {args.rows} rows: {args.predictions}")
     return 0
 
 
@@ -351,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write each test row's label, prediction and probabilities (CSV) "
                         "(default: none)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    p.add_argument("--rows", choices=["test", "all", "train"], default="test",
+                   help="the store's rows scored, by split (all: new subjects without one)")
     add_cluster_args(p)
     add_worker_kind_arg(p)
     add_progress_arg(p)

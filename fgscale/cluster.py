@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+import warnings
 import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -230,10 +231,14 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
     # worker processes leave Ctrl-C to this process, which stops them (fgscale._worker_signals)
     preload = {"distributed.worker.preload": [*dask.config.get("distributed.worker.preload", []),
                                               "fgscale._worker_signals"]} if processes else {}
-    with dask.config.set({**_WORKER_CONFIG, **preload}):  # read when the nannies are created
-        # this machine only: the scheduler (worker processes talk to it over TCP), the
-        # dashboard and each worker's HTTP server (thread workers' would take every interface)
-        # listen on the loopback interface, not on every network the node is on
+    with dask.config.set({**_WORKER_CONFIG, **preload}), warnings.catch_warnings():
+        # 8787 taken (a notebook's cluster, another command): distributed picks another port
+        # and warns in four lines; the dashboard link printed below says where it is
+        warnings.filterwarnings("ignore", message="Port 8787 is already in use")
+        # The nannies read the config when they are created. This machine only: the
+        # scheduler (worker processes talk to it over TCP), the dashboard and each worker's
+        # HTTP server (thread workers' would take every interface) listen on the loopback
+        # interface, not on every network the node is on.
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
                                processes=processes, memory_limit=memory_limit,
                                host="127.0.0.1" if processes else None,
@@ -247,9 +252,8 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
             yield local
         except BaseException:  # an interrupt: the client leaves first, releasing its tasks, so
             local.close()  # that stopping the workers reports no result lost (log tracebacks)
-            for _ in range(300):
-                if local.id not in cluster.scheduler.clients:
-                    break
+            deadline = time.monotonic() + 15
+            while local.id in cluster.scheduler.clients and time.monotonic() < deadline:
                 time.sleep(0.05)
             raise
 

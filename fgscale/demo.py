@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fgscale._auto import searched_values
 from fgscale._params import PARAMS, params_to_json
-from fgscale.cluster import get_client
+from fgscale.cluster import deferred_cluster
 from fgscale.estimators._factory import make_estimator
 from fgscale.grouping._dask_bank import build_bank
 from fgscale.images._synthetic import make_cohort
@@ -61,16 +61,18 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
     if max_epochs is not None:
         training["max_epochs"] = max_epochs
     start = time.perf_counter()
-    # conversion and the bank on worker processes; streamed training on thread workers, which
-    # hand each block to the model without a copy (see fgscale.cluster.get_client)
-    with get_client(n_workers=n_workers) as client:  # prints its dashboard link
+    # A cluster starts when a step has work for it (a demo run again starts none): the bank
+    # on worker processes, streamed training on thread workers, which hand each block to the
+    # model without a copy (see fgscale.cluster.get_client); the conversion, a small cohort,
+    # on threads of this process, as fgscale convert
+    with deferred_cluster(n_workers=n_workers):  # prints its dashboard link when it starts
         csv = out / "cohort" / "cohort.csv"
         if not csv.exists():
             echo(f"1/4 generating a SYNTHETIC cohort ({DEMO['n_samples']} volumes, "
                  f"{DEMO['grid']} grid) in {csv.parent}")
             make_cohort(csv.parent, seed=seed, **DEMO)
         echo("2/4 converting NIfTI -> Zarr")
-        store = convert(csv, out / "cohort.zarr", client=client, progress=progress)
+        store = convert(csv, out / "cohort.zarr", n_workers=n_workers, progress=progress)
         echo(f"    {store.n_samples} rows x {store.n_features} voxels, "
              f"{store.train_rows().size} train / {store.test_rows().size} test")
         params = {p.name: p.default for p in PARAMS} | training
@@ -81,14 +83,14 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
         for k in ks:
             build_bank(store.path, n_groupings=params["n_groupings"],
                        n_bootstrap=params["n_bootstrap"], n_clusters=k, seed=seed,
-                       client=client, progress=progress)
-    with get_client(n_workers=n_workers, processes=False) as client:
+                       progress=progress)
+    with deferred_cluster(n_workers=n_workers, processes=False):
         echo("4/4 training by streaming minibatches from the store")
         rows = []
         for regularizer, extra in BASELINES.items():
             params = dict(training, regularizer=regularizer, **extra)
             summary = train_run(store.path, _run_folder(out / "runs", regularizer, store, params),
-                                params=params, resume=True, client=client)
+                                params=params, resume=True)
             rows.append({"regularizer": regularizer, **summary})
         rows.append(_sklearn_row(store))
     echo("")

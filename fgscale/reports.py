@@ -337,7 +337,7 @@ def write_table(table: dict, path) -> Path:
     names = list(table)
     columns = [np.asarray(table[n]).tolist() for n in names]
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
+        writer = csv.writer(f, lineterminator="\n")  # not csv's \r\n: grep, cut, awk
         writer.writerow(names)
         writer.writerows(zip(*columns, strict=True))
     return path

@@ -20,7 +20,8 @@ from fgscale.maps import has_maps
 from fgscale.reports import check_store, predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
-__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "train_run"]
+__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "summary_lines",
+           "train_run"]
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,12 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     return summary
 
 
-def _evaluate(clf: FeatureGroupingClassifier, store, client, rows=None, *,
-              progress: bool = False) -> tuple[dict, dict]:
-    """The report and the per-row table of ``rows`` (default the store's test rows)."""
-    rows = store.test_rows() if rows is None else rows
-    if rows.size == 0:
-        log.warning("%s has no test rows: no test metrics", store.path)
+def _evaluate(clf: FeatureGroupingClassifier, store, client, rows="test", *,
+              progress: bool = False, hint: str = "") -> tuple[dict, dict]:
+    """The report and the per-row table of ``rows`` ("test", "train", "all")."""
+    if rows == "test" and store.test_rows().size == 0:
+        log.warning("%s has no test rows (no split 'test' in its cohort table): no test "
+                    "metrics%s", store.path, hint)
     return score_store(clf, store, client, rows, progress=progress)
 
 
@@ -138,9 +139,40 @@ def load_run(run_dir, *, device: str | None = None) -> FeatureGroupingClassifier
     return clf.set_params(device=device)
 
 
+def summary_lines(summary: dict, params: dict) -> list[str]:
+    """What ``fgscale train`` says of a run's summary (``final.json``): its epochs and the
+    refit's, the test score, the values chosen among candidates, the run folder and its maps."""
+    test = summary["test"]
+    name = "R²" if "r2" in test else "accuracy"
+    score = test.get("r2", test.get("accuracy"))
+    score = "n/a" if score is None else f"{score:.4f}"
+    refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
+    lines = [f"trained {params['model']}/{params['regularizer']} for {summary['epochs']} epochs"
+             f"{refit} in {summary['seconds']:.1f} s; test {name} {score} on {test['n']} rows"]
+    candidates = summary.get("candidates") or []
+    if len(candidates) > 1:  # the epochs above are the chosen candidate's
+        said = []
+        for key, value in summary.get("selected", {}).items():
+            values = list(dict.fromkeys(c.get(key) for c in candidates))  # in the grid's order
+            if len(values) > 1:
+                said.append(f"{key} {_said(value)} (of {', '.join(map(_said, values))})")
+        lines.append(f"chosen on the validation split among {len(candidates)} candidates: "
+                     + ", ".join(said))
+    maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
+    each = "one 3D map per class" if name == "accuracy" else "the target's 3D map"
+    lines.append(f"run folder: {summary['run']} " + (
+        "(no weight maps: the CNN has none)" if maps is None else
+        f"(maps: {maps}, {each} in maps/, see maps.json); fgscale report RUN draws them"))
+    return lines
+
+
+def _said(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
-                 predictions=None, progress: bool = False) -> dict:
-    """Score a trained run on a store's test rows, streamed.
+                 predictions=None, progress: bool = False, rows: str = "test") -> dict:
+    """Score a trained run on a store's test rows (or others), streamed.
 
     Parameters
     ----------
@@ -156,11 +188,14 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
         ``label``, ``prediction``, ``proba_<class>``.
     progress : bool, default=False
         Show a progress bar over the rows (tqdm, on stderr).
+    rows : {"test", "all", "train"}, default="test"
+        The rows scored, by the split of the store's cohort table: "all" for new subjects
+        converted without one.
 
     Returns
     -------
     report : dict
-        :func:`fgscale.reports.classification_report` of the test rows: n, loss, accuracy,
+        :func:`fgscale.reports.classification_report` of the rows: n, loss, accuracy,
         balanced accuracy, per-class precision, recall, f1 and support, confusion matrix.
     """
     clf = load_run(run_dir, device=device)
@@ -169,7 +204,8 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
         check_writable(predictions, "; choose another --predictions; nothing evaluated")
     check_store(clf, store)  # a store of other voxels: refused before a cluster starts
     with get_client(client, processes=False) as client:
-        report, table = _evaluate(clf, store, client, progress=progress)
+        report, table = _evaluate(clf, store, client, rows, progress=progress,
+                                  hint="; --rows all (rows='all') scores every row")
     if predictions is not None:
         write_table(table, predictions)
     return report

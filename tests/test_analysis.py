@@ -188,6 +188,15 @@ def test_bad_banks(bank, message):
         omega_matrix(bank)
 
 
+def test_no_bank_is_said_as_such():
+    """The README's ``membership_variance(clf.bank_)`` after ``clf = load_run(...)``: a loaded
+    estimator holds no bank. It was "got shape ()" (membership_variance) and an AttributeError
+    (omega_diagonal); now one message says why bank_ is None and where a bank is."""
+    for function in (membership_variance, omega_matrix, omega_diagonal):
+        with pytest.raises(ValueError, match=r"bank is None: .*loaded .*fgscale export STORE --omega"):
+            function(None)
+
+
 def test_unsampled_negative_row_still_rejected():
     bank = _random_bank(10, 6, 12, 4)
     bank[5] = -1  # an unbuilt row; 1 pair of 15 is drawn, so it is usually left out

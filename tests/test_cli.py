@@ -62,6 +62,23 @@ def test_a_default_of_none_can_be_given_back():
     assert build_parser().parse_args(["train", "s.zarr", "--out", "run", "--alpha", "0.5"]).alpha == 0.5
 
 
+def test_help_says_how_to_write_a_list_and_a_bool(capsys):
+    """--help said "a list: chosen among its values" without saying how to type one (commas,
+    not spaces), and "--standardize STANDARDIZE" without its words; the error said neither."""
+    sub = _subcommands(build_parser())["train"]
+    for option in ("--n-clusters", "--alpha", "--dropout"):
+        action = next(a for a in sub._actions if option in a.option_strings)
+        assert "comma-separated" in sub._get_formatter()._expand_help(action), option
+    args = build_parser().parse_args(["train", "s.zarr", "--out", "run", "--n-clusters",
+                                      "0.05,0.1", "--alpha", "auto", "--standardize", "off"])
+    assert args.n_clusters == [0.05, 0.1] and args.alpha == "auto" and args.standardize is False
+    usage = sub.format_usage()
+    assert "--standardize {true,false}" in usage and "--early-stopping {true,false,auto}" in usage
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "s.zarr", "--out", "run", "--n-clusters", "0.05 0.1"])
+    assert "comma-separated, such as 0.05,0.1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", LONG_COMMANDS)
 def test_every_long_command_has_no_progress(command):
     args = build_parser().parse_args([command, *LONG_COMMANDS[command], "--no-progress"])
@@ -284,10 +301,43 @@ def test_a_resumed_run_says_its_own_model_and_a_warning_is_one_line(tiny_store, 
                             "--regularizer", "dropout"], capture_output=True, text=True,
                            timeout=300)
     assert first.returncode == 0, first.stderr
-    # one line, no source line (Dask's own warnings, a dashboard port taken, keep their format)
+    # one line, no source line (Dask's own warnings keep their format)
     assert [line for line in first.stderr.splitlines() if "n_clusters" in line] == [
         "fgscale train: warning: n_clusters=0.1 has no effect with regularizer='dropout' and "
         "model='mlp'"]
     again = subprocess.run([*fgscale, "--resume"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "already complete" in again.stdout and "trained mlp/dropout for" in again.stdout
+
+
+def test_train_shows_the_bar_of_the_banks_it_builds(tiny_store, tmp_path, capsys):
+    """A bank missing when training starts is built first: with progress bars, its bar shows
+    (it was a silent wait between the statistics' bar and the epochs'), and without, none."""
+    store = str(tiny_store.path)
+    assert main(["train", store, "--out", str(tmp_path / "quiet"), *TRAIN, "--no-progress"]) == 0
+    assert BAR not in capsys.readouterr().err
+    auto = [a for a in TRAIN if a not in ("--n-clusters", "0.1")]  # 5 and 20%: new banks
+    assert main(["train", store, "--out", str(tmp_path / "shown"), *auto]) == 0
+    err = capsys.readouterr().err
+    # a bar starts at 0% once (it may print its 100% twice: its last update, then its close)
+    assert err.count("groupings:   0%|") == 2 and "groupings: 100%|" in err
+    assert "epochs: 100%|" in err
+
+
+def test_train_says_what_it_chose_and_the_refit(tiny_store, tmp_path, capsys):
+    """With candidates (n_clusters "auto", a list of alpha), the lines of train said "for N
+    epochs", N the chosen candidate's alone, and neither the choice nor the refit."""
+    out = str(tmp_path / "run")
+    auto = [a for a in TRAIN if a not in ("--n-clusters", "0.1", "--max-epochs", "2")]
+    assert main(["train", str(tiny_store.path), "--out", out, *auto, "--max-epochs", "3",
+                 "--alpha", "0,0.1", "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    summary = json.loads((tmp_path / "run" / "final.json").read_text())
+    chosen = summary["selected"]
+    assert len(summary["candidates"]) == 6
+    ks = sorted({c["n_clusters"] for c in summary["candidates"]})
+    assert lines[0].startswith(f"trained logreg/feature_grouping for {summary['epochs']} epochs "
+                               f"(+ {summary['refit_epochs']} refit)")
+    assert lines[1] == (f"chosen on the validation split among 6 candidates: alpha "
+                        f"{chosen['alpha']:g} (of 0, 0.1), n_clusters {chosen['n_clusters']} "
+                        f"(of {', '.join(map(str, ks))})")

@@ -123,6 +123,30 @@ def test_the_dashboard_link_is_printed_once_per_client(client, capsys):
     assert "Dask dashboard" not in capsys.readouterr().err
 
 
+def test_a_taken_dashboard_port_is_no_warning_the_link_says_where(capsys):
+    """With port 8787 taken (a notebook's cluster, another fgscale command), distributed warned
+    in four lines, "Perhaps you already have a cluster running?", above the printed link: the
+    link alone says where this cluster's dashboard is."""
+    import socket
+    import warnings
+
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 8787))
+        holder.listen()
+    except OSError:  # taken already: what this test needs
+        pass
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with get_client(n_workers=1, processes=False) as local:
+                link = dashboard_link(local)
+    finally:
+        holder.close()
+    assert not [w for w in caught if "already in use" in str(w.message)]
+    assert ":8787/" not in link and f"Dask dashboard: {link}" in capsys.readouterr().err
+
+
 def test_embedded_thread_workers_run_in_this_process():
     with get_client(n_workers=2, processes=False) as local:
         assert _n_workers(local) == 2
@@ -249,6 +273,23 @@ def test_slurm_job_script():
     yaml = pytest.importorskip("yaml")
     environ = yaml.safe_load(config.read_text())["distributed"]["nanny"]["pre-spawn-environ"]
     assert environ == {"MALLOC_TRIM_THRESHOLD_": None}
+
+
+@dashboard_port_may_be_taken
+def test_slurm_readme_names_the_script_options_and_python_is_one(capsys):
+    """The README's table and the script's options are the same set, and the compute nodes'
+    Python, which the README and the script's docstring say defaults to this interpreter, can
+    be given (``--python``: there was no such option)."""
+    pytest.importorskip("dask_jobqueue")
+    import re
+
+    script = _load_script(ROOT / "slurm" / "slurm_cluster.py")
+    parser = script.build_parser()
+    options = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    table = set(re.findall(r"^\| `(--[a-z-]+)`", (ROOT / "slurm" / "README.md").read_text(), re.M))
+    assert table == options - {"--help", "--print-job-script"}
+    assert script.main(["--python", "/opt/env/bin/python", "--print-job-script"]) == 0
+    assert "/opt/env/bin/python -m distributed.cli.dask_worker" in capsys.readouterr().out
 
 
 def test_kubernetes_manifest():

@@ -2,6 +2,7 @@
 equal to the predictions of the run's estimator on the store's rows (SYNTHETIC cohorts)."""
 
 import csv
+import json
 import re
 import shutil
 
@@ -97,6 +98,19 @@ def test_a_cohort_table_by_split(trained, tiny_cohort, tmp_path, capsys):
     assert [r["prediction"] for r in table] == clf.predict(store.read_rows(test)).tolist()
 
 
+def test_tables_end_their_lines_as_unix_tools_expect(trained, tiny_cohort, tmp_path, capsys):
+    """make-cohort's table and the predictions' CSV end each line with a line feed alone:
+    with csv's default "\\r\\n", ``grep ',test$' cohort.csv`` matched no line and the last
+    column read by cut or awk carried a carriage return."""
+    store, run = trained
+    assert predict(capsys, run, store.path, out=tmp_path / "p.csv")[0] == 0
+    for path in (tiny_cohort, tmp_path / "p.csv"):
+        lines = path.read_bytes().split(b"\n")
+        assert lines[-1] == b"" and not any(line.endswith(b"\r") for line in lines), path
+    test = [line for line in tiny_cohort.read_bytes().split(b"\n") if line.endswith(b",test")]
+    assert len(test) == store.test_rows().size
+
+
 def test_a_table_of_new_images_needs_no_label(trained, tiny_cohort, tmp_path, capsys):
     """Images to predict have no label yet: a table of paths only, or with some labels left
     blank, is predicted (the labels given copied, blank for the others)."""
@@ -137,6 +151,31 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(command, tr
                          f"{'predicted' if command == 'predict' else 'evaluated'}", err), err
         assert "Dask dashboard" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_evaluate_scores_a_store_of_new_subjects_without_a_split(trained, tiny_cohort,
+                                                                  tmp_path, capsys, caplog):
+    """New subjects converted with the run's mask, as the README says, from files and labels:
+    their store has no split, so it had no test rows and evaluate said only "no rows to
+    score". ``--rows all`` scores every row, and the empty case says so."""
+    store, run = trained
+    test = store.test_rows()
+    files = [str(f) for f in store.source[test]]
+    (tmp_path / "labels.txt").write_text("\n".join(store.classes[store.y[test]]) + "\n")
+    new = tmp_path / "new.zarr"
+    assert main(["convert", *files, "--labels", str(tmp_path / "labels.txt"), "--mask",
+                 str(run / "mask.nii.gz"), "--out", str(new), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), str(new), "--no-progress", "--n-workers", "1"]) == 0
+    assert "no rows to score" in capsys.readouterr().out
+    assert "--rows all (rows='all') scores every row" in caplog.text
+    assert main(["evaluate", str(run), str(new), "--rows", "all", "--json", "--no-progress",
+                 "--n-workers", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    clf = load_run(run)
+    assert report["n"] == len(files)
+    assert report["accuracy"] == pytest.approx(clf.score(store.read_rows(test),
+                                                         store.classes[store.y[test]]))
 
 
 def test_evaluate_refuses_a_store_of_other_voxels_before_a_cluster_starts(trained, tmp_path,

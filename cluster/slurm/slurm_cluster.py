@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-directory", default=None, help="folder for the jobs' logs")
     parser.add_argument("--interface", default=None, help="network interface, e.g. ib0")
     parser.add_argument("--job-extra", action="append", default=[], help="extra #SBATCH option")
+    parser.add_argument("--python", default=None,
+                        help="the compute nodes' Python, with fgscale (default: this interpreter)")
     parser.add_argument("--scheduler-file", default="fgscale-scheduler.json",
                         help="where to write the scheduler file (default ./fgscale-scheduler.json)")
     parser.add_argument("--print-job-script", action="store_true",
@@ -116,7 +118,8 @@ def main(argv=None) -> int:
     with make_cluster(cores=args.cores, memory=args.memory, walltime=args.walltime,
                       partition=args.partition, account=args.account, processes=args.processes,
                       local_directory=args.local_directory, log_directory=args.log_directory,
-                      interface=args.interface, job_extra=args.job_extra) as cluster:
+                      interface=args.interface, python=args.python,
+                      job_extra=args.job_extra) as cluster:
         if args.print_job_script:
             print(cluster.job_script())
             return 0

@@ -222,7 +222,8 @@ class FeatureGroupingBase(BaseEstimator):
                 bank, info = None, {"key": "", "location": None}
                 if k is not None:
                     # the bank of exactly these parameters and training rows, built if missing
-                    bank, info = ensure_bank(store.path, n_clusters=k, client=client, **bank_kw)
+                    bank, info = ensure_bank(store.path, n_clusters=k, client=client,
+                                             progress=bool(self.verbose), **bank_kw)
                     log.info("using bank %s of %s", info["key"], info["location"])
                 sources[k] = (StoreSource(client, store.path, n_clusters=k or 0,
                                           bank_key=info["key"], bank_at=info["location"],

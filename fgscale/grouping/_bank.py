@@ -14,8 +14,8 @@ import numpy as np
 
 from fgscale.grouping._rena import rena
 
-__all__ = ["bank_row", "bootstrap_rows", "build_grouping", "grouping_seed", "make_bank", "omega_diagonal",
-           "resolve_n_clusters"]
+__all__ = ["bank_row", "bootstrap_rows", "build_grouping", "check_not_none", "grouping_seed",
+           "make_bank", "omega_diagonal", "resolve_n_clusters"]
 
 
 def grouping_seed(seed: int, index: int) -> int:
@@ -85,6 +85,14 @@ def make_bank(X, graph, n_clusters: int, *, n_groupings: int = 100, n_bootstrap:
     return bank
 
 
+def check_not_none(bank) -> None:
+    """A ValueError saying why an estimator's ``bank_`` may be None, and where a bank is."""
+    if bank is None:
+        raise ValueError("bank is None: an estimator loaded from a run folder or a saved model "
+                         "holds no bank, nor one fitted without feature grouping; use one fitted "
+                         "in this process, or the store's bank (fgscale export STORE --omega)")
+
+
 def omega_diagonal(bank) -> np.ndarray:
     """Diagonal of Omega = E[Phi^T Phi] over a bank: per feature, the mean of 1 / |C(feature)|.
 
@@ -98,6 +106,7 @@ def omega_diagonal(bank) -> np.ndarray:
     omega : ndarray of shape (n_features,), float64
         Between 0 and 1; 1 where a feature is alone in its cluster in every grouping.
     """
+    check_not_none(bank)
     if len(bank.shape) != 2 or bank.shape[0] == 0:
         raise ValueError(f"bank must have shape (n_groupings >= 1, n_features), got {bank.shape}")
     omega = np.zeros(bank.shape[1])

@@ -307,12 +307,12 @@ def make_cohort(out_dir, *, n_samples: int = 40, n_classes: int = 4, grid="4mm",
                 snr_db=snr_db, smooth_noise=smooth_noise, n_subjects=n_subjects,
                 test_fraction=test_fraction, seed=seed, four_d=four_d, target=target,
                 n_voxels=int(design["mask"].sum()))
-    (out_dir / "cohort.json").write_text(json.dumps(meta, indent=2))
+    (out_dir / "cohort.json").write_text(json.dumps(meta, indent=2) + "\n")
     # the table last, under a temporary name: its presence means a whole cohort (the demo
     # reuses a cohort whose table exists)
     csv_path = out_dir / "cohort.csv"
     with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
+        writer = csv.writer(f, lineterminator="\n")  # not csv's \r\n: grep, cut, awk
         writer.writerow(["path", "label", *(["target"] if target else []), "group", "split"])
         writer.writerows(rows)
     log.info("wrote synthetic cohort of %d samples (%d files) to %s", n_samples, len(rows),

@@ -44,8 +44,10 @@ def test_files_equal_in_memory_data(tmp_path):
         np.testing.assert_array_equal(vol[mask], X[i])
         assert (vol[~mask] == 0).all() and (vol[mask] != 0).all()
         np.testing.assert_array_equal(img.affine, affine)
-    meta = json.loads((tmp_path / "cohort.json").read_text())
+    text = (tmp_path / "cohort.json").read_text()
+    meta = json.loads(text)
     assert meta["synthetic"] is True and meta["n_voxels"] == mask.sum()
+    assert text.endswith("}\n")  # a text file, as the run folder's JSON: cat ends its line
 
 
 def test_subjects_split_by_subject(tmp_path):
