@@ -118,7 +118,11 @@ def test_the_dashboard_link_is_printed_once_per_client(client, capsys):
     assert link.startswith("http://127.0.0.1:")
     err = capsys.readouterr().err
     assert err.count("Dask dashboard: ") == 1 and f"Dask dashboard: {link}" in err
-    with get_client(client):  # the fixture's cluster serves no dashboard: nothing to print
+    # a given client's link too, once (none when an earlier test printed it)
+    with get_client(client), get_client(client):
+        pass
+    assert capsys.readouterr().err.count("Dask dashboard: ") <= 1
+    with get_client(client):
         pass
     assert "Dask dashboard" not in capsys.readouterr().err
 
