@@ -314,10 +314,10 @@ def format_report(report: dict) -> str:
     confusion matrix."""
     if not report["n"]:
         return "no rows to score"
-    if "r2" in report:
-        return "  ".join([f"{report['n']} rows:"] + [
+    if "r2" in report:  # as the accuracy's line below
+        return f"{report['n']} rows: " + ", ".join(
             f"{k} {'n/a' if report[k] is None else format(report[k], '.4f')}"
-            for k in ("r2", "mae", "rmse", "correlation")])
+            for k in ("r2", "mae", "rmse", "correlation"))
     lines = [f"{report['n']} rows: accuracy {report['accuracy']:.4f}, balanced accuracy "
              f"{report['balanced_accuracy']:.4f}, loss {report['loss']:.4f}", ""]
     classes = report["classes"]
