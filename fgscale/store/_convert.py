@@ -66,6 +66,7 @@ from fgscale.store._layout import (
     create_store,
     default_block_rows,
     mark_complete,
+    reopen_damaged,
     write_block_rows,
 )
 from fgscale.store._reader import Store, open_group_checked, open_store
@@ -288,7 +289,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         elif made != fingerprint:
             raise StoreError(f"{out}: exists and was made from other inputs or arguments; remove "
                              "it or choose another --out")
-        if g is not None and g.attrs.get("complete"):
+        # shards deleted or truncated since they were written are written again
+        if g is not None and not reopen_damaged(out) and g.attrs.get("complete"):
             log.info("%s is already complete; nothing to do", out)
             return open_store(out)
         if g is not None:

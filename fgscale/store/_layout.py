@@ -52,6 +52,7 @@ done; :func:`open_store` refuses a store that is not complete.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Iterable, Sequence
@@ -63,8 +64,10 @@ import zarr
 from fgscale.store._reader import FORMAT_VERSION, Store, open_store
 from fgscale.store._shards import ShardRowReader, StoreError
 
-__all__ = ["block_range", "create_store", "default_block_rows", "mark_complete", "write_block",
-           "write_block_rows", "write_store"]
+__all__ = ["block_range", "create_store", "damaged_blocks", "default_block_rows", "mark_complete",
+           "reopen_damaged", "write_block", "write_block_rows", "write_store"]
+
+log = logging.getLogger(__name__)
 
 _TARGET_SHARD_BYTES = 64 * 2**20  # one shard of X is one conversion task's output
 _MAX_BLOCK_ROWS = 1024
@@ -256,6 +259,38 @@ def _write_rows(path, g: zarr.Group, X: zarr.Array, block: int,
                              f"{X.shape[1]} voxels, got {X_block.shape}")
         X[start:stop] = X_block
     g["done"][block] = 1  # after the data: a flag never claims a half-written shard
+
+
+def reopen_damaged(path) -> list[int]:
+    """Clear the ``done`` flag of every written block whose shard of ``X`` is missing or damaged
+    (deleted, truncated, overwritten since), and the store's ``complete`` flag with them, so that
+    conversion resumed with the same inputs writes those blocks again.
+
+    Returns
+    -------
+    blocks : list of int
+        The blocks reopened (none for a store of another layout, which is not checked).
+    """
+    blocks = damaged_blocks(path)
+    if blocks:
+        g = zarr.open_group(str(path), mode="r+")
+        log.warning("%s: shards %s of X are missing or damaged; converting them again", path,
+                    blocks[:10])
+        for b in blocks:
+            g["done"][b] = 0
+        g.attrs["complete"] = False
+    return blocks
+
+
+def damaged_blocks(path) -> list[int]:
+    """The blocks flagged as written whose shard of ``X`` is missing or damaged (none for a store
+    of another layout, which is not checked); reads each shard's index only."""
+    g = zarr.open_group(str(path), mode="r")
+    direct = ShardRowReader.from_array(g["X"])
+    if direct is None or direct.shard_rows != g.attrs["block_rows"]:
+        return []
+    done = g["done"][:]
+    return [b for b in direct.damaged_shards() if done[b]]
 
 
 def mark_complete(path, **attrs) -> None:

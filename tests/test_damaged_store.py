@@ -1,0 +1,93 @@
+"""A store damaged on disk after it was written (a shard deleted or truncated by a quota
+cleaner, an array removed by hand, a bank's file lost): every command names the damaged file and
+what to do, never trains on the fill value as data, never shows a traceback, and the command
+that made the store repairs what it can. SYNTHETIC cohorts (fgscale.images make_cohort)."""
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+from helpers import TINY_GRID, dashboard_port_may_be_taken
+
+from fgscale.cli import main
+from fgscale.images._synthetic import make_cohort
+from fgscale.store import open_store
+
+pytestmark = dashboard_port_may_be_taken
+
+FAST = ["--n-workers", "1", "--no-progress", "--n-groupings", "2", "--n-bootstrap", "5",
+        "--n-clusters", "20", "--max-epochs", "1", "--batch-size", "8", "--learning-rate",
+        "0.05"]
+
+
+def refused(argv, capsys, message):
+    """``fgscale argv`` exits with status 2 and one error line matching ``message``, no
+    traceback."""
+    capsys.readouterr()
+    status = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert status == 2, f"status {status}, stderr: {err}"
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith(f"fgscale {argv[0]}: error: ")]
+    assert len(lines) == 1, err
+    assert re.search(message, lines[0]), f"{message!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """A SYNTHETIC cohort table and its store, converted by the CLI in shards of 8 rows."""
+    folder = tmp_path_factory.mktemp("cohort")
+    table = make_cohort(folder / "cohort", n_samples=40, n_classes=2, grid=TINY_GRID,
+                        n_subjects=5, seed=0)
+    out = folder / "s.zarr"
+    assert main(["convert", str(table), "--out", str(out), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    return table, out
+
+
+def _copy(converted, tmp_path):
+    table, store = converted
+    out = tmp_path / "s.zarr"
+    shutil.copytree(store, out)
+    return table, out
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "overwritten"])
+def test_a_damaged_shard_is_refused_then_rewritten_by_convert(damage, converted, tmp_path,
+                                                               capsys, caplog):
+    table, store = _copy(converted, tmp_path)
+    before = open_store(store).read_rows(np.arange(40))
+    shard = store / "X" / "c" / "2" / "0"
+    if damage == "deleted":
+        shard.unlink()
+    elif damage == "truncated":
+        shard.write_bytes(shard.read_bytes()[:-30])
+    else:  # same size, other bytes: a block of another store copied over it
+        shard.write_bytes(bytes(len(shard.read_bytes())))
+    refused(["train", store, "--out", tmp_path / "run", *FAST], capsys,
+            r"X/c/2/0: .*(missing|truncated|never written|bytes)")
+    assert not (tmp_path / "run" / "model.json").exists()
+    assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "already complete" not in captured.out
+    assert "shards [2] of X are missing or damaged" in caplog.text
+    assert "4 blocks already done" in captured.out
+    np.testing.assert_array_equal(open_store(store).read_rows(np.arange(40)), before)
+    assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    assert "already complete, nothing to do" in capsys.readouterr().out
+
+
+def test_an_undamaged_store_is_left_as_it_is(converted, tmp_path, capsys):
+    table, store = _copy(converted, tmp_path)
+    stamps = {p: p.stat().st_mtime_ns for p in (store / "X" / "c").rglob("*") if p.is_file()}
+    assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    assert "already complete, nothing to do" in capsys.readouterr().out
+    assert stamps == {p: p.stat().st_mtime_ns for p in (store / "X" / "c").rglob("*")
+                      if p.is_file()}
+    assert zarr.open_group(str(store)).attrs["complete"] is True
