@@ -91,3 +91,46 @@ def test_an_undamaged_store_is_left_as_it_is(converted, tmp_path, capsys):
     assert stamps == {p: p.stat().st_mtime_ns for p in (store / "X" / "c").rglob("*")
                       if p.is_file()}
     assert zarr.open_group(str(store)).attrs["complete"] is True
+
+
+def _drop(store, name):
+    shutil.rmtree(store / name)
+
+
+def _cut(store, name):
+    chunk = next(p for p in (store / name / "c").rglob("*") if p.is_file())
+    chunk.write_bytes(chunk.read_bytes()[:3])
+
+
+def _more_rows(store, name):
+    g = zarr.open_group(str(store), mode="r+")
+    y = g["y"][:]
+    del g["y"]
+    g.create_array("y", data=np.concatenate([y, y[:2]]))
+
+
+@pytest.mark.parametrize("damage, name, message", [
+    (_drop, "mask", r"s\.zarr: array 'mask' is missing; a damaged store: convert the cohort "
+                    r"again into a new store"),
+    (_drop, "classes", r"s\.zarr: array 'classes' is missing"),
+    (_cut, "y", r"s\.zarr/y: cannot be read \(.*\); a damaged store"),
+    (_cut, "split", r"s\.zarr/split: cannot be read"),
+    (_more_rows, "y", r"s\.zarr: array 'y' has shape \(42,\), X has 40 rows"),
+])
+def test_a_damaged_metadata_array_is_named(damage, name, message, converted, tmp_path, capsys):
+    table, store = _copy(converted, tmp_path)
+    damage(store, name)
+    refused(["train", store, "--out", tmp_path / "run", *FAST], capsys, message)
+    refused(["convert", table, "--out", store, "--no-progress", "--block-rows", "8"], capsys,
+            message)
+    refused(["bank", store, "--list"], capsys, message)
+
+
+def test_x_of_another_width_than_the_mask_is_named(converted, tmp_path, capsys):
+    """X's zarr.json edited to one column fewer: its rows no longer fit the mask."""
+    _, store = _copy(converted, tmp_path)
+    meta = store / "X" / "zarr.json"
+    meta.write_text(meta.read_text().replace("605", "604"))
+    refused(["train", store, "--out", tmp_path / "run", *FAST], capsys,
+            r"s\.zarr: array 'mask' of shape \(\d+, \d+, \d+\) holds 605 voxels, X has 604 "
+            r"columns")
