@@ -134,3 +134,30 @@ def test_x_of_another_width_than_the_mask_is_named(converted, tmp_path, capsys):
     refused(["train", store, "--out", tmp_path / "run", *FAST], capsys,
             r"s\.zarr: array 'mask' of shape \(\d+, \d+, \d+\) holds 605 voxels, X has 604 "
             r"columns")
+
+
+BANK = ["--n-groupings", "3", "--n-bootstrap", "5", "--n-clusters", "20", "--seed", "0",
+        "--n-workers", "1", "--no-progress"]
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_damaged_grouping_is_built_again(damage, converted, tmp_path, capsys, caplog):
+    """A chunk of a bank's labels removed read as -1 (the fill value) and the training run
+    stopped with torch's 'index -1 is out of bounds'; a truncated one with zstd's error."""
+    _, store = _copy(converted, tmp_path)
+    assert main(["bank", str(store), *BANK]) == 0
+    (key,) = [p.name for p in (store / "banks").iterdir() if p.is_dir()]
+    labels = store / "banks" / key / "labels"
+    before = zarr.open_array(str(labels))[:]
+    chunk = labels / "c" / "1" / "0"
+    if damage == "deleted":
+        chunk.unlink()
+    else:
+        chunk.write_bytes(chunk.read_bytes()[:5])
+    capsys.readouterr()
+    assert main(["train", str(store), "--out", str(tmp_path / "run"), *FAST[:2],
+                 *["--no-progress", "--n-groupings", "3", "--n-bootstrap", "5", "--n-clusters",
+                   "20", "--max-epochs", "1"]]) == 0, capsys.readouterr().err
+    assert f"groupings [1] of bank {key} are damaged; building them again" in caplog.text
+    np.testing.assert_array_equal(zarr.open_array(str(labels))[:], before)
+    assert (tmp_path / "run" / "model.json").exists()
