@@ -140,6 +140,31 @@ def _nan_in_mask(rows, tmp):
                        [r[:2] for r in rows[1:]] + [[str(tmp / "nan.nii.gz"), rows[0][1]]])
 
 
+def _odd_voxels(kind):
+    def make(rows, tmp):
+        img = nib.load(rows[0][0])
+        data = np.asarray(img.dataobj, np.float32)
+        if kind == "rgb":  # an RGB overlay where a statistical map was meant
+            voxels = np.zeros(data.shape, [("R", "u1"), ("G", "u1"), ("B", "u1")])
+        else:  # a complex reconstruction: numpy would drop the imaginary part silently
+            voxels = data.astype(np.complex64)
+        nib.save(nib.Nifti1Image(voxels, img.affine), tmp / "odd.nii.gz")
+        return write_table(tmp / "t.csv", ["path", "label"],
+                           [r[:2] for r in rows[1:]] + [[str(tmp / "odd.nii.gz"), rows[0][1]]])
+    return make
+
+
+def _zero_voxel_size(rows, tmp):
+    """A header whose sform holds zeros (voxel size 0): resampling it raised nibabel's
+    'Could not decompose affine' traceback."""
+    raw = bytearray(gzip.decompress(open(rows[0][0], "rb").read()))
+    struct.pack_into("<hh", raw, 252, 0, 1)  # qform_code 0, sform_code 1
+    struct.pack_into("<12f", raw, 280, *[0.0] * 12)  # srow_x, srow_y, srow_z
+    (tmp / "flat.nii.gz").write_bytes(gzip.compress(bytes(raw)))
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [r[:2] for r in rows[1:]] + [[str(tmp / "flat.nii.gz"), rows[0][1]]])
+
+
 COHORT_ROWS = {  # name: (the table, the message)
     "no path column": (_no_path, r"t\.csv: cohort table lacks column\(s\) \['path'\]; expected "
                                  r"path,label"),
@@ -158,6 +183,12 @@ COHORT_ROWS = {  # name: (the table, the message)
     "NaN inside the mask (--nan error, the default)": (
         _nan_in_mask, r"nan\.nii\.gz \(volume 0\): 1 NaN/inf values inside the mask; fix the "
                       r"file or convert with --nan zero"),
+    "RGB voxels": (_odd_voxels("rgb"), r"t\.csv:13: .*odd\.nii\.gz: voxels of type .*\(not one "
+                                       r"number\); expected one real number per voxel"),
+    "complex voxels": (_odd_voxels("complex"), r"odd\.nii\.gz: voxels of type complex64 "
+                                               r"\(complex numbers\)"),
+    "voxel size 0": (_zero_voxel_size, r"flat\.nii\.gz: affine .* is not an invertible "
+                                       r"voxel-to-world matrix"),
 }
 
 
