@@ -161,3 +161,45 @@ def test_a_damaged_grouping_is_built_again(damage, converted, tmp_path, capsys, 
     assert f"groupings [1] of bank {key} are damaged; building them again" in caplog.text
     np.testing.assert_array_equal(zarr.open_array(str(labels))[:], before)
     assert (tmp_path / "run" / "model.json").exists()
+
+
+def test_two_conversions_started_at_once_both_end_with_the_store(converted, tmp_path):
+    """The second to rename its new store found the first's in place: '[Errno 39] Directory not
+    empty: s.zarr.creating -> s.zarr' (or each removed the other's half-written folder)."""
+    from fgscale.store._layout import create_whole
+    from fgscale.store._shards import StoreError
+
+    table, made = converted
+    out = tmp_path / "s.zarr"
+    shutil.copytree(made, out)
+    g = zarr.open_group(str(made))
+    kwargs = dict(n_samples=40, mask=g["mask"][:], affine=g["affine"][:], y=g["y"][:],
+                  classes=list(g["classes"][:]), block_rows=8, attrs=dict(g.attrs))
+    (tmp_path / "s.zarr.creating.999999999").mkdir()  # of a run killed before it renamed it
+    assert create_whole(out, **kwargs).attrs["complete"] is True  # the first's store, kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+    other = dict(kwargs, attrs={**kwargs["attrs"], "params": {"fingerprint": "other inputs"}})
+    with pytest.raises(StoreError, match=r"s\.zarr: another conversion, of other inputs, "
+                                         r"created it meanwhile"):
+        create_whole(out, **other)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+    np.testing.assert_array_equal(open_store(out).read_rows(np.arange(40)),
+                                  open_store(made).read_rows(np.arange(40)))
+
+
+def test_two_convert_commands_at_once_both_succeed(converted, tmp_path):
+    import subprocess
+    import sys
+
+    table, made = converted
+    out = tmp_path / "s.zarr"
+    cmd = [sys.executable, "-m", "fgscale", "convert", str(table), "--out", str(out),
+           "--block-rows", "8", "--n-workers", "1", "--no-progress"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    np.testing.assert_array_equal(open_store(out).read_rows(np.arange(40)),
+                                  open_store(made).read_rows(np.arange(40)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]

@@ -35,14 +35,12 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
-import zarr
 
 from fgscale.cluster import (
     ThreadTasks,
@@ -63,7 +61,7 @@ from fgscale.images._nifti import (
 )
 from fgscale.store._layout import (
     block_range,
-    create_store,
+    create_whole,
     default_block_rows,
     mark_complete,
     reopen_damaged,
@@ -307,7 +305,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                 names = list(classes) if classes is not None else sorted({r[2] for r in rows})
                 y = np.array([names.index(r[2]) for r in rows])
             synthetic = _is_synthetic(cohort)
-            g = _create_whole(
+            g = create_whole(
                 out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),
                 y=y, classes=names, target=targets, source=[r[0] for r in rows],
                 volume=[r[1] for r in rows], groups=[r[3] for r in rows],
@@ -360,18 +358,6 @@ def _workers(client, n_workers: int | None, voxel_bytes: int):
                  "cluster started)", n, voxel_bytes / 1e6)
         return ThreadTasks(n)
     return get_client(client, n_workers=n_workers, processes=False)
-
-
-def _create_whole(out: Path, **kwargs) -> zarr.Group:
-    """:func:`create_store` under a temporary name, renamed to ``out`` once whole: a run killed
-    while the empty store is written (its metadata comes last) leaves no store that the re-run
-    would refuse as foreign, only the temporary folder, which the re-run replaces."""
-    tmp = out.with_name(out.name + ".creating")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    create_store(tmp, **kwargs)
-    os.replace(tmp, out)
-    return open_group_checked(out, "r+")
 
 
 def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress) -> np.ndarray:

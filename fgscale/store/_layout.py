@@ -52,6 +52,7 @@ done; :func:`open_store` refuses a store that is not complete.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import shutil
@@ -61,11 +62,11 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale.store._reader import FORMAT_VERSION, Store, open_store
+from fgscale.store._reader import FORMAT_VERSION, Store, open_group_checked, open_store
 from fgscale.store._shards import ShardRowReader, StoreError
 
-__all__ = ["block_range", "create_store", "damaged_blocks", "default_block_rows", "mark_complete",
-           "reopen_damaged", "write_block", "write_block_rows", "write_store"]
+__all__ = ["block_range", "create_store", "create_whole", "damaged_blocks", "default_block_rows",
+           "mark_complete", "reopen_damaged", "write_block", "write_block_rows", "write_store"]
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,40 @@ def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, 
         **(attrs or {}),
     })
     return g
+
+
+def create_whole(out: Path, **kwargs) -> zarr.Group:
+    """:func:`create_store` under a temporary name, renamed to ``out`` once whole (conversion):
+    a run killed while the empty store is written (its metadata comes last) leaves no store that
+    the re-run would refuse as foreign, only the temporary folder, which the re-run removes. Two
+    conversions started at once each write their own; the second to rename uses the first's
+    store when it has the same inputs (``attrs["params"]["fingerprint"]``)."""
+    for stale in out.parent.glob(glob.escape(out.name) + ".creating*"):  # of a killed run
+        pid = stale.name.rpartition(".")[2]
+        if not pid.isdigit() or not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = out.with_name(f"{out.name}.creating.{os.getpid()}")  # a conversion at once has its own
+    create_store(tmp, **kwargs)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # the other conversion renamed its own first: resumed, as a re-run would
+        shutil.rmtree(tmp, ignore_errors=True)
+        if kwargs["attrs"]["params"]["fingerprint"] != open_group_checked(out).attrs.get(
+                "params", {}).get("fingerprint"):
+            raise StoreError(f"{out}: another conversion, of other inputs, created it "
+                             "meanwhile; remove it or choose another --out") from None
+    return open_group_checked(out, "r+")
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of this id runs on this machine (the owner of a temporary store)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def block_range(block: int, block_rows: int, n_samples: int) -> tuple[int, int]:
