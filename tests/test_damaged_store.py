@@ -203,3 +203,48 @@ def test_two_convert_commands_at_once_both_succeed(converted, tmp_path):
     np.testing.assert_array_equal(open_store(out).read_rows(np.arange(40)),
                                   open_store(made).read_rows(np.arange(40)))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+
+
+STATS_SCRIPT = """
+import sys
+from distributed import Client, LocalCluster
+from fgscale.store import compute_stats
+with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                  dashboard_address=None) as cluster, Client(cluster) as client:
+    mean, std = compute_stats(sys.argv[1], client=client, progress=False)
+print(float(mean.sum()), float(std.sum()))
+"""
+
+
+def test_two_commands_computing_the_same_statistics_at_once(converted, tmp_path):
+    """Two training jobs on one fresh store: the first to finish dropped its partial statistics
+    under the other's tasks, which stopped with KeyError: 'partial_count' (a traceback). The
+    second now waits for the first and reads its result."""
+    import subprocess
+    import sys
+
+    _, made = converted
+    for attempt in range(3):
+        store = tmp_path / f"s{attempt}.zarr"
+        shutil.copytree(made, store)
+        cmd = [sys.executable, "-c", STATS_SCRIPT, str(store)]
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        outs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+            outs.append(out)
+        assert outs[0] == outs[1]
+    # the second waits while the first holds the store
+    from fgscale._files import exclusive
+
+    store = tmp_path / "held.zarr"
+    shutil.copytree(made, store)
+    with exclusive(store):
+        proc = subprocess.Popen([sys.executable, "-c", STATS_SCRIPT, str(store)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=8)
+        assert not (store / "stats").exists()
+    assert proc.communicate(timeout=300)[0] == outs[0]
