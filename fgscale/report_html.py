@@ -26,7 +26,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale._files import atomic_path, read_json
+from fgscale._files import atomic_path, check_writable, read_json
 from fgscale._run_folder import PREDICTIONS
 from fgscale.maps import read_maps
 
@@ -70,6 +70,8 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
     if not (run / "config.json").is_file():
         raise FileNotFoundError(f"{run / 'config.json'}: no such file; {run} is not a run "
                                 "folder (fgscale train --out RUN writes one)")
+    path = run / "report.html" if out is None else Path(out)
+    check_writable(path, "; choose another --out; no report written")  # before the drawing
     _require("matplotlib", "pip install 'fgscale[plot]'")
     if nilearn is None:
         nilearn = importlib.util.find_spec("nilearn") is not None
@@ -89,7 +91,6 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
     page = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{_esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
             + "\n".join(parts) + "\n</body>\n</html>\n")
-    path = run / "report.html" if out is None else Path(out)
     with atomic_path(path) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return path

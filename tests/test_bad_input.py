@@ -403,6 +403,23 @@ def test_export_refuses_a_non_nifti_output_name(name, store, tmp_path, capsys):
     assert nib.load(tmp_path / "x.nii.gz").shape == TINY_GRID
 
 
+def test_an_output_whose_folder_is_a_file_is_refused_first(cohort, store, tmp_path, capsys):
+    """--out under a path that is a file: convert said so only after its header pass and mask,
+    naming its temporary folder ('[Errno 20] Not a directory: s.zarr.creating'); export and
+    report with a bare OSError ('[Errno 17] File exists: taken')."""
+    taken = tmp_path / "taken"
+    taken.write_text("a file where a folder was meant")
+    table = write_table(tmp_path / "t.csv", ["path", "label"], [r[:2] for r in cohort])
+    refused(["convert", table, "--out", taken / "s.zarr", "--no-progress"], capsys,
+            r"taken/s\.zarr: its folder .*taken cannot be created or written; choose another "
+            r"--out; nothing converted$")
+    refused(["export", store, "--out", taken / "o.nii.gz", "--omega"], capsys,
+            r"taken/o\.nii\.gz: its folder .*taken cannot be created or written; choose "
+            r"another --out; nothing exported$")
+    assert taken.read_text() == "a file where a folder was meant"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "taken"]
+
+
 # ---------------------------------------------------------------------------- run folders
 
 @pytest.mark.parametrize("command", ["evaluate", "predict"])

@@ -143,6 +143,10 @@ def test_cli_report_and_its_errors(tiny_runs, tmp_path, capsys):
     _check_page(out)
     assert main(["report", str(tmp_path), "--out", str(out)]) == 2
     assert "is not a run folder" in capsys.readouterr().err
+    (tmp_path / "taken").write_text("x")  # a file where the report's folder was meant
+    assert main(["report", str(tiny_runs["logreg"]), "--out", str(tmp_path / "taken" / "r.html"),
+                 "--maps-with", "matplotlib"]) == 2
+    assert "taken/r.html: its folder " in capsys.readouterr().err
     # without matplotlib (None in sys.modules: the import fails as if it were not installed)
     code = ("import sys; sys.modules['matplotlib'] = None; from fgscale.cli import main; "
             f"sys.exit(main(['report', {str(tiny_runs['logreg'])!r}, '--out', "

@@ -42,6 +42,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
+from fgscale._files import check_writable
 from fgscale.cluster import (
     ThreadTasks,
     active_client,
@@ -254,6 +255,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     if resample not in (None, "mask"):
         resample = float(resample)
     out = Path(out)
+    if not out.exists():  # before the header pass: nowhere to write the store is said first
+        check_writable(out, "; choose another --out; nothing converted")
     t0 = time.perf_counter()
     entries = read_cohort(cohort, labels, classes)
     headers = entry_headers(entries)
