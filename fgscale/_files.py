@@ -71,21 +71,29 @@ def _as_path(name) -> Path | None:
     return None if name is None else Path(os.fsdecode(name))
 
 
-def read_json(path, what: str = "JSON file"):
-    """The JSON document in ``path``; a ValueError naming the file when it is not valid JSON.
+def read_json(path, what: str = "JSON file", keys: tuple[str, ...] = ()):
+    """The JSON document in ``path``; a ValueError naming the file when it is not valid JSON,
+    or not an object holding ``keys``.
 
     Parameters
     ----------
     path : str or Path
     what : str, default="JSON file"
         What the file should be, for the message ("run configuration").
+    keys : tuple of str, default=()
+        Fields the document must have (it is then a JSON object).
     """
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a valid {what} ({exc}); it was cut short or is not "
                          "fgscale's: move it away, or choose another folder") from exc
+    missing = [k for k in keys if not isinstance(document, dict) or k not in document]
+    if missing:
+        raise ValueError(f"{path}: not a valid {what} (no field {missing[0]!r}); it was edited "
+                         "or is not fgscale's: move it away, or choose another folder")
+    return document
 
 
 @contextmanager

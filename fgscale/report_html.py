@@ -77,7 +77,7 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
         nilearn = importlib.util.find_spec("nilearn") is not None
     elif nilearn:
         _require("nilearn", "pip install nilearn, or draw the maps with matplotlib alone")
-    config = read_json(run / "config.json", "run configuration")
+    config = read_json(run / "config.json", "run configuration", ("params",))
     final = _read_json(run / "final.json", "run summary")
     parts = [_header(run, config, final)]
     if final is not None:
@@ -110,8 +110,12 @@ def _history(run: Path) -> list[dict]:
     while it trains), else model.json's (a search writes each candidate's epochs to its own
     metrics-candidate-<i>.jsonl), then the refit's epochs, from model.json."""
     metrics = run / "metrics.jsonl"
-    rows = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-            if metrics.is_file() else [])
+    try:
+        rows = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+                if metrics.is_file() else [])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{metrics}: not one JSON object per line ({exc}); it was edited or "
+                         "cut short: move it away to draw the report without it") from None
     saved = (_read_json(run / "model.json", "saved model") or {}).get("history_", [])
     if not rows:
         rows = [h for h in saved if h.get("phase") != "refit"]
@@ -219,12 +223,20 @@ def _maps(run: Path, use_nilearn: bool, *, regression: bool = False) -> str:
              f"<code>{_esc(sidecar['image'])}</code>, volumes in the order below)")
     out.append(f"<p>{_esc(sidecar['values'])}. {files}; drawn with "
                f"{'nilearn.plotting.plot_stat_map' if use_nilearn else 'matplotlib'}.</p>")
-    mask = nib.load(run / "mask.nii.gz") if (run / "mask.nii.gz").is_file() else None
+    mask = _image(run / "mask.nii.gz") if (run / "mask.nii.gz").is_file() else None
     draw = _nilearn_slices if use_nilearn else _matplotlib_slices
     for name, path in paths.items():
-        img = nib.load(path)
+        img = _image(path)
         out.append(_figure(draw(img, mask, name), f"{name}: {path.relative_to(run)}"))
     return "\n".join(out)
+
+
+def _image(path: Path) -> nib.Nifti1Image:
+    """A run's NIfTI file read whole, with an error naming it (truncated, not NIfTI)."""
+    from fgscale.images import read_image
+
+    img, data = read_image(path)
+    return nib.Nifti1Image(np.array(data), img.affine)
 
 
 def _table_section(title: str, values: dict, *, open_: bool = True) -> str:

@@ -422,6 +422,16 @@ def test_an_output_whose_folder_is_a_file_is_refused_first(cohort, store, tmp_pa
 
 # ---------------------------------------------------------------------------- run folders
 
+def test_resume_on_an_edited_config_is_refused_by_name(store, tmp_path, capsys):
+    """A config.json that is JSON but not fgscale's (edited by hand): KeyError: 'params'."""
+    run = tmp_path / "run"
+    assert main([str(a) for a in ["train", store, "--out", run, *FAST]]) == 0
+    (run / "config.json").write_text('{"a": 1}')
+    refused(["train", store, "--out", run, *FAST, "--resume"], capsys,
+            r"run/config\.json: not a valid run configuration \(no field 'params'\); it was "
+            r"edited or is not fgscale's")
+
+
 @pytest.mark.parametrize("command", ["evaluate", "predict"])
 def test_a_folder_that_is_not_a_run_is_refused(command, store, tmp_path, capsys):
     (tmp_path / "notes").mkdir()

@@ -156,6 +156,30 @@ def test_cli_report_and_its_errors(tiny_runs, tmp_path, capsys):
     assert "fgscale report needs matplotlib: pip install 'fgscale[plot]'" in done.stderr
 
 
+@pytest.mark.parametrize("damage, message", [
+    (lambda run: (run / "config.json").write_text('{"note": "edited"}'),
+     r"config\.json: not a valid run configuration \(no field 'params'\)"),
+    (lambda run: (run / "mask.nii.gz").write_bytes((run / "mask.nii.gz").read_bytes()[:50]),
+     r"mask\.nii\.gz: "),
+    (lambda run: (run / "metrics.jsonl").open("a").write("{cut short\n"),
+     r"metrics\.jsonl: not one JSON object per line"),
+])
+def test_report_of_a_damaged_run_names_the_file(damage, message, tiny_runs, tmp_path, capsys):
+    """A config.json without its parameters stopped the report with KeyError: 'params', a
+    truncated mask with nibabel's ImageFileError (tracebacks), a damaged metrics.jsonl with
+    json's 'Expecting value' that named no file."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_runs["logreg"], run)
+    damage(run)
+    capsys.readouterr()
+    assert main(["report", str(run), "--out", str(tmp_path / "r.html"),
+                 "--maps-with", "matplotlib"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.search(message, err), err
+    assert not (tmp_path / "r.html").exists()
+
+
 @pytest.mark.slow
 def test_chromium_renders_the_report(tiny_runs, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
