@@ -248,3 +248,19 @@ def test_two_commands_computing_the_same_statistics_at_once(converted, tmp_path)
             proc.wait(timeout=8)
         assert not (store / "stats").exists()
     assert proc.communicate(timeout=300)[0] == outs[0]
+
+
+def test_the_temporary_shards_of_a_killed_conversion_are_removed(converted, tmp_path):
+    """kill -9 while a shard was written left '.0.<pid>.tmp' (a shard's bytes, 64 MiB at full
+    size) beside it for good, through every re-run."""
+    import os
+
+    table, store = _copy(converted, tmp_path)
+    dead = store / "X" / "c" / "1" / ".0.999999999.tmp"
+    live = store / "X" / "c" / "2" / f".0.{os.getpid()}.tmp"  # a conversion still writing
+    dead.write_bytes(b"\0" * 1000)
+    live.write_bytes(b"\0" * 1000)
+    assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    assert not dead.exists()
+    assert live.exists()

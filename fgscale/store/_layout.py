@@ -299,13 +299,18 @@ def _write_rows(path, g: zarr.Group, X: zarr.Array, block: int,
 def reopen_damaged(path) -> list[int]:
     """Clear the ``done`` flag of every written block whose shard of ``X`` is missing or damaged
     (deleted, truncated, overwritten since), and the store's ``complete`` flag with them, so that
-    conversion resumed with the same inputs writes those blocks again.
+    conversion resumed with the same inputs writes those blocks again; remove the temporary
+    shard files that killed conversions left.
 
     Returns
     -------
     blocks : list of int
         The blocks reopened (none for a store of another layout, which is not checked).
     """
+    for tmp in (Path(path) / "X" / "c").glob("*/.*.tmp"):  # ShardRowReader.write's, of a
+        pid = tmp.name.rpartition(".")[0].rpartition(".")[2]  # killed run: a shard's bytes each
+        if not pid.isdigit() or not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
     blocks = damaged_blocks(path)
     if blocks:
         g = zarr.open_group(str(path), mode="r+")
