@@ -165,6 +165,11 @@ def _zero_voxel_size(rows, tmp):
                        [r[:2] for r in rows[1:]] + [[str(tmp / "flat.nii.gz"), rows[0][1]]])
 
 
+def _no_path_in_a_row(rows, tmp):
+    """A row of empty cells (a spreadsheet's trailing ',,'): 'missing label for <folder>'."""
+    return write_table(tmp / "t.csv", ["path", "label"], [r[:2] for r in rows] + [["", ""]])
+
+
 COHORT_ROWS = {  # name: (the table, the message)
     "no path column": (_no_path, r"t\.csv: cohort table lacks column\(s\) \['path'\]; expected "
                                  r"path,label"),
@@ -172,6 +177,8 @@ COHORT_ROWS = {  # name: (the table, the message)
                                             r"'target' column"),
     "a file listed twice": (_twice, r"t\.csv:14: .*synthetic_00000\.nii\.gz is listed again "
                                     r"\(first at .*t\.csv:2\)"),
+    "a row without a path": (_no_path_in_a_row, r"t\.csv:14: missing path; expected the NIfTI "
+                                                r"file of the row"),
     "unknown split": (_bad_split, r"t\.csv:2: split 'valid' for .*; expected 'train', 'test' "
                                   r"or empty"),
     "missing file": (_missing_file, r"gone\.nii\.gz: no such NIfTI file"),

@@ -71,6 +71,9 @@ def _parse_table(path: Path, known: bool) -> tuple[list[dict], bool]:
                              f"column; expected {_EXPECTED}, got {reader.fieldnames}")
         rows = []
         for line, rec in enumerate(reader, start=2):
+            if not (rec["path"] or "").strip():  # else the table's folder, "missing label"
+                raise ValueError(f"{path}:{line}: missing path; expected the NIfTI file of the "
+                                 "row (a row of empty cells: remove it)")
             file = Path((rec["path"] or "").strip())
             file = str(file if file.is_absolute() else path.parent / file)
             where = f"{path}:{line}"
