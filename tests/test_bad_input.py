@@ -288,11 +288,16 @@ def test_nan_zero_converts_what_nan_error_refuses(cohort, tmp_path, capsys):
     (lambda r: "class_2" if r[3] == "test" else r[1].replace("class_2", "class_0"),
      r"s\.zarr: no training row of class\(es\) \['class_2'\], which the store has: the model "
      "could never predict them"),
-], ids=["a single class", "a class on test rows only"])
+    # every row held out: it said "the training rows hold 0 class ([])"
+    (lambda r: r[1], r"s\.zarr: no training rows, every row's split is 'test'; expected some "
+                     r"rows of split 'train' \(or empty\)"),
+], ids=["a single class", "a class on test rows only", "no training row"])
 def test_train_refuses_a_store_whose_training_rows_lack_classes(labels, message, cohort, tmp_path,
                                                                  capsys):
+    every_test = "every row's split" in message
     table = write_table(tmp_path / "t.csv", ["path", "label", "group", "split"],
-                        [[r[0], labels(r), r[2], r[3]] for r in cohort])
+                        [[r[0], labels(r), r[2], "test" if every_test else r[3]]
+                         for r in cohort])
     out = tmp_path / "s.zarr"
     # the store converts: nothing is wrong with the images
     assert main(["convert", str(table), "--out", str(out), "--n-workers", "1",
