@@ -96,6 +96,10 @@ class RunFolder:
                                  "continue it or choose another --out")
             saved_run = read_json(config, "run configuration", ("params",))
             if saved_run.get("store_id", identity) != identity:
+                if saved_run.get("store") == str(store.path.resolve()):  # converted again since
+                    raise ValueError(f"{self.path}: --resume on {store.path}, which no longer "
+                                     "holds the run's rows, labels, split, groups and mask (it "
+                                     "was converted again since): choose another --out")
                 raise ValueError(f"{self.path}: --resume on another store than the run's "
                                  f"({saved_run['store']}): give that store, or another --out")
             saved = saved_run["params"]

@@ -475,6 +475,15 @@ def test_resume_with_other_parameters_or_a_foreign_checkpoint_is_refused(store, 
     assert main(["train", str(copy_store(store, tmp_path)), "--out", str(run), *FAST,
                  "--resume"]) == 0
     assert "already complete" in capsys.readouterr().out
+    # the run's own store path, converted again with another split: it named that same path as
+    # "another store than the run's (...again.zarr): give that store"
+    reconverted = copy_store(store, tmp_path, "again.zarr")
+    assert main(["train", str(reconverted), "--out", str(tmp_path / "run2"), *FAST]) == 0
+    shutil.rmtree(reconverted)
+    shutil.copytree(other_split, reconverted)
+    refused(["train", reconverted, "--out", tmp_path / "run2", *FAST, "--resume"], capsys,
+            r"run2: --resume on .*again\.zarr, which no longer holds the run's rows, labels, "
+            r"split, groups and mask \(it was converted again since\)")
     # a checkpoint of another run (other k) in a run folder whose run never finished
     other = tmp_path / "other"
     assert main(["train", str(store), "--out", str(other), *changed]) == 0
