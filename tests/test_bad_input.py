@@ -165,6 +165,21 @@ def _zero_voxel_size(rows, tmp):
                        [r[:2] for r in rows[1:]] + [[str(tmp / "flat.nii.gz"), rows[0][1]]])
 
 
+def _same_file_by_a_link(rows, tmp):
+    """A symlink to a listed image, as a test row of another class: the same image trained on
+    and tested on, accepted as two files."""
+    os.symlink(rows[0][0], tmp / "link.nii.gz")
+    return write_table(tmp / "t.csv", ["path", "label", "split"],
+                       [[*r[:2], "train"] for r in rows] + [[str(tmp / "link.nii.gz"), "class_1",
+                                                             "test"]])
+
+
+def _same_file_by_dotdot(rows, tmp):
+    (tmp / "sub").mkdir()
+    again = str(tmp / "sub" / ".." / os.path.relpath(rows[0][0], tmp))
+    return write_table(tmp / "t.csv", ["path", "label"], [r[:2] for r in rows] + [[again, "x"]])
+
+
 def _no_path_in_a_row(rows, tmp):
     """A row of empty cells (a spreadsheet's trailing ',,'): 'missing label for <folder>'."""
     return write_table(tmp / "t.csv", ["path", "label"], [r[:2] for r in rows] + [["", ""]])
@@ -177,6 +192,11 @@ COHORT_ROWS = {  # name: (the table, the message)
                                             r"'target' column"),
     "a file listed twice": (_twice, r"t\.csv:14: .*synthetic_00000\.nii\.gz is listed again "
                                     r"\(first at .*t\.csv:2\)"),
+    "a symlink to a listed file": (_same_file_by_a_link, r"t\.csv:14: .*link\.nii\.gz is listed "
+                                   r"again \(the same file as .*synthetic_00000\.nii\.gz\) "
+                                   r"\(first at .*t\.csv:2\)"),
+    "a listed file through ..": (_same_file_by_dotdot, r"t\.csv:14: .*sub/\.\./.* is listed "
+                                                       r"again \(the same file as "),
     "a row without a path": (_no_path_in_a_row, r"t\.csv:14: missing path; expected the NIfTI "
                                                 r"file of the row"),
     "unknown split": (_bad_split, r"t\.csv:2: split 'valid' for .*; expected 'train', 'test' "

@@ -14,6 +14,7 @@ import csv
 import glob
 import logging
 import math
+import os
 from pathlib import Path
 
 __all__ = ["TABLE_SUFFIXES", "entry_headers", "entry_name", "read_cohort"]
@@ -162,11 +163,19 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> lis
                          "column")
     seen = {}
     for e in entries:
-        if e["path"] in seen:
-            raise ValueError(f"{e['where']}: {e['path']} is listed again (first at "
-                             f"{seen[e['path']]}); each file must appear once (a 4D file gives "
+        # the file itself: a symlink to a listed file, or "sub/../x", is the same image (in
+        # the training and the test rows, perhaps under another label)
+        if "\0" in e["path"]:
+            raise ValueError(f"{e['where']}: path {e['path']!r} holds a NUL byte; expected a "
+                             "file name")
+        real = os.path.realpath(e["path"])
+        if real in seen:
+            first_path, first_where = seen[real]
+            same = "" if first_path == e["path"] else f" (the same file as {first_path})"
+            raise ValueError(f"{e['where']}: {e['path']} is listed again{same} (first at "
+                             f"{first_where}); each file must appear once (a 4D file gives "
                              "one row per volume by itself)")
-        seen[e["path"]] = e["where"]
+        seen[real] = e["path"], e["where"]
         if known and has_labels and not e["label"]:
             raise ValueError(f"{e['where']}: missing label for {e['path']}")
         if classes is not None and e["label"] not in classes:
