@@ -180,6 +180,17 @@ def _same_file_by_dotdot(rows, tmp):
     return write_table(tmp / "t.csv", ["path", "label"], [r[:2] for r in rows] + [[again, "x"]])
 
 
+def _first_file_moved(rows, tmp):
+    """The first image alone on another affine: the message blamed the second, a good file, as
+    not matching 'the first image's grid'."""
+    img = nib.load(rows[0][0])
+    affine = img.affine.copy()
+    affine[0, 3] += 4
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj, np.float32), affine), tmp / "moved.nii.gz")
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [[str(tmp / "moved.nii.gz"), rows[0][1]]] + [r[:2] for r in rows[1:]])
+
+
 def _no_path_in_a_row(rows, tmp):
     """A row of empty cells (a spreadsheet's trailing ',,'): 'missing label for <folder>'."""
     return write_table(tmp / "t.csv", ["path", "label"], [r[:2] for r in rows] + [["", ""]])
@@ -197,6 +208,9 @@ COHORT_ROWS = {  # name: (the table, the message)
                                    r"\(first at .*t\.csv:2\)"),
     "a listed file through ..": (_same_file_by_dotdot, r"t\.csv:14: .*sub/\.\./.* is listed "
                                                        r"again \(the same file as "),
+    "the first image on another grid": (_first_file_moved, r"t\.csv:2: .*moved\.nii\.gz: grid "
+                                        r".* does not match the majority's grid .* \(11 of 12 "
+                                        r"images, e\.g\. .*synthetic_00001\.nii\.gz; "),
     "a row without a path": (_no_path_in_a_row, r"t\.csv:14: missing path; expected the NIfTI "
                                                 r"file of the row"),
     "unknown split": (_bad_split, r"t\.csv:2: split 'valid' for .*; expected 'train', 'test' "

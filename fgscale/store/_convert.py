@@ -31,6 +31,7 @@ policy had no NaN, so after fixing a file (or choosing ``nan="zero"``) the re-ru
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -77,7 +78,13 @@ log = logging.getLogger(__name__)
 
 def _target_grid(entries, headers, mask_img, resample):
     """Grid (shape, affine) of the store, and whether images must be resampled."""
-    reference = mask_img if mask_img is not None else headers[0]
+    # without resampling, the grid most images share (the first image's when all do): the odd
+    # file is the one named, not the good one after it
+    keys = [(h.shape[:3], np.round(h.affine, 3).tobytes()) for h in headers]
+    counts = collections.Counter(keys)
+    most = max(counts.values())
+    common = next(i for i, k in enumerate(keys) if counts[k] == most) if resample is None else 0
+    reference = mask_img if mask_img is not None else headers[common]
     if resample is None or resample == "mask":
         if resample == "mask" and mask_img is None:
             raise ValueError("resample='mask' needs a mask image")
@@ -87,8 +94,9 @@ def _target_grid(entries, headers, mask_img, resample):
                 if not same_grid(img.shape, img.affine, grid):
                     raise ValueError(grid_mismatch(
                         entry_name(e), img.shape, img.affine, grid,
-                        "mask" if mask_img is not None else "first image",
-                        " (" + ("" if mask_img is not None else f"first image {entries[0]['path']}; ")
+                        "mask" if mask_img is not None else "majority",
+                        " (" + ("" if mask_img is not None else f"{most} of {len(headers)} "
+                                f"images, e.g. {entries[common]['path']}; ")
                         + "resample= in Python, --resample for fgscale convert)"))
         return grid, resample == "mask"
     # nibabel.processing imports scipy.ndimage, a tenth of a second that a conversion without
