@@ -264,3 +264,44 @@ def test_the_temporary_shards_of_a_killed_conversion_are_removed(converted, tmp_
                  "--no-progress"]) == 0
     assert not dead.exists()
     assert live.exists()
+
+
+class _Payload:
+    """Pickled into the store: unpickling it would create the file ``path``."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_zarr_v2_store_of_pickled_objects_is_refused_never_unpickled(converted, tmp_path,
+                                                                     capsys):
+    """A Zarr v2 store (zarr 3 reads both formats) whose 'source' array holds pickled objects:
+    named, never decoded; it stopped train with zarr's 'No Zarr data type found' naming no
+    file or array."""
+    import json
+    import pickle
+
+    _, made = converted
+    src = open_store(made)
+    out = tmp_path / "v2.zarr"
+    g = zarr.open_group(str(out), mode="w", zarr_format=2)
+    g.create_array("X", data=src.read_rows(np.arange(src.n_samples)), chunks=(8, src.n_features))
+    for name in ("y", "volume", "mask", "affine", "done"):
+        g.create_array(name, data=src.group[name][:])
+    for name in ("classes", "split", "group"):
+        g.create_array(name, data=np.asarray(src.group[name][:].tolist(), dtype="U20"))
+    g.attrs.update(dict(src.attrs))
+    objects = np.empty(src.n_samples, dtype=object)
+    objects[:] = [_Payload(tmp_path / "ran") for _ in range(src.n_samples)]
+    (out / "source").mkdir()
+    (out / "source" / ".zarray").write_text(json.dumps({
+        "zarr_format": 2, "shape": [src.n_samples], "chunks": [src.n_samples], "dtype": "|O",
+        "compressor": None, "fill_value": None, "order": "C", "filters": [{"id": "pickle"}],
+        "dimension_separator": "."}))
+    (out / "source" / "0").write_bytes(pickle.dumps(objects))
+    refused(["train", out, "--out", tmp_path / "run", *FAST], capsys,
+            r"v2\.zarr/source: cannot be read \(.*\); a damaged store")
+    assert not (tmp_path / "ran").exists()

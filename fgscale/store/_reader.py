@@ -210,13 +210,16 @@ _DAMAGED = ("a damaged store: convert the cohort again into a new store (remove 
 def _read(path: Path, group: zarr.Group, name: str, decode=None) -> np.ndarray:
     """A metadata array of the store, read whole; one missing or undecodable (a chunk file
     truncated or removed by hand) is named, never a codec's traceback."""
-    if name not in group:
-        raise StoreError(f"{path}: array {name!r} is missing; {_DAMAGED}")
-    try:
-        return decode(group[name]) if decode is not None else group[name][:]
-    except Exception as exc:  # a codec's error (zstd, crc32c, json) of a damaged chunk
+    try:  # zarr parses the metadata of every member to tell whether one is there
+        present = name in group
+        data = (decode(group[name]) if decode is not None else group[name][:]) if present else None
+    except Exception as exc:  # a codec's error (zstd, crc32c, json) of a damaged chunk, a
+        # data type zarr refuses (a Zarr v2 array of pickled objects: never decoded)
         raise StoreError(f"{path / name}: cannot be read ({type(exc).__name__}: {exc}); "
                          f"{_DAMAGED}") from None
+    if not present:
+        raise StoreError(f"{path}: array {name!r} is missing; {_DAMAGED}")
+    return data
 
 
 def _check_shapes(store: Store) -> None:
