@@ -191,6 +191,13 @@ def _first_file_moved(rows, tmp):
                        [[str(tmp / "moved.nii.gz"), rows[0][1]]] + [r[:2] for r in rows[1:]])
 
 
+def _labels_as_float_text(rows, tmp):
+    """Labels 1 and 1.0 (a column written as floats in part): two classes, said nowhere."""
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [[r[0], "1" if i < 6 else "1.0"] if r[1] == "class_0" else [r[0], "2"]
+                        for i, r in enumerate(rows)])
+
+
 def _no_path_in_a_row(rows, tmp):
     """A row of empty cells (a spreadsheet's trailing ',,'): 'missing label for <folder>'."""
     return write_table(tmp / "t.csv", ["path", "label"], [r[:2] for r in rows] + [["", ""]])
@@ -211,6 +218,8 @@ COHORT_ROWS = {  # name: (the table, the message)
     "the first image on another grid": (_first_file_moved, r"t\.csv:2: .*moved\.nii\.gz: grid "
                                         r".* does not match the majority's grid .* \(11 of 12 "
                                         r"images, e\.g\. .*synthetic_00001\.nii\.gz; "),
+    "labels 1 and 1.0": (_labels_as_float_text, r"t\.csv:\d+: label '1\.0' and label '1' \(at "
+                                                r".*t\.csv:2\) are one number written two ways"),
     "a row without a path": (_no_path_in_a_row, r"t\.csv:14: missing path; expected the NIfTI "
                                                 r"file of the row"),
     "unknown split": (_bad_split, r"t\.csv:2: split 'valid' for .*; expected 'train', 'test' "

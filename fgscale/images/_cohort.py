@@ -184,7 +184,26 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> lis
         if e["split"] not in _SPLITS:
             raise ValueError(f"{e['where']}: split {e['split']!r} for {e['path']}; expected "
                              "'train', 'test' or empty")
+    _check_numeric_labels(entries)
     return entries
+
+
+def _check_numeric_labels(entries: list[dict]) -> None:
+    """Refuse labels written as different texts of one number ("1" and "1.0", "01": a column
+    that a spreadsheet or pandas wrote as floats in part): labels are compared as text, so
+    each would be a class of its own."""
+    seen = {}
+    for e in entries:
+        try:
+            value = float(e["label"])
+        except ValueError:
+            continue
+        first = seen.setdefault(value, e)
+        if first["label"] != e["label"]:
+            raise ValueError(f"{e['where']}: label {e['label']!r} and label {first['label']!r} "
+                             f"(at {first['where']}) are one number written two ways; labels "
+                             "are compared as text, so they would be two classes: write each "
+                             "class alike")
 
 
 def entry_name(entry: dict) -> str:
