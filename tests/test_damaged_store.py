@@ -3,6 +3,7 @@ cleaner, an array removed by hand, a bank's file lost): every command names the 
 what to do, never trains on the fill value as data, never shows a traceback, and the command
 that made the store repairs what it can. SYNTHETIC cohorts (fgscale.images make_cohort)."""
 
+import json
 import re
 import shutil
 
@@ -281,7 +282,6 @@ def test_a_zarr_v2_store_of_pickled_objects_is_refused_never_unpickled(converted
     """A Zarr v2 store (zarr 3 reads both formats) whose 'source' array holds pickled objects:
     named, never decoded; it stopped train with zarr's 'No Zarr data type found' naming no
     file or array."""
-    import json
     import pickle
 
     _, made = converted
@@ -305,3 +305,22 @@ def test_a_zarr_v2_store_of_pickled_objects_is_refused_never_unpickled(converted
     refused(["train", out, "--out", tmp_path / "run", *FAST], capsys,
             r"v2\.zarr/source: cannot be read \(.*\); a damaged store")
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("edit", ["done removed", "X of more rows"])
+def test_convert_checks_shards_only_of_a_store_it_can_read(edit, converted, tmp_path, capsys):
+    """The check for damaged shards read the 'done' flags before the store's own checks:
+    KeyError: 'done', or an IndexError past its last flag (tracebacks)."""
+    table, store = _copy(converted, tmp_path)
+    if edit == "done removed":  # nothing the reader needs: the store stays usable
+        shutil.rmtree(store / "done")
+        assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                     "--no-progress"]) == 0
+        assert "already complete, nothing to do" in capsys.readouterr().out
+    else:
+        meta = store / "X" / "zarr.json"
+        document = json.loads(meta.read_text())
+        document["shape"][0] = 50
+        meta.write_text(json.dumps(document))
+        refused(["convert", table, "--out", store, "--block-rows", "8", "--no-progress"],
+                capsys, r"s\.zarr: array 'y' has shape \(40,\), X has 50 rows")
