@@ -1,6 +1,7 @@
 """Files written whole or not at all (:func:`atomic_path`), shared by every writer of a run
 folder or a saved model; JSON read back with the file named in its errors (:func:`read_json`);
-whether a folder takes a new file, tried for real (:func:`can_write`, :func:`check_writable`)."""
+whether a folder takes a new file, tried for real (:func:`can_write`, :func:`check_writable`);
+one command at a time on a folder (:func:`exclusive`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "can_write", "check_writable", "read_json"]
+__all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "read_json"]
 
 
 @contextmanager
@@ -70,18 +71,48 @@ def _as_path(name) -> Path | None:
     return None if name is None else Path(os.fsdecode(name))
 
 
-def read_json(path, what: str = "JSON file"):
-    """The JSON document in ``path``; a ValueError naming the file when it is not valid JSON.
+def read_json(path, what: str = "JSON file", keys: tuple[str, ...] = ()):
+    """The JSON document in ``path``; a ValueError naming the file when it is not valid JSON,
+    or not an object holding ``keys``.
 
     Parameters
     ----------
     path : str or Path
     what : str, default="JSON file"
         What the file should be, for the message ("run configuration").
+    keys : tuple of str, default=()
+        Fields the document must have (it is then a JSON object).
     """
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a valid {what} ({exc}); it was cut short or is not "
                          "fgscale's: move it away, or choose another folder") from exc
+    missing = [k for k in keys if not isinstance(document, dict) or k not in document]
+    if missing:
+        raise ValueError(f"{path}: not a valid {what} (no field {missing[0]!r}); it was edited "
+                         "or is not fgscale's: move it away, or choose another folder")
+    return document
+
+
+@contextmanager
+def exclusive(folder) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` (``flock`` on the folder itself, released when the
+    process ends, even killed): a second command doing the same work on the same store waits
+    for the first, then finds its result. Where locks are not supported (some network file
+    systems), it proceeds unlocked."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        fcntl = None
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                pass
+        yield
+    finally:
+        os.close(fd)

@@ -94,8 +94,12 @@ class RunFolder:
             if not resume:
                 raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
                                  "continue it or choose another --out")
-            saved_run = read_json(config, "run configuration")
+            saved_run = read_json(config, "run configuration", ("params",))
             if saved_run.get("store_id", identity) != identity:
+                if saved_run.get("store") == str(store.path.resolve()):  # converted again since
+                    raise ValueError(f"{self.path}: --resume on {store.path}, which no longer "
+                                     "holds the run's rows, labels, split, groups and mask (it "
+                                     "was converted again since): choose another --out")
                 raise ValueError(f"{self.path}: --resume on another store than the run's "
                                  f"({saved_run['store']}): give that store, or another --out")
             saved = saved_run["params"]
@@ -123,7 +127,8 @@ class RunFolder:
 
     def _saved_params(self) -> dict | None:
         config = self / "config.json"
-        return read_json(config, "run configuration")["params"] if config.exists() else None
+        return (read_json(config, "run configuration", ("params",))["params"]
+                if config.exists() else None)
 
     def changed_params(self, params: dict) -> list[str]:
         """The parameters (bar :data:`RUNTIME_PARAMS`) whose value in ``params`` differs from

@@ -146,10 +146,10 @@ def _cmd_predict(args) -> int:
 
 
 def _is_complete_store(path) -> bool:
-    from fgscale.store import StoreError, open_group_checked
+    from fgscale.store import StoreError, damaged_blocks, open_group_checked
 
-    try:
-        return bool(open_group_checked(path).attrs.get("complete", False))
+    try:  # a damaged shard is converted again
+        return bool(open_group_checked(path).attrs.get("complete")) and not damaged_blocks(path)
     except StoreError:  # none there yet, or not a store: convert says which
         return False
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale._files import atomic_path, read_json
+from fgscale._files import atomic_path, check_writable, read_json
 from fgscale._run_folder import PREDICTIONS
 from fgscale.maps import read_maps
 
@@ -70,12 +70,14 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
     if not (run / "config.json").is_file():
         raise FileNotFoundError(f"{run / 'config.json'}: no such file; {run} is not a run "
                                 "folder (fgscale train --out RUN writes one)")
+    path = run / "report.html" if out is None else Path(out)
+    check_writable(path, "; choose another --out; no report written")  # before the drawing
     _require("matplotlib", "pip install 'fgscale[plot]'")
     if nilearn is None:
         nilearn = importlib.util.find_spec("nilearn") is not None
     elif nilearn:
         _require("nilearn", "pip install nilearn, or draw the maps with matplotlib alone")
-    config = read_json(run / "config.json", "run configuration")
+    config = read_json(run / "config.json", "run configuration", ("params",))
     final = _read_json(run / "final.json", "run summary")
     parts = [_header(run, config, final)]
     if final is not None:
@@ -89,7 +91,6 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
     page = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{_esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
             + "\n".join(parts) + "\n</body>\n</html>\n")
-    path = run / "report.html" if out is None else Path(out)
     with atomic_path(path) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return path
@@ -109,8 +110,12 @@ def _history(run: Path) -> list[dict]:
     while it trains), else model.json's (a search writes each candidate's epochs to its own
     metrics-candidate-<i>.jsonl), then the refit's epochs, from model.json."""
     metrics = run / "metrics.jsonl"
-    rows = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-            if metrics.is_file() else [])
+    try:
+        rows = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+                if metrics.is_file() else [])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{metrics}: not one JSON object per line ({exc}); it was edited or "
+                         "cut short: move it away to draw the report without it") from None
     saved = (_read_json(run / "model.json", "saved model") or {}).get("history_", [])
     if not rows:
         rows = [h for h in saved if h.get("phase") != "refit"]
@@ -218,12 +223,20 @@ def _maps(run: Path, use_nilearn: bool, *, regression: bool = False) -> str:
              f"<code>{_esc(sidecar['image'])}</code>, volumes in the order below)")
     out.append(f"<p>{_esc(sidecar['values'])}. {files}; drawn with "
                f"{'nilearn.plotting.plot_stat_map' if use_nilearn else 'matplotlib'}.</p>")
-    mask = nib.load(run / "mask.nii.gz") if (run / "mask.nii.gz").is_file() else None
+    mask = _image(run / "mask.nii.gz") if (run / "mask.nii.gz").is_file() else None
     draw = _nilearn_slices if use_nilearn else _matplotlib_slices
     for name, path in paths.items():
-        img = nib.load(path)
+        img = _image(path)
         out.append(_figure(draw(img, mask, name), f"{name}: {path.relative_to(run)}"))
     return "\n".join(out)
+
+
+def _image(path: Path) -> nib.Nifti1Image:
+    """A run's NIfTI file read whole, with an error naming it (truncated, not NIfTI)."""
+    from fgscale.images import read_image
+
+    img, data = read_image(path)
+    return nib.Nifti1Image(np.array(data), img.affine)
 
 
 def _table_section(title: str, values: dict, *, open_: bool = True) -> str:

@@ -140,6 +140,69 @@ def _nan_in_mask(rows, tmp):
                        [r[:2] for r in rows[1:]] + [[str(tmp / "nan.nii.gz"), rows[0][1]]])
 
 
+def _odd_voxels(kind):
+    def make(rows, tmp):
+        img = nib.load(rows[0][0])
+        data = np.asarray(img.dataobj, np.float32)
+        if kind == "rgb":  # an RGB overlay where a statistical map was meant
+            voxels = np.zeros(data.shape, [("R", "u1"), ("G", "u1"), ("B", "u1")])
+        else:  # a complex reconstruction: numpy would drop the imaginary part silently
+            voxels = data.astype(np.complex64)
+        nib.save(nib.Nifti1Image(voxels, img.affine), tmp / "odd.nii.gz")
+        return write_table(tmp / "t.csv", ["path", "label"],
+                           [r[:2] for r in rows[1:]] + [[str(tmp / "odd.nii.gz"), rows[0][1]]])
+    return make
+
+
+def _zero_voxel_size(rows, tmp):
+    """A header whose sform holds zeros (voxel size 0): resampling it raised nibabel's
+    'Could not decompose affine' traceback."""
+    raw = bytearray(gzip.decompress(open(rows[0][0], "rb").read()))
+    struct.pack_into("<hh", raw, 252, 0, 1)  # qform_code 0, sform_code 1
+    struct.pack_into("<12f", raw, 280, *[0.0] * 12)  # srow_x, srow_y, srow_z
+    (tmp / "flat.nii.gz").write_bytes(gzip.compress(bytes(raw)))
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [r[:2] for r in rows[1:]] + [[str(tmp / "flat.nii.gz"), rows[0][1]]])
+
+
+def _same_file_by_a_link(rows, tmp):
+    """A symlink to a listed image, as a test row of another class: the same image trained on
+    and tested on, accepted as two files."""
+    os.symlink(rows[0][0], tmp / "link.nii.gz")
+    return write_table(tmp / "t.csv", ["path", "label", "split"],
+                       [[*r[:2], "train"] for r in rows] + [[str(tmp / "link.nii.gz"), "class_1",
+                                                             "test"]])
+
+
+def _same_file_by_dotdot(rows, tmp):
+    (tmp / "sub").mkdir()
+    again = str(tmp / "sub" / ".." / os.path.relpath(rows[0][0], tmp))
+    return write_table(tmp / "t.csv", ["path", "label"], [r[:2] for r in rows] + [[again, "x"]])
+
+
+def _first_file_moved(rows, tmp):
+    """The first image alone on another affine: the message blamed the second, a good file, as
+    not matching 'the first image's grid'."""
+    img = nib.load(rows[0][0])
+    affine = img.affine.copy()
+    affine[0, 3] += 4
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj, np.float32), affine), tmp / "moved.nii.gz")
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [[str(tmp / "moved.nii.gz"), rows[0][1]]] + [r[:2] for r in rows[1:]])
+
+
+def _labels_as_float_text(rows, tmp):
+    """Labels 1 and 1.0 (a column written as floats in part): two classes, said nowhere."""
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [[r[0], "1" if i < 6 else "1.0"] if r[1] == "class_0" else [r[0], "2"]
+                        for i, r in enumerate(rows)])
+
+
+def _no_path_in_a_row(rows, tmp):
+    """A row of empty cells (a spreadsheet's trailing ',,'): 'missing label for <folder>'."""
+    return write_table(tmp / "t.csv", ["path", "label"], [r[:2] for r in rows] + [["", ""]])
+
+
 COHORT_ROWS = {  # name: (the table, the message)
     "no path column": (_no_path, r"t\.csv: cohort table lacks column\(s\) \['path'\]; expected "
                                  r"path,label"),
@@ -147,6 +210,18 @@ COHORT_ROWS = {  # name: (the table, the message)
                                             r"'target' column"),
     "a file listed twice": (_twice, r"t\.csv:14: .*synthetic_00000\.nii\.gz is listed again "
                                     r"\(first at .*t\.csv:2\)"),
+    "a symlink to a listed file": (_same_file_by_a_link, r"t\.csv:14: .*link\.nii\.gz is listed "
+                                   r"again \(the same file as .*synthetic_00000\.nii\.gz\) "
+                                   r"\(first at .*t\.csv:2\)"),
+    "a listed file through ..": (_same_file_by_dotdot, r"t\.csv:14: .*sub/\.\./.* is listed "
+                                                       r"again \(the same file as "),
+    "the first image on another grid": (_first_file_moved, r"t\.csv:2: .*moved\.nii\.gz: grid "
+                                        r".* does not match the majority's grid .* \(11 of 12 "
+                                        r"images, e\.g\. .*synthetic_00001\.nii\.gz; "),
+    "labels 1 and 1.0": (_labels_as_float_text, r"t\.csv:\d+: label '1\.0' and label '1' \(at "
+                                                r".*t\.csv:2\) are one number written two ways"),
+    "a row without a path": (_no_path_in_a_row, r"t\.csv:14: missing path; expected the NIfTI "
+                                                r"file of the row"),
     "unknown split": (_bad_split, r"t\.csv:2: split 'valid' for .*; expected 'train', 'test' "
                                   r"or empty"),
     "missing file": (_missing_file, r"gone\.nii\.gz: no such NIfTI file"),
@@ -158,6 +233,12 @@ COHORT_ROWS = {  # name: (the table, the message)
     "NaN inside the mask (--nan error, the default)": (
         _nan_in_mask, r"nan\.nii\.gz \(volume 0\): 1 NaN/inf values inside the mask; fix the "
                       r"file or convert with --nan zero"),
+    "RGB voxels": (_odd_voxels("rgb"), r"t\.csv:13: .*odd\.nii\.gz: voxels of type .*\(not one "
+                                       r"number\); expected one real number per voxel"),
+    "complex voxels": (_odd_voxels("complex"), r"odd\.nii\.gz: voxels of type complex64 "
+                                               r"\(complex numbers\)"),
+    "voxel size 0": (_zero_voxel_size, r"flat\.nii\.gz: affine .* is not an invertible "
+                                       r"voxel-to-world matrix"),
 }
 
 
@@ -250,11 +331,16 @@ def test_nan_zero_converts_what_nan_error_refuses(cohort, tmp_path, capsys):
     (lambda r: "class_2" if r[3] == "test" else r[1].replace("class_2", "class_0"),
      r"s\.zarr: no training row of class\(es\) \['class_2'\], which the store has: the model "
      "could never predict them"),
-], ids=["a single class", "a class on test rows only"])
+    # every row held out: it said "the training rows hold 0 class ([])"
+    (lambda r: r[1], r"s\.zarr: no training rows, every row's split is 'test'; expected some "
+                     r"rows of split 'train' \(or empty\)"),
+], ids=["a single class", "a class on test rows only", "no training row"])
 def test_train_refuses_a_store_whose_training_rows_lack_classes(labels, message, cohort, tmp_path,
                                                                  capsys):
+    every_test = "every row's split" in message
     table = write_table(tmp_path / "t.csv", ["path", "label", "group", "split"],
-                        [[r[0], labels(r), r[2], r[3]] for r in cohort])
+                        [[r[0], labels(r), r[2], "test" if every_test else r[3]]
+                         for r in cohort])
     out = tmp_path / "s.zarr"
     # the store converts: nothing is wrong with the images
     assert main(["convert", str(table), "--out", str(out), "--n-workers", "1",
@@ -372,7 +458,34 @@ def test_export_refuses_a_non_nifti_output_name(name, store, tmp_path, capsys):
     assert nib.load(tmp_path / "x.nii.gz").shape == TINY_GRID
 
 
+def test_an_output_whose_folder_is_a_file_is_refused_first(cohort, store, tmp_path, capsys):
+    """--out under a path that is a file: convert said so only after its header pass and mask,
+    naming its temporary folder ('[Errno 20] Not a directory: s.zarr.creating'); export and
+    report with a bare OSError ('[Errno 17] File exists: taken')."""
+    taken = tmp_path / "taken"
+    taken.write_text("a file where a folder was meant")
+    table = write_table(tmp_path / "t.csv", ["path", "label"], [r[:2] for r in cohort])
+    refused(["convert", table, "--out", taken / "s.zarr", "--no-progress"], capsys,
+            r"taken/s\.zarr: its folder .*taken cannot be created or written; choose another "
+            r"--out; nothing converted$")
+    refused(["export", store, "--out", taken / "o.nii.gz", "--omega"], capsys,
+            r"taken/o\.nii\.gz: its folder .*taken cannot be created or written; choose "
+            r"another --out; nothing exported$")
+    assert taken.read_text() == "a file where a folder was meant"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "taken"]
+
+
 # ---------------------------------------------------------------------------- run folders
+
+def test_resume_on_an_edited_config_is_refused_by_name(store, tmp_path, capsys):
+    """A config.json that is JSON but not fgscale's (edited by hand): KeyError: 'params'."""
+    run = tmp_path / "run"
+    assert main([str(a) for a in ["train", store, "--out", run, *FAST]]) == 0
+    (run / "config.json").write_text('{"a": 1}')
+    refused(["train", store, "--out", run, *FAST, "--resume"], capsys,
+            r"run/config\.json: not a valid run configuration \(no field 'params'\); it was "
+            r"edited or is not fgscale's")
+
 
 @pytest.mark.parametrize("command", ["evaluate", "predict"])
 def test_a_folder_that_is_not_a_run_is_refused(command, store, tmp_path, capsys):
@@ -405,6 +518,15 @@ def test_resume_with_other_parameters_or_a_foreign_checkpoint_is_refused(store, 
     assert main(["train", str(copy_store(store, tmp_path)), "--out", str(run), *FAST,
                  "--resume"]) == 0
     assert "already complete" in capsys.readouterr().out
+    # the run's own store path, converted again with another split: it named that same path as
+    # "another store than the run's (...again.zarr): give that store"
+    reconverted = copy_store(store, tmp_path, "again.zarr")
+    assert main(["train", str(reconverted), "--out", str(tmp_path / "run2"), *FAST]) == 0
+    shutil.rmtree(reconverted)
+    shutil.copytree(other_split, reconverted)
+    refused(["train", reconverted, "--out", tmp_path / "run2", *FAST, "--resume"], capsys,
+            r"run2: --resume on .*again\.zarr, which no longer holds the run's rows, labels, "
+            r"split, groups and mask \(it was converted again since\)")
     # a checkpoint of another run (other k) in a run folder whose run never finished
     other = tmp_path / "other"
     assert main(["train", str(store), "--out", str(other), *changed]) == 0

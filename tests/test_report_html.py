@@ -143,6 +143,10 @@ def test_cli_report_and_its_errors(tiny_runs, tmp_path, capsys):
     _check_page(out)
     assert main(["report", str(tmp_path), "--out", str(out)]) == 2
     assert "is not a run folder" in capsys.readouterr().err
+    (tmp_path / "taken").write_text("x")  # a file where the report's folder was meant
+    assert main(["report", str(tiny_runs["logreg"]), "--out", str(tmp_path / "taken" / "r.html"),
+                 "--maps-with", "matplotlib"]) == 2
+    assert "taken/r.html: its folder " in capsys.readouterr().err
     # without matplotlib (None in sys.modules: the import fails as if it were not installed)
     code = ("import sys; sys.modules['matplotlib'] = None; from fgscale.cli import main; "
             f"sys.exit(main(['report', {str(tiny_runs['logreg'])!r}, '--out', "
@@ -150,6 +154,30 @@ def test_cli_report_and_its_errors(tiny_runs, tmp_path, capsys):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     assert "fgscale report needs matplotlib: pip install 'fgscale[plot]'" in done.stderr
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda run: (run / "config.json").write_text('{"note": "edited"}'),
+     r"config\.json: not a valid run configuration \(no field 'params'\)"),
+    (lambda run: (run / "mask.nii.gz").write_bytes((run / "mask.nii.gz").read_bytes()[:50]),
+     r"mask\.nii\.gz: "),
+    (lambda run: (run / "metrics.jsonl").open("a").write("{cut short\n"),
+     r"metrics\.jsonl: not one JSON object per line"),
+])
+def test_report_of_a_damaged_run_names_the_file(damage, message, tiny_runs, tmp_path, capsys):
+    """A config.json without its parameters stopped the report with KeyError: 'params', a
+    truncated mask with nibabel's ImageFileError (tracebacks), a damaged metrics.jsonl with
+    json's 'Expecting value' that named no file."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_runs["logreg"], run)
+    damage(run)
+    capsys.readouterr()
+    assert main(["report", str(run), "--out", str(tmp_path / "r.html"),
+                 "--maps-with", "matplotlib"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.search(message, err), err
+    assert not (tmp_path / "r.html").exists()
 
 
 @pytest.mark.slow

@@ -185,6 +185,9 @@ class FeatureGroupingBase(BaseEstimator):
         from fgscale.store._stats import stats_ready
 
         self.n_features_in_ = store.n_features
+        if not len(rows):  # said as such, not as "0 class" or an empty bootstrap
+            raise ValueError(f"{store.path}: no training rows, every row's split is 'test'; "
+                             "expected some rows of split 'train' (or empty) in the cohort")
         self._set_store_targets(store, rows)
         counts = self._cluster_counts(self._store_targets(store)[rows])
         bank_kw = dict(n_groupings=self.n_groupings, n_bootstrap=self.n_bootstrap, seed=seed,

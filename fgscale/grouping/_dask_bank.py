@@ -27,6 +27,8 @@ from distributed import Client
 from fgscale.cluster import get_client, run_tasks
 from fgscale.grouping._bank import build_grouping, grouping_seed, resolve_n_clusters
 from fgscale.store._banks import (
+    BANKS,
+    DONE,
     Bank,
     BankError,
     bank_key,
@@ -82,6 +84,20 @@ def _complete(banks: list[Bank], n_groupings: int | None) -> Bank | None:
     built, or None."""
     return next((b for b in banks if b.n_groupings >= (n_groupings or 0)
                  and not b.todo(n_groupings).size), None)
+
+
+def _reopen_damaged(store: Store, banks: list[Bank], n_groupings: int) -> None:
+    """Clear the flags of the groupings that read back damaged, in a copy of the bank where this
+    process writes, so that they are built again (a copy it may not write is left: readers
+    refuse it by name)."""
+    for bank in banks:
+        damaged = bank.read(min(n_groupings, bank.n_groupings))[1]
+        if damaged and bank.location == write_location(store):
+            log.warning("%s: groupings %s of bank %s are damaged; building them again",
+                        bank.location, damaged[:10], bank.key)
+            done = zarr.open_group(bank.location, mode="r+")[f"{BANKS}/{bank.key}/{DONE}"]
+            for i in damaged:
+                done[i] = False
 
 
 def _build_location(store: Store, key: str, found: list[Bank], overwrite: bool) -> str:
@@ -157,6 +173,8 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     path = str(store.path.resolve())
     key, params, rows = _params(store, n_clusters, n_bootstrap, seed, rows)
     found = find_banks(store, key)
+    if not overwrite:
+        _reopen_damaged(store, found, int(n_groupings))
     bank = None if overwrite else _complete(found, int(n_groupings))
     if bank is not None:
         bank.check(params, store.n_features)
@@ -231,7 +249,12 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
     if todo.size:
         raise BankError(f"{store.path}: bank {key!r} is incomplete ({n - todo.size} of {n} "
                         "groupings built); re-run 'fgscale bank' to finish it")
-    return bank.labels[:n], {"key": key, "n_groupings": n, **params, "location": bank.location}
+    labels, damaged = bank.read(n)
+    if damaged:
+        raise BankError(f"{bank.location}: groupings {damaged[:10]} of bank {key!r} are damaged "
+                        "(a chunk file removed or truncated); re-run 'fgscale bank' to build "
+                        "them again")
+    return labels, {"key": key, "n_groupings": n, **params, "location": bank.location}
 
 
 def bank_ready(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: int | float,

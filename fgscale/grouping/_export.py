@@ -8,6 +8,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
+from fgscale._files import atomic_path, check_writable
 from fgscale.grouping._bank import omega_diagonal
 from fgscale.images._nifti import unmask
 from fgscale.store._banks import list_banks, open_bank
@@ -55,6 +56,7 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
         raise ValueError("give exactly one of values, grouping or omega")
     if not str(out).lower().endswith((".nii", ".nii.gz")):
         raise ValueError(f"{out}: expected a NIfTI file name ending in .nii or .nii.gz")
+    check_writable(out, "; choose another --out; nothing exported")
     store = store if isinstance(store, Store) else open_store(store)
     if values is not None:
         if bank is not None:
@@ -78,7 +80,8 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
     else:
         values = _bank_values(store, bank, grouping)
     img = unmask(values, store.mask, store.affine)
-    nib.save(img, out)
+    with atomic_path(out) as tmp:  # a run killed while writing leaves no half-written image
+        nib.save(img, tmp)
     log.info("wrote %s, shape %s", out, img.shape)
     return img
 

@@ -14,6 +14,7 @@ import csv
 import glob
 import logging
 import math
+import os
 from pathlib import Path
 
 __all__ = ["TABLE_SUFFIXES", "entry_headers", "entry_name", "read_cohort"]
@@ -71,6 +72,9 @@ def _parse_table(path: Path, known: bool) -> tuple[list[dict], bool]:
                              f"column; expected {_EXPECTED}, got {reader.fieldnames}")
         rows = []
         for line, rec in enumerate(reader, start=2):
+            if not (rec["path"] or "").strip():  # else the table's folder, "missing label"
+                raise ValueError(f"{path}:{line}: missing path; expected the NIfTI file of the "
+                                 "row (a row of empty cells: remove it)")
             file = Path((rec["path"] or "").strip())
             file = str(file if file.is_absolute() else path.parent / file)
             where = f"{path}:{line}"
@@ -159,11 +163,19 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> lis
                          "column")
     seen = {}
     for e in entries:
-        if e["path"] in seen:
-            raise ValueError(f"{e['where']}: {e['path']} is listed again (first at "
-                             f"{seen[e['path']]}); each file must appear once (a 4D file gives "
+        # the file itself: a symlink to a listed file, or "sub/../x", is the same image (in
+        # the training and the test rows, perhaps under another label)
+        if "\0" in e["path"]:
+            raise ValueError(f"{e['where']}: path {e['path']!r} holds a NUL byte; expected a "
+                             "file name")
+        real = os.path.realpath(e["path"])
+        if real in seen:
+            first_path, first_where = seen[real]
+            same = "" if first_path == e["path"] else f" (the same file as {first_path})"
+            raise ValueError(f"{e['where']}: {e['path']} is listed again{same} (first at "
+                             f"{first_where}); each file must appear once (a 4D file gives "
                              "one row per volume by itself)")
-        seen[e["path"]] = e["where"]
+        seen[real] = e["path"], e["where"]
         if known and has_labels and not e["label"]:
             raise ValueError(f"{e['where']}: missing label for {e['path']}")
         if classes is not None and e["label"] not in classes:
@@ -172,7 +184,26 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> lis
         if e["split"] not in _SPLITS:
             raise ValueError(f"{e['where']}: split {e['split']!r} for {e['path']}; expected "
                              "'train', 'test' or empty")
+    _check_numeric_labels(entries)
     return entries
+
+
+def _check_numeric_labels(entries: list[dict]) -> None:
+    """Refuse labels written as different texts of one number ("1" and "1.0", "01": a column
+    that a spreadsheet or pandas wrote as floats in part): labels are compared as text, so
+    each would be a class of its own."""
+    seen = {}
+    for e in entries:
+        try:
+            value = float(e["label"])
+        except ValueError:
+            continue
+        first = seen.setdefault(value, e)
+        if first["label"] != e["label"]:
+            raise ValueError(f"{e['where']}: label {e['label']!r} and label {first['label']!r} "
+                             f"(at {first['where']}) are one number written two ways; labels "
+                             "are compared as text, so they would be two classes: write each "
+                             "class alike")
 
 
 def entry_name(entry: dict) -> str:

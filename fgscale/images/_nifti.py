@@ -62,9 +62,28 @@ def load_img(img) -> nib.Nifti1Image:
         raise ValueError(f"expected a NIfTI path or a nibabel image, got {type(img).__name__}")
     if img.ndim not in (3, 4):
         raise ValueError(f"{_name(img)}: expected a 3D or 4D image, got shape {img.shape}")
+    _check_values(_name(img), img.get_data_dtype(), img.affine)
     if not isinstance(img, nib.Nifti1Image):
         img = nib.Nifti1Image(img.dataobj, img.affine)
     return img
+
+
+def _check_values(name: str, dtype, affine) -> None:
+    """Refuse what no voxel value or grid can be made of: RGB or complex voxels (one number per
+    voxel is what is masked; numpy would drop the imaginary part without a word) and an affine
+    that is not finite or not invertible (voxel sizes of 0 or NaN: no grid to resample from)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        what = "complex numbers" if dtype.kind == "c" else "not one number"
+        raise ValueError(f"{name}: voxels of type {dtype} ({what}); expected one real number per "
+                         "voxel (integers or floats)")
+    if affine is None:  # an in-memory image without one: nibabel's default grid
+        return
+    affine = np.asarray(affine, dtype=np.float64)
+    if not np.isfinite(affine).all() or abs(np.linalg.det(affine[:3, :3])) < 1e-12:
+        raise ValueError(f"{name}: affine {np.round(affine, 4).tolist()} is not an invertible "
+                         "voxel-to-world matrix (voxel sizes 0 or NaN in the header's "
+                         "qform/sform/pixdim); expected finite, non-zero voxel sizes")
 
 
 @dataclass(frozen=True)
@@ -115,7 +134,9 @@ def read_header(path) -> ImageHeader:
         img = load_img(path)  # the general path, and its errors
         return ImageHeader(str(path), img.shape, img.affine)
     header, shape = parsed
-    return ImageHeader(str(path), shape, header.get_best_affine())
+    affine = header.get_best_affine()
+    _check_values(str(path), header.get_data_dtype(), affine)
+    return ImageHeader(str(path), shape, affine)
 
 
 def _single_file_header(head: bytes, *, check: bool):

@@ -20,6 +20,7 @@ from fgscale.store._convert import convert
 from fgscale.store._layout import (
     block_range,
     create_store,
+    damaged_blocks,
     default_block_rows,
     mark_complete,
     write_block,
@@ -32,7 +33,7 @@ from fgscale.store._stats import array_stats, compute_stats, load_stats, stats_k
 
 __all__ = ["FORMAT_VERSION", "POOL", "Bank", "BankError", "BlockPool", "ShardRowReader", "Store",
            "StoreError", "array_stats", "bank_key", "bank_params", "block_range", "compute_stats",
-           "convert", "create_bank", "create_store", "default_block_rows", "delete_bank",
+           "convert", "create_bank", "create_store", "damaged_blocks", "default_block_rows", "delete_bank",
            "list_banks", "load_stats", "mark_complete", "open_bank", "open_group_checked",
            "open_store", "rows_hash", "stats_key", "write_block", "write_block_rows",
            "write_store"]

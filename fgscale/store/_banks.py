@@ -153,6 +153,22 @@ class Bank:
         """The rows the bank's bootstrap samples are drawn from, sorted, int64."""
         return self.group[ROWS][:]
 
+    def read(self, n: int) -> tuple[np.ndarray, list[int]]:
+        """The first ``n`` groupings, and those of them built but damaged: a chunk that no longer
+        decodes (truncated) or labels outside ``[0, k)`` (a chunk file removed reads as the fill
+        value, -1), which no grouping holds."""
+        labels = np.full((n, self.labels.shape[1]), -1, np.int32)
+        damaged = []
+        for i in np.flatnonzero(self.done[:n]):
+            try:
+                labels[i] = self.labels[int(i)]
+            except Exception:  # a codec's error on a damaged chunk
+                damaged.append(int(i))
+                continue
+            if labels[i].min() < 0 or labels[i].max() >= self.params["n_clusters"]:
+                damaged.append(int(i))
+        return labels, damaged
+
     def write(self, index: int, labels) -> None:
         """Write grouping ``index``, then its flag (a flag never claims a half-written row)."""
         self.labels[index] = np.asarray(labels, dtype=np.int32)

@@ -31,19 +31,19 @@ policy had no NaN, so after fixing a file (or choosing ``nan="zero"``) the re-ru
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
-import zarr
 
+from fgscale._files import check_writable
 from fgscale.cluster import (
     ThreadTasks,
     active_client,
@@ -63,9 +63,10 @@ from fgscale.images._nifti import (
 )
 from fgscale.store._layout import (
     block_range,
-    create_store,
+    create_whole,
     default_block_rows,
     mark_complete,
+    reopen_damaged,
     write_block_rows,
 )
 from fgscale.store._reader import Store, open_group_checked, open_store
@@ -77,7 +78,13 @@ log = logging.getLogger(__name__)
 
 def _target_grid(entries, headers, mask_img, resample):
     """Grid (shape, affine) of the store, and whether images must be resampled."""
-    reference = mask_img if mask_img is not None else headers[0]
+    # without resampling, the grid most images share (the first image's when all do): the odd
+    # file is the one named, not the good one after it
+    keys = [(h.shape[:3], np.round(h.affine, 3).tobytes()) for h in headers]
+    counts = collections.Counter(keys)
+    most = max(counts.values())
+    common = next(i for i, k in enumerate(keys) if counts[k] == most) if resample is None else 0
+    reference = mask_img if mask_img is not None else headers[common]
     if resample is None or resample == "mask":
         if resample == "mask" and mask_img is None:
             raise ValueError("resample='mask' needs a mask image")
@@ -87,11 +94,12 @@ def _target_grid(entries, headers, mask_img, resample):
                 if not same_grid(img.shape, img.affine, grid):
                     raise ValueError(grid_mismatch(
                         entry_name(e), img.shape, img.affine, grid,
-                        "mask" if mask_img is not None else "first image",
+                        "mask" if mask_img is not None else "majority",
                         " (--resample mask for fgscale convert, resample='mask' in Python, "
                         "resamples the images to the mask's grid)" if mask_img is not None else
-                        f" (first image {entries[0]['path']}; --resample MM for fgscale convert, "
-                        "resample=MM in Python, resamples every image to that voxel size)"))
+                        f" ({most} of {len(headers)} images, e.g. {entries[common]['path']}; "
+                        "--resample MM for fgscale convert, resample=MM in Python, resamples "
+                        "every image to that voxel size)"))
         return grid, resample == "mask"
     # nibabel.processing imports scipy.ndimage, a tenth of a second that a conversion without
     # resampling (most) should not pay: it is imported where resampling happens.
@@ -257,6 +265,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     if resample not in (None, "mask"):
         resample = float(resample)
     out = Path(out)
+    if not out.exists():  # before the header pass: nowhere to write the store is said first
+        check_writable(out, "; choose another --out; nothing converted")
     t0 = time.perf_counter()
     entries = read_cohort(cohort, labels, classes)
     headers = entry_headers(entries)
@@ -290,7 +300,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         elif made != fingerprint:
             raise StoreError(f"{out}: exists and was made from other inputs or arguments; remove "
                              "it or choose another --out")
-        if g is not None and g.attrs.get("complete"):
+        # shards deleted or truncated since they were written are written again
+        if g is not None and not reopen_damaged(out) and g.attrs.get("complete"):
             log.info("%s is already complete; nothing to do", out)
             return open_store(out)
         if g is not None:
@@ -307,7 +318,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                 names = list(classes) if classes is not None else sorted({r[2] for r in rows})
                 y = np.array([names.index(r[2]) for r in rows])
             synthetic = _is_synthetic(cohort)
-            g = _create_whole(
+            g = create_whole(
                 out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),
                 y=y, classes=names, target=targets, source=[r[0] for r in rows],
                 volume=[r[1] for r in rows], groups=[r[3] for r in rows],
@@ -360,18 +371,6 @@ def _workers(client, n_workers: int | None, voxel_bytes: int):
                  "cluster started)", n, voxel_bytes / 1e6)
         return ThreadTasks(n)
     return get_client(client, n_workers=n_workers, processes=False)
-
-
-def _create_whole(out: Path, **kwargs) -> zarr.Group:
-    """:func:`create_store` under a temporary name, renamed to ``out`` once whole: a run killed
-    while the empty store is written (its metadata comes last) leaves no store that the re-run
-    would refuse as foreign, only the temporary folder, which the re-run replaces."""
-    tmp = out.with_name(out.name + ".creating")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    create_store(tmp, **kwargs)
-    os.replace(tmp, out)
-    return open_group_checked(out, "r+")
 
 
 def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress) -> np.ndarray:

@@ -52,6 +52,8 @@ done; :func:`open_store` refuses a store that is not complete.
 
 from __future__ import annotations
 
+import glob
+import logging
 import os
 import shutil
 from collections.abc import Iterable, Sequence
@@ -60,11 +62,13 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale.store._reader import FORMAT_VERSION, Store, open_store
+from fgscale.store._reader import FORMAT_VERSION, Store, open_group_checked, open_store
 from fgscale.store._shards import ShardRowReader, StoreError
 
-__all__ = ["block_range", "create_store", "default_block_rows", "mark_complete", "write_block",
-           "write_block_rows", "write_store"]
+__all__ = ["block_range", "create_store", "create_whole", "damaged_blocks", "default_block_rows",
+           "mark_complete", "reopen_damaged", "write_block", "write_block_rows", "write_store"]
+
+log = logging.getLogger(__name__)
 
 _TARGET_SHARD_BYTES = 64 * 2**20  # one shard of X is one conversion task's output
 _MAX_BLOCK_ROWS = 1024
@@ -198,6 +202,40 @@ def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, 
     return g
 
 
+def create_whole(out: Path, **kwargs) -> zarr.Group:
+    """:func:`create_store` under a temporary name, renamed to ``out`` once whole (conversion):
+    a run killed while the empty store is written (its metadata comes last) leaves no store that
+    the re-run would refuse as foreign, only the temporary folder, which the re-run removes. Two
+    conversions started at once each write their own; the second to rename uses the first's
+    store when it has the same inputs (``attrs["params"]["fingerprint"]``)."""
+    for stale in out.parent.glob(glob.escape(out.name) + ".creating*"):  # of a killed run
+        pid = stale.name.rpartition(".")[2]
+        if not pid.isdigit() or not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = out.with_name(f"{out.name}.creating.{os.getpid()}")  # a conversion at once has its own
+    create_store(tmp, **kwargs)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # the other conversion renamed its own first: resumed, as a re-run would
+        shutil.rmtree(tmp, ignore_errors=True)
+        if kwargs["attrs"]["params"]["fingerprint"] != open_group_checked(out).attrs.get(
+                "params", {}).get("fingerprint"):
+            raise StoreError(f"{out}: another conversion, of other inputs, created it "
+                             "meanwhile; remove it or choose another --out") from None
+    return open_group_checked(out, "r+")
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of this id runs on this machine (the owner of a temporary store)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 def block_range(block: int, block_rows: int, n_samples: int) -> tuple[int, int]:
     """Row range ``[start, stop)`` of block (shard) ``block``."""
     return block * block_rows, min((block + 1) * block_rows, n_samples)
@@ -256,6 +294,46 @@ def _write_rows(path, g: zarr.Group, X: zarr.Array, block: int,
                              f"{X.shape[1]} voxels, got {X_block.shape}")
         X[start:stop] = X_block
     g["done"][block] = 1  # after the data: a flag never claims a half-written shard
+
+
+def reopen_damaged(path) -> list[int]:
+    """Clear the ``done`` flag of every written block whose shard of ``X`` is missing or damaged
+    (deleted, truncated, overwritten since), and the store's ``complete`` flag with them, so that
+    conversion resumed with the same inputs writes those blocks again; remove the temporary
+    shard files that killed conversions left.
+
+    Returns
+    -------
+    blocks : list of int
+        The blocks reopened (none for a store of another layout, which is not checked).
+    """
+    for tmp in (Path(path) / "X" / "c").glob("*/.*.tmp"):  # ShardRowReader.write's, of a
+        pid = tmp.name.rpartition(".")[0].rpartition(".")[2]  # killed run: a shard's bytes each
+        if not pid.isdigit() or not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+    blocks = damaged_blocks(path)
+    if blocks:
+        g = zarr.open_group(str(path), mode="r+")
+        log.warning("%s: shards %s of X are missing or damaged; converting them again", path,
+                    blocks[:10])
+        for b in blocks:
+            g["done"][b] = 0
+        g.attrs["complete"] = False
+    return blocks
+
+
+def damaged_blocks(path) -> list[int]:
+    """The blocks flagged as written whose shard of ``X`` is missing or damaged (none for a store
+    of another layout, which is not checked); reads each shard's index only."""
+    g = zarr.open_group(str(path), mode="r")
+    direct = ShardRowReader.from_array(g["X"])
+    if direct is None or direct.shard_rows != g.attrs.get("block_rows"):
+        return []
+    n_shards = -(-g["X"].shape[0] // direct.shard_rows)
+    if "done" not in g or g["done"].shape != (n_shards,):  # edited by hand: no block to reopen,
+        return []  # the reader's own checks of a complete store say what else is wrong
+    done = g["done"][:]
+    return [b for b in direct.damaged_shards() if done[b]]
 
 
 def mark_complete(path, **attrs) -> None:

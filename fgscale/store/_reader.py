@@ -56,19 +56,22 @@ class Store:
         if self.X.ndim != 2 or self.X.dtype != np.float32:  # a foreign X is never decoded
             raise StoreError(f"{path}: array X has dtype {self.X.dtype} and shape "
                              f"{self.X.shape}; expected float32 of shape (n_samples, n_features)")
-        self.y = group["y"][:]
-        self.classes = _read_str(group["classes"])
+        self.y = _read(path, group, "y")
+        self.classes = _read(path, group, "classes", _read_str)
         self.has_labels = bool(self.classes.size)
-        self.target = group["target"][:] if "target" in group else None
-        self.split = _read_str(group["split"])
-        self.groups = _read_str(group["group"])
-        self.source = _read_str(group["source"])
-        self.volume = group["volume"][:]
-        self.mask = group["mask"][:]
-        self.affine = group["affine"][:]
+        self.target = _read(path, group, "target") if "target" in group else None
+        self.split = _read(path, group, "split", _read_str)
+        self.groups = _read(path, group, "group", _read_str)
+        self.source = _read(path, group, "source", _read_str)
+        self.volume = _read(path, group, "volume")
+        self.mask = _read(path, group, "mask")
+        self.affine = _read(path, group, "affine")
         self.attrs = dict(group.attrs)
         self.n_samples, self.n_features = self.X.shape
-        self.block_rows = int(self.attrs["block_rows"])
+        _check_shapes(self)
+        if not isinstance(self.attrs.get("block_rows"), int):
+            raise StoreError(f"{path}: attribute 'block_rows' is missing; {_DAMAGED}")
+        self.block_rows = self.attrs["block_rows"]
         self._reader = ShardRowReader.from_array(self.X)
 
     def __repr__(self) -> str:
@@ -206,6 +209,46 @@ def holds_images(folder) -> bool:
     with os.scandir(folder) as entries:
         return any(e.name.lower().endswith((".nii", ".nii.gz"))
                    for e in itertools.islice(entries, 1000))
+
+
+_DAMAGED = ("a damaged store: convert the cohort again into a new store (remove this one, or "
+            "another --out)")
+
+
+def _read(path: Path, group: zarr.Group, name: str, decode=None) -> np.ndarray:
+    """A metadata array of the store, read whole; one missing or undecodable (a chunk file
+    truncated or removed by hand) is named, never a codec's traceback."""
+    try:  # zarr parses the metadata of every member to tell whether one is there
+        present = name in group
+        data = (decode(group[name]) if decode is not None else group[name][:]) if present else None
+    except Exception as exc:  # a codec's error (zstd, crc32c, json) of a damaged chunk, a
+        # data type zarr refuses (a Zarr v2 array of pickled objects: never decoded)
+        raise StoreError(f"{path / name}: cannot be read ({type(exc).__name__}: {exc}); "
+                         f"{_DAMAGED}") from None
+    if not present:
+        raise StoreError(f"{path}: array {name!r} is missing; {_DAMAGED}")
+    return data
+
+
+def _check_shapes(store: Store) -> None:
+    """The metadata arrays agree with X (a zarr.json edited, an array of another store copied
+    in): a row count, a mask or an affine that does not match is refused by name."""
+    n, p = store.n_samples, store.n_features
+    for name in ("y", "target", "split", "groups", "source", "volume"):
+        array = getattr(store, name)
+        if array is not None and array.shape != (n,):
+            raise StoreError(f"{store.path}: array {name.rstrip('s')!r} has shape {array.shape}, "
+                             f"X has {n} rows; {_DAMAGED}")
+    if store.mask.ndim != 3 or int(np.count_nonzero(store.mask)) != p:
+        raise StoreError(f"{store.path}: array 'mask' of shape {store.mask.shape} holds "
+                         f"{int(np.count_nonzero(store.mask))} voxels, X has {p} columns; "
+                         f"{_DAMAGED}")
+    if store.affine.shape != (4, 4) or not np.isfinite(store.affine).all():
+        raise StoreError(f"{store.path}: array 'affine' is not a finite 4x4 matrix; {_DAMAGED}")
+    if store.has_labels and store.y.size and (store.y.min() < 0
+                                              or store.y.max() >= store.classes.size):
+        raise StoreError(f"{store.path}: array 'y' holds class indices outside [0, "
+                         f"{store.classes.size}); {_DAMAGED}")
 
 
 def _images_hint(folder: Path) -> str:

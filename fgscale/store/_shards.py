@@ -77,11 +77,12 @@ class ShardRowReader:
         root = Path(store.root) / array.store_path.path
         return cls(root, array, array.shards[0])
 
-    def _shards(self, rows: np.ndarray) -> Iterator[tuple[int | None, Path, np.ndarray, np.ndarray]]:
-        """Per shard touched by ``rows`` (sorted, unique): an open file descriptor (None if the
-        shard was never written), the file's path, the positions in ``rows`` of its rows, and
-        their byte offsets (-1 for a row never written). The descriptor is closed once the
-        caller moves on to the next shard."""
+    def _shards(self, rows: np.ndarray) -> Iterator[tuple[int, Path, np.ndarray, np.ndarray]]:
+        """Per shard touched by ``rows`` (sorted, unique): an open file descriptor, the file's
+        path, the positions in ``rows`` of its rows, and their byte offsets (-1 for a row the
+        index says holds the fill value). The descriptor is closed once the caller moves on to
+        the next shard. A shard file missing is a damaged store (every shard of a complete
+        store is written): a StoreError naming the file, never rows of zeros trained on."""
         shard_of = rows // self.shard_rows
         for picked in np.split(np.arange(rows.size), np.flatnonzero(np.diff(shard_of)) + 1):
             if not picked.size:
@@ -90,11 +91,11 @@ class ShardRowReader:
             path = self.root / self.array.metadata.encode_chunk_key((shard, 0))
             try:
                 fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:  # shard never written: fill value
-                yield None, path, picked, np.full(picked.size, -1)
-                continue
+            except FileNotFoundError:  # a complete store has every shard: it was deleted
+                raise StoreError(self._lost(path, "the shard file is missing")) from None
             try:
                 entries = self._index(fd, path)[rows[picked] - shard * self.shard_rows]
+                # a row of the fill value that zarr's own encoder wrote is left out of its shard
                 missing = entries[:, 0] == self._MISSING
                 bad = ~missing & (entries[:, 1] != 4 * self.n_features)
                 if bad.any():
@@ -103,6 +104,41 @@ class ShardRowReader:
                 yield fd, path, picked, np.where(missing, -1, entries[:, 0].astype(np.int64))
             finally:
                 os.close(fd)
+
+    @staticmethod
+    def _lost(path: Path, what: str) -> str:
+        return (f"{path}: {what}, so some rows of X are lost (a damaged store); run the "
+                "fgscale convert that made the store again: it rewrites the damaged shards")
+
+    def damaged_shards(self) -> list[int]:
+        """The shards of X that are missing, or not what :meth:`write` leaves (another size,
+        another index, a bad checksum): a complete store's damage, which conversion redoes.
+        Reads each shard's index only."""
+        import google_crc32c
+
+        n_samples, nbytes = self.array.shape[0], 4 * self.n_features
+        damaged = []
+        for shard in range(-(-n_samples // self.shard_rows)):
+            n_rows = min(self.shard_rows, n_samples - shard * self.shard_rows)
+            path = self.root / self.array.metadata.encode_chunk_key((shard, 0))
+            index_bytes = 16 * self.shard_rows
+            try:
+                with open(path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    f.seek(n_rows * nbytes)
+                    tail = f.read(index_bytes + 4)
+            except FileNotFoundError:
+                damaged.append(shard)
+                continue
+            if size != n_rows * nbytes + index_bytes + 4 or len(tail) != index_bytes + 4:
+                damaged.append(shard)
+                continue
+            index = np.frombuffer(tail[:index_bytes], "<u8").reshape(-1, 2)
+            if (google_crc32c.value(tail[:index_bytes]) != int.from_bytes(tail[-4:], "little")
+                    or not np.array_equal(index[:n_rows, 0], np.arange(n_rows) * nbytes)
+                    or np.any(index[:n_rows, 1] != nbytes)):
+                damaged.append(shard)
+        return damaged
 
     def _index(self, fd: int, path: Path) -> np.ndarray:
         """The shard's index, (offset, nbytes) per row, read once while the file is unchanged

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from fgscale._files import exclusive
 from fgscale.cluster import get_client, run_tasks
 from fgscale.store._derived import read_locations, write_location
 from fgscale.store._reader import Store, open_store
@@ -310,19 +311,31 @@ def compute_stats(store_path, rows=None, *, client=None, progress: bool = True
     saved = None if found is None else (found[1]["mean"][:], found[1]["std"][:])
     if saved is None:
         derived = write_location(store)
-        group = zarr.open_group(derived, mode="r+")
-        span = store.block_rows
-        blocks = _blocks(rows, span)
-        sub = _prepare(group, key, rows, len(blocks), span, store.n_features)
-        todo = np.flatnonzero(sub["done"][:] == 0)
-        log.info("feature statistics of %d rows of %s: %d of %d blocks to compute (in %s)",
-                 rows.size, path, todo.size, len(blocks), derived)
-        if todo.size:
-            with get_client(client=client) as c:
-                run_tasks(c, _block_task, [(path, derived, key, int(i), blocks[i]) for i in todo],
-                          progress=progress, desc="feature stats", unit="block")
-        saved = _save_result(sub, len(blocks))
+        # another command computing them on the same store (two jobs on one cohort) finishes
+        # first: it would drop its partials under this one's tasks
+        with exclusive(derived):
+            found = _find_saved(store, key, rows)
+            saved = None if found is None else (found[1]["mean"][:], found[1]["std"][:])
+            if saved is None:
+                saved = _compute(store, path, derived, key, rows, client, progress)
     return saved[0].astype(np.float32), saved[1].astype(np.float32)
+
+
+def _compute(store: Store, path: str, derived: str, key: str, rows: np.ndarray, client,
+             progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Compute (or finish) the statistics of ``rows`` into ``derived``, as tasks."""
+    span = store.block_rows
+    blocks = _blocks(rows, span)
+    sub = _prepare(zarr.open_group(derived, mode="r+"), key, rows, len(blocks), span,
+                   store.n_features)
+    todo = np.flatnonzero(sub["done"][:] == 0)
+    log.info("feature statistics of %d rows of %s: %d of %d blocks to compute (in %s)",
+             rows.size, path, todo.size, len(blocks), derived)
+    if todo.size:
+        with get_client(client=client) as c:
+            run_tasks(c, _block_task, [(path, derived, key, int(i), blocks[i]) for i in todo],
+                      progress=progress, desc="feature stats", unit="block")
+    return _save_result(sub, len(blocks))
 
 
 def _save_result(sub: zarr.Group, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:

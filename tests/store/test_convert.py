@@ -252,7 +252,7 @@ def damage(csv_path, index, how):
     ("missing", FileNotFoundError, "no such NIfTI file"),
     ("junk", ValueError, "not a readable NIfTI image"),
     ("shape", ValueError, r"grid \(12, 14, 11\).*does not match"),
-    ("affine", ValueError, r"does not match the first image's grid .*\(first image "
+    ("affine", ValueError, r"does not match the majority's grid .*\(23 of 24 images, e\.g\. "
                            r".*synthetic_00000\.nii\.gz; --resample MM for fgscale convert, "
                            r"resample=MM in Python, resamples every image to that voxel size\)"),
     ("truncate", ValueError, "truncated or corrupt"),  # found by the mask pass, before writing

@@ -1,0 +1,326 @@
+"""A store damaged on disk after it was written (a shard deleted or truncated by a quota
+cleaner, an array removed by hand, a bank's file lost): every command names the damaged file and
+what to do, never trains on the fill value as data, never shows a traceback, and the command
+that made the store repairs what it can. SYNTHETIC cohorts (fgscale.images make_cohort)."""
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+from helpers import TINY_GRID, dashboard_port_may_be_taken
+
+from fgscale.cli import main
+from fgscale.images._synthetic import make_cohort
+from fgscale.store import open_store
+
+pytestmark = dashboard_port_may_be_taken
+
+FAST = ["--n-workers", "1", "--no-progress", "--n-groupings", "2", "--n-bootstrap", "5",
+        "--n-clusters", "20", "--max-epochs", "1", "--batch-size", "8", "--learning-rate",
+        "0.05"]
+
+
+def refused(argv, capsys, message):
+    """``fgscale argv`` exits with status 2 and one error line matching ``message``, no
+    traceback."""
+    capsys.readouterr()
+    status = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert status == 2, f"status {status}, stderr: {err}"
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith(f"fgscale {argv[0]}: error: ")]
+    assert len(lines) == 1, err
+    assert re.search(message, lines[0]), f"{message!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """A SYNTHETIC cohort table and its store, converted by the CLI in shards of 8 rows."""
+    folder = tmp_path_factory.mktemp("cohort")
+    table = make_cohort(folder / "cohort", n_samples=40, n_classes=2, grid=TINY_GRID,
+                        n_subjects=5, seed=0)
+    out = folder / "s.zarr"
+    assert main(["convert", str(table), "--out", str(out), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    return table, out
+
+
+def _copy(converted, tmp_path):
+    table, store = converted
+    out = tmp_path / "s.zarr"
+    shutil.copytree(store, out)
+    return table, out
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "overwritten"])
+def test_a_damaged_shard_is_refused_then_rewritten_by_convert(damage, converted, tmp_path,
+                                                               capsys, caplog):
+    table, store = _copy(converted, tmp_path)
+    before = open_store(store).read_rows(np.arange(40))
+    shard = store / "X" / "c" / "2" / "0"
+    if damage == "deleted":
+        shard.unlink()
+    elif damage == "truncated":
+        shard.write_bytes(shard.read_bytes()[:-30])
+    else:  # same size, other bytes: a block of another store copied over it
+        shard.write_bytes(bytes(len(shard.read_bytes())))
+    refused(["train", store, "--out", tmp_path / "run", *FAST], capsys,
+            r"X/c/2/0: .*(missing|truncated|never written|bytes)")
+    assert not (tmp_path / "run" / "model.json").exists()
+    assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "already complete" not in captured.out
+    assert "shards [2] of X are missing or damaged" in caplog.text
+    assert "4 blocks already done" in captured.out
+    np.testing.assert_array_equal(open_store(store).read_rows(np.arange(40)), before)
+    assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    assert "already complete, nothing to do" in capsys.readouterr().out
+
+
+def test_an_undamaged_store_is_left_as_it_is(converted, tmp_path, capsys):
+    table, store = _copy(converted, tmp_path)
+    stamps = {p: p.stat().st_mtime_ns for p in (store / "X" / "c").rglob("*") if p.is_file()}
+    assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    assert "already complete, nothing to do" in capsys.readouterr().out
+    assert stamps == {p: p.stat().st_mtime_ns for p in (store / "X" / "c").rglob("*")
+                      if p.is_file()}
+    assert zarr.open_group(str(store)).attrs["complete"] is True
+
+
+def _drop(store, name):
+    shutil.rmtree(store / name)
+
+
+def _cut(store, name):
+    chunk = next(p for p in (store / name / "c").rglob("*") if p.is_file())
+    chunk.write_bytes(chunk.read_bytes()[:3])
+
+
+def _more_rows(store, name):
+    g = zarr.open_group(str(store), mode="r+")
+    y = g["y"][:]
+    del g["y"]
+    g.create_array("y", data=np.concatenate([y, y[:2]]))
+
+
+@pytest.mark.parametrize("damage, name, message", [
+    (_drop, "mask", r"s\.zarr: array 'mask' is missing; a damaged store: convert the cohort "
+                    r"again into a new store"),
+    (_drop, "classes", r"s\.zarr: array 'classes' is missing"),
+    (_cut, "y", r"s\.zarr/y: cannot be read \(.*\); a damaged store"),
+    (_cut, "split", r"s\.zarr/split: cannot be read"),
+    (_more_rows, "y", r"s\.zarr: array 'y' has shape \(42,\), X has 40 rows"),
+])
+def test_a_damaged_metadata_array_is_named(damage, name, message, converted, tmp_path, capsys):
+    table, store = _copy(converted, tmp_path)
+    damage(store, name)
+    refused(["train", store, "--out", tmp_path / "run", *FAST], capsys, message)
+    refused(["convert", table, "--out", store, "--no-progress", "--block-rows", "8"], capsys,
+            message)
+    refused(["bank", store, "--list"], capsys, message)
+
+
+def test_x_of_another_width_than_the_mask_is_named(converted, tmp_path, capsys):
+    """X's zarr.json edited to one column fewer: its rows no longer fit the mask."""
+    _, store = _copy(converted, tmp_path)
+    meta = store / "X" / "zarr.json"
+    meta.write_text(meta.read_text().replace("605", "604"))
+    refused(["train", store, "--out", tmp_path / "run", *FAST], capsys,
+            r"s\.zarr: array 'mask' of shape \(\d+, \d+, \d+\) holds 605 voxels, X has 604 "
+            r"columns")
+
+
+BANK = ["--n-groupings", "3", "--n-bootstrap", "5", "--n-clusters", "20", "--seed", "0",
+        "--n-workers", "1", "--no-progress"]
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_damaged_grouping_is_built_again(damage, converted, tmp_path, capsys, caplog):
+    """A chunk of a bank's labels removed read as -1 (the fill value) and the training run
+    stopped with torch's 'index -1 is out of bounds'; a truncated one with zstd's error."""
+    _, store = _copy(converted, tmp_path)
+    assert main(["bank", str(store), *BANK]) == 0
+    (key,) = [p.name for p in (store / "banks").iterdir() if p.is_dir()]
+    labels = store / "banks" / key / "labels"
+    before = zarr.open_array(str(labels))[:]
+    chunk = labels / "c" / "1" / "0"
+    if damage == "deleted":
+        chunk.unlink()
+    else:
+        chunk.write_bytes(chunk.read_bytes()[:5])
+    capsys.readouterr()
+    assert main(["train", str(store), "--out", str(tmp_path / "run"), *FAST[:2],
+                 *["--no-progress", "--n-groupings", "3", "--n-bootstrap", "5", "--n-clusters",
+                   "20", "--max-epochs", "1"]]) == 0, capsys.readouterr().err
+    assert f"groupings [1] of bank {key} are damaged; building them again" in caplog.text
+    np.testing.assert_array_equal(zarr.open_array(str(labels))[:], before)
+    assert (tmp_path / "run" / "model.json").exists()
+
+
+def test_two_conversions_started_at_once_both_end_with_the_store(converted, tmp_path):
+    """The second to rename its new store found the first's in place: '[Errno 39] Directory not
+    empty: s.zarr.creating -> s.zarr' (or each removed the other's half-written folder)."""
+    from fgscale.store._layout import create_whole
+    from fgscale.store._shards import StoreError
+
+    table, made = converted
+    out = tmp_path / "s.zarr"
+    shutil.copytree(made, out)
+    g = zarr.open_group(str(made))
+    kwargs = dict(n_samples=40, mask=g["mask"][:], affine=g["affine"][:], y=g["y"][:],
+                  classes=list(g["classes"][:]), block_rows=8, attrs=dict(g.attrs))
+    (tmp_path / "s.zarr.creating.999999999").mkdir()  # of a run killed before it renamed it
+    assert create_whole(out, **kwargs).attrs["complete"] is True  # the first's store, kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+    other = dict(kwargs, attrs={**kwargs["attrs"], "params": {"fingerprint": "other inputs"}})
+    with pytest.raises(StoreError, match=r"s\.zarr: another conversion, of other inputs, "
+                                         r"created it meanwhile"):
+        create_whole(out, **other)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+    np.testing.assert_array_equal(open_store(out).read_rows(np.arange(40)),
+                                  open_store(made).read_rows(np.arange(40)))
+
+
+def test_two_convert_commands_at_once_both_succeed(converted, tmp_path):
+    import subprocess
+    import sys
+
+    table, made = converted
+    out = tmp_path / "s.zarr"
+    cmd = [sys.executable, "-m", "fgscale", "convert", str(table), "--out", str(out),
+           "--block-rows", "8", "--n-workers", "1", "--no-progress"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    np.testing.assert_array_equal(open_store(out).read_rows(np.arange(40)),
+                                  open_store(made).read_rows(np.arange(40)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+
+
+STATS_SCRIPT = """
+import sys
+from distributed import Client, LocalCluster
+from fgscale.store import compute_stats
+with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                  dashboard_address=None) as cluster, Client(cluster) as client:
+    mean, std = compute_stats(sys.argv[1], client=client, progress=False)
+print(float(mean.sum()), float(std.sum()))
+"""
+
+
+def test_two_commands_computing_the_same_statistics_at_once(converted, tmp_path):
+    """Two training jobs on one fresh store: the first to finish dropped its partial statistics
+    under the other's tasks, which stopped with KeyError: 'partial_count' (a traceback). The
+    second now waits for the first and reads its result."""
+    import subprocess
+    import sys
+
+    _, made = converted
+    for attempt in range(3):
+        store = tmp_path / f"s{attempt}.zarr"
+        shutil.copytree(made, store)
+        cmd = [sys.executable, "-c", STATS_SCRIPT, str(store)]
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        outs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+            outs.append(out)
+        assert outs[0] == outs[1]
+    # the second waits while the first holds the store
+    from fgscale._files import exclusive
+
+    store = tmp_path / "held.zarr"
+    shutil.copytree(made, store)
+    with exclusive(store):
+        proc = subprocess.Popen([sys.executable, "-c", STATS_SCRIPT, str(store)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=8)
+        assert not (store / "stats").exists()
+    assert proc.communicate(timeout=300)[0] == outs[0]
+
+
+def test_the_temporary_shards_of_a_killed_conversion_are_removed(converted, tmp_path):
+    """kill -9 while a shard was written left '.0.<pid>.tmp' (a shard's bytes, 64 MiB at full
+    size) beside it for good, through every re-run."""
+    import os
+
+    table, store = _copy(converted, tmp_path)
+    dead = store / "X" / "c" / "1" / ".0.999999999.tmp"
+    live = store / "X" / "c" / "2" / f".0.{os.getpid()}.tmp"  # a conversion still writing
+    dead.write_bytes(b"\0" * 1000)
+    live.write_bytes(b"\0" * 1000)
+    assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    assert not dead.exists()
+    assert live.exists()
+
+
+class _Payload:
+    """Pickled into the store: unpickling it would create the file ``path``."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_zarr_v2_store_of_pickled_objects_is_refused_never_unpickled(converted, tmp_path,
+                                                                     capsys):
+    """A Zarr v2 store (zarr 3 reads both formats) whose 'source' array holds pickled objects:
+    named, never decoded; it stopped train with zarr's 'No Zarr data type found' naming no
+    file or array."""
+    import pickle
+
+    _, made = converted
+    src = open_store(made)
+    out = tmp_path / "v2.zarr"
+    g = zarr.open_group(str(out), mode="w", zarr_format=2)
+    g.create_array("X", data=src.read_rows(np.arange(src.n_samples)), chunks=(8, src.n_features))
+    for name in ("y", "volume", "mask", "affine", "done"):
+        g.create_array(name, data=src.group[name][:])
+    for name in ("classes", "split", "group"):
+        g.create_array(name, data=np.asarray(src.group[name][:].tolist(), dtype="U20"))
+    g.attrs.update(dict(src.attrs))
+    objects = np.empty(src.n_samples, dtype=object)
+    objects[:] = [_Payload(tmp_path / "ran") for _ in range(src.n_samples)]
+    (out / "source").mkdir()
+    (out / "source" / ".zarray").write_text(json.dumps({
+        "zarr_format": 2, "shape": [src.n_samples], "chunks": [src.n_samples], "dtype": "|O",
+        "compressor": None, "fill_value": None, "order": "C", "filters": [{"id": "pickle"}],
+        "dimension_separator": "."}))
+    (out / "source" / "0").write_bytes(pickle.dumps(objects))
+    refused(["train", out, "--out", tmp_path / "run", *FAST], capsys,
+            r"v2\.zarr/source: cannot be read \(.*\); a damaged store")
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("edit", ["done removed", "X of more rows"])
+def test_convert_checks_shards_only_of_a_store_it_can_read(edit, converted, tmp_path, capsys):
+    """The check for damaged shards read the 'done' flags before the store's own checks:
+    KeyError: 'done', or an IndexError past its last flag (tracebacks)."""
+    table, store = _copy(converted, tmp_path)
+    if edit == "done removed":  # nothing the reader needs: the store stays usable
+        shutil.rmtree(store / "done")
+        assert main(["convert", str(table), "--out", str(store), "--block-rows", "8",
+                     "--no-progress"]) == 0
+        assert "already complete, nothing to do" in capsys.readouterr().out
+    else:
+        meta = store / "X" / "zarr.json"
+        document = json.loads(meta.read_text())
+        document["shape"][0] = 50
+        meta.write_text(json.dumps(document))
+        refused(["convert", table, "--out", store, "--block-rows", "8", "--no-progress"],
+                capsys, r"s\.zarr: array 'y' has shape \(40,\), X has 50 rows")
