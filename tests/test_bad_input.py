@@ -140,6 +140,13 @@ def _nan_in_mask(rows, tmp):
                        [r[:2] for r in rows[1:]] + [[str(tmp / "nan.nii.gz"), rows[0][1]]])
 
 
+def _all_zero(rows, tmp):
+    img = nib.load(rows[3][0])  # a failed contrast among good ones
+    nib.save(nib.Nifti1Image(np.zeros(img.shape, np.float32), img.affine), tmp / "zero.nii.gz")
+    return write_table(tmp / "t.csv", ["path", "label"],
+                       [r[:2] for r in rows[:3] + rows[4:]] + [[str(tmp / "zero.nii.gz"), rows[3][1]]])
+
+
 def _odd_voxels(kind):
     def make(rows, tmp):
         img = nib.load(rows[0][0])
@@ -233,6 +240,9 @@ COHORT_ROWS = {  # name: (the table, the message)
     "NaN inside the mask (--nan error, the default)": (
         _nan_in_mask, r"nan\.nii\.gz \(volume 0\): 1 NaN/inf values inside the mask; fix the "
                       r"file or convert with --nan zero"),
+    "an all-zero image": (_all_zero, r"zero\.nii\.gz \(volume 0\): no voxel is finite and "
+                                     r"non-zero \(all zero or NaN\), so no voxel is in every image: "
+                                     r"drop it, or give --mask"),
     "RGB voxels": (_odd_voxels("rgb"), r"t\.csv:13: .*odd\.nii\.gz: voxels of type .*\(not one "
                                        r"number\); expected one real number per voxel"),
     "complex voxels": (_odd_voxels("complex"), r"odd\.nii\.gz: voxels of type complex64 "

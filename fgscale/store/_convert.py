@@ -44,23 +44,9 @@ import nibabel as nib
 import numpy as np
 
 from fgscale._files import check_writable
-from fgscale.cluster import (
-    ThreadTasks,
-    active_client,
-    check_count,
-    cpu_count,
-    get_client,
-    run_tasks,
-)
+from fgscale.cluster import ThreadTasks, active_client, check_count, cpu_count, get_client, run_tasks
 from fgscale.images._cohort import entry_headers, entry_name, read_cohort
-from fgscale.images._nifti import (
-    grid_mismatch,
-    load_img,
-    load_mask,
-    read_array,
-    read_image,
-    same_grid,
-)
+from fgscale.images._nifti import grid_mismatch, load_img, load_mask, read_array, read_image, same_grid
 from fgscale.store._layout import (
     block_range,
     create_whole,
@@ -115,8 +101,12 @@ def _target_grid(entries, headers, mask_img, resample):
 def _mask_block(sources, grid, resampled: bool) -> np.ndarray:
     """Dask task: voxels finite and non-zero in every given volume, shape grid_shape, bool."""
     mask = np.ones(grid[0], bool)
-    for vol in _iter_volumes(sources, grid, resampled):
-        mask &= np.isfinite(vol) & (vol != 0)
+    for (path, volume), vol in zip(sources, _iter_volumes(sources, grid, resampled), strict=True):
+        keep = np.isfinite(vol) & (vol != 0)
+        if not keep.any():  # a failed contrast would otherwise empty the mask unnamed
+            raise ValueError(f"{path} (volume {volume}): no voxel is finite and non-zero (all "
+                             "zero or NaN), so no voxel is in every image: drop it, or give --mask")
+        mask &= keep
     return mask
 
 
