@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import platform
 from pathlib import Path
 
@@ -213,9 +214,11 @@ class _Checkpoints(_History):
         try:  # weights_only: tensors, numbers, strings and containers, never code
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # an unpickling error (a foreign object), a damaged file
-            raise ValueError(f"{path}: not a checkpoint of plain tensors and numbers, refused "
-                             f"unread ({type(exc).__name__}); delete it to restart the run, "
-                             "or use a new run folder") from None
+            why = ("holds objects other than plain tensors and numbers: refused unread"
+                   if isinstance(exc, pickle.UnpicklingError) else
+                   f"is cut short or damaged: unreadable ({type(exc).__name__})")
+            raise ValueError(f"{path}: the checkpoint {why}; delete it to restart the run, or "
+                             "use a new run folder") from None
         if state["params"] != self.estimator_params:
             changed = _changed(self.estimator_params, state["params"])
             raise ValueError(f"{path}: saved with other parameters ({', '.join(changed)}); "

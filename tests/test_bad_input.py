@@ -553,7 +553,14 @@ def test_resume_with_other_parameters_or_a_foreign_checkpoint_is_refused(store, 
 
     torch.save({"epoch": 1, "model": pathlib.PurePosixPath("/etc")}, other / "checkpoint.pt")
     refused(["train", store, "--out", other, *changed, "--resume"], capsys,
-            r"other/checkpoint\.pt: not a checkpoint of plain tensors and numbers, refused unread")
+            r"other/checkpoint\.pt: the checkpoint holds objects other than plain tensors and "
+            r"numbers: refused unread")
+    # one cut short (a run killed while the disk was full) is said to be damaged, not foreign
+    raw = (run / "checkpoint.pt").read_bytes()
+    (other / "checkpoint.pt").write_bytes(raw[:len(raw) // 2])
+    refused(["train", store, "--out", other, *changed, "--resume"], capsys,
+            r"other/checkpoint\.pt: the checkpoint is cut short or damaged: unreadable "
+            r"\(\w+\); delete it to restart the run")
 
 
 # ---------------------------------------------------------------------------------- fuzz
