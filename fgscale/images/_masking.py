@@ -7,6 +7,7 @@ arrays; they all go through :func:`mask_images`, with the reader and the errors 
 
 from __future__ import annotations
 
+import collections
 import glob
 import os
 from pathlib import Path
@@ -14,7 +15,15 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale.images._nifti import grid_mismatch, load_img, load_mask, read_data, read_image, same_grid
+from fgscale.images._nifti import (
+    grid_mismatch,
+    load_img,
+    load_mask,
+    read_data,
+    read_header,
+    read_image,
+    same_grid,
+)
 
 __all__ = ["as_mask_image", "bool_mask_array", "compute_mask", "image_list", "is_images", "mask_images"]
 
@@ -148,12 +157,16 @@ def compute_mask(imgs, *, resample: bool = False) -> nib.Nifti1Image:
     mask_img : nibabel.Nifti1Image
     """
     mask, grid = None, None
+    reference, hint = "first image", ""
+    if not resample:  # the grid most images share: the odd image is named, not the one after it
+        grid, hint = _common_grid(imgs)
+        reference = "majority" if hint else reference
     for name, img, data in _volumes(imgs):
         if grid is None:
             grid = (tuple(data.shape), img.affine)
-        data = _on_grid(name, img, data, grid, resample, "first image",
-                        " (resample=True resamples the images to the first one's grid, or to "
-                        "the mask's with mask=)")
+        data = _on_grid(name, img, data, grid, resample, reference,
+                        f" ({hint}resample=True resamples the images to the first one's grid, "
+                        "or to the mask's with mask=)")
         keep = np.isfinite(data) & (data != 0)
         if not keep.any():  # a failed contrast would otherwise empty the mask unnamed
             raise ValueError(f"{name}: no voxel is finite and non-zero (all zero or NaN), so "
@@ -165,6 +178,26 @@ def compute_mask(imgs, *, resample: bool = False) -> nib.Nifti1Image:
         raise ValueError("the images share no voxel that is finite and non-zero in all of them: "
                          "give a mask")
     return nib.Nifti1Image(mask.astype(np.uint8), grid[1])
+
+
+def _common_grid(imgs) -> tuple[tuple | None, str]:
+    """The first image's grid (shape, affine), read from the headers, unless more images share
+    another: then that one, and how many do, for the error that names an odd image."""
+    items = image_list(imgs)
+    if not items:
+        return None, ""
+    headers = [read_header(Path(i)) if isinstance(i, (str, os.PathLike)) else load_img(i)
+               for i in items]
+    keys = [(tuple(h.shape[:3]), np.round(np.asarray(h.affine, float), 3).tobytes())
+            for h in headers]
+    counts = collections.Counter(keys)
+    most = next(i for i, k in enumerate(keys) if counts[k] == max(counts.values()))
+    if counts[keys[most]] == counts[keys[0]]:
+        return (keys[0][0], headers[0].affine), ""
+    name = (items[most] if isinstance(items[most], (str, os.PathLike))
+            else f"<in-memory image {most} of the list>")
+    return (keys[most][0], headers[most].affine), (f"{counts[keys[most]]} of {len(items)} "
+                                                    f"images, e.g. {name}; ")
 
 
 def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:

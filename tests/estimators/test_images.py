@@ -90,6 +90,10 @@ def test_images_on_another_grid_are_refused_naming_the_file(cohort, tmp_path):
     with pytest.raises(ValueError, match=r"moved\.nii\.gz: grid .* first image's grid \([^)]*\) "
                                           r"with affine .*resample=True"):
         compute_mask([paths[0], str(moved)])
+    # the first image alone on another grid: it is the one named, not the good one after it
+    with pytest.raises(ValueError, match=r"moved\.nii\.gz: grid .* majority's grid .*\(2 of 3 "
+                                          r"images, e\.g\. .*; resample=True"):
+        compute_mask([str(moved), paths[0], paths[1]])
     resampled = np.asarray(compute_mask([paths[0], str(moved)], resample=True).dataobj) != 0
     alone = np.asarray(compute_mask([paths[0]]).dataobj) != 0
     assert resampled.sum() < alone.sum()  # the shifted image's edge leaves the mask
