@@ -8,6 +8,7 @@ import contextlib
 import csv
 import gzip
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -178,3 +179,22 @@ def write_idx(path: Path, data: np.ndarray) -> None:
     header = bytes([0, 0, 8, data.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in data.shape)
     with gzip.open(path, "wb") as f:
         f.write(header + data.astype(np.uint8).tobytes())
+
+
+def refused(argv, capsys, message):
+    """Run ``fgscale argv``: exit status 2 (returned, or argparse's SystemExit), ``message``
+    (a regex) in its one error line on stderr, and no traceback; returns that line."""
+    from fgscale.cli import main
+
+    capsys.readouterr()
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse refuses a bad option value itself
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2, f"status {status}, stderr: {err}"
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith(f"fgscale {argv[0]}: error: ")]
+    assert len(lines) == 1, err
+    assert re.search(message, lines[0]), f"{message!r} not in {lines[0]!r}"
+    return lines[0]

@@ -23,7 +23,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import zarr
-from helpers import TINY_GRID, dashboard_port_may_be_taken, synthetic_store
+from helpers import TINY_GRID, dashboard_port_may_be_taken, refused, synthetic_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,23 +37,6 @@ P = 605  # in-mask voxels of a TINY_GRID store
 FAST = ["--n-workers", "1", "--no-progress", "--n-groupings", "2", "--n-bootstrap", "5",
         "--n-clusters", "20", "--max-epochs", "1", "--batch-size", "8", "--learning-rate",
         "0.05"]
-
-
-def refused(argv, capsys, message):
-    """Run ``fgscale argv``: exit status 2 (returned, or argparse's SystemExit), ``message``
-    (a regex) in its one error line on stderr, and no traceback; returns that line."""
-    capsys.readouterr()
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse refuses a bad option value itself
-        status = exc.code
-    err = capsys.readouterr().err
-    assert status == 2, f"status {status}, stderr: {err}"
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith(f"fgscale {argv[0]}: error: ")]
-    assert len(lines) == 1, err
-    assert re.search(message, lines[0]), f"{message!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 def write_table(path, header, rows):

@@ -4,13 +4,12 @@ what to do, never trains on the fill value as data, never shows a traceback, and
 that made the store repairs what it can. SYNTHETIC cohorts (fgscale.images make_cohort)."""
 
 import json
-import re
 import shutil
 
 import numpy as np
 import pytest
 import zarr
-from helpers import TINY_GRID, dashboard_port_may_be_taken
+from helpers import TINY_GRID, dashboard_port_may_be_taken, refused
 
 from fgscale.cli import main
 from fgscale.images._synthetic import make_cohort
@@ -21,20 +20,6 @@ pytestmark = dashboard_port_may_be_taken
 FAST = ["--n-workers", "1", "--no-progress", "--n-groupings", "2", "--n-bootstrap", "5",
         "--n-clusters", "20", "--max-epochs", "1", "--batch-size", "8", "--learning-rate",
         "0.05"]
-
-
-def refused(argv, capsys, message):
-    """``fgscale argv`` exits with status 2 and one error line matching ``message``, no
-    traceback."""
-    capsys.readouterr()
-    status = main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    assert status == 2, f"status {status}, stderr: {err}"
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith(f"fgscale {argv[0]}: error: ")]
-    assert len(lines) == 1, err
-    assert re.search(message, lines[0]), f"{message!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
