@@ -335,7 +335,17 @@ def test_empty_masks(cohort_copy, tmp_path, client):
                 progress=False)
     path = cohort_copy.parent / cohort_rows(cohort_copy)[0]["path"]
     nib.save(nib.Nifti1Image(np.zeros(shape, np.float32), affine), path)
-    with pytest.raises(ValueError, match="no voxel is finite and non-zero in every image"):
+    # one all-zero image empties the computed mask: it is named
+    with pytest.raises(ValueError, match=rf"{path.name} \(volume 0\): no voxel is finite and "
+                                         "non-zero"):
+        convert(cohort_copy, tmp_path / "e.zarr", client=client, progress=False)
+    # images that each have voxels, but none in common
+    for i, row in enumerate(cohort_rows(cohort_copy)):
+        data = np.zeros(shape, np.float32)
+        data.flat[i] = 1.0
+        nib.save(nib.Nifti1Image(data, affine), cohort_copy.parent / row["path"])
+    with pytest.raises(ValueError, match="the mask is empty: no voxel is finite and non-zero in "
+                                         "every image"):
         convert(cohort_copy, tmp_path / "e.zarr", client=client, progress=False)
     assert not (tmp_path / "e.zarr").exists()
 
