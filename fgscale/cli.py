@@ -161,6 +161,7 @@ def _cmd_convert(args) -> int:
     classes = args.classes.split(",") if args.classes else None
     kwargs = dict(mask=args.mask, resample=args.resample, nan=args.nan, labels=args.labels,
                   classes=classes, intersect_mask=args.intersect_mask, block_rows=args.block_rows,
+                  columns={"label": args.label_column, "target": args.target_column},
                   progress=not args.no_progress)
     complete = _is_complete_store(args.out)
     if complete or (args.scheduler is None and args.scheduler_file is None):
@@ -278,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NaN/inf inside the mask: fail (error) or set to 0 (zero)")
     p.add_argument("--classes", default=None,
                    help="allowed labels, comma-separated, in order (default: the labels sorted)")
+    for name, example in (("label", "diagnosis"), ("target", "age")):
+        p.add_argument(f"--{name}-column", default=None, metavar="NAME",
+                       help=f"the table's column to read as the {name}, such as {example} "
+                            f"(default: {name})")
     p.add_argument("--block-rows", type=positive(int), default=None,
                    help="rows per task and per shard (default: from the row size)")
     add_cluster_args(p)

@@ -187,6 +187,30 @@ def test_leave_one_subject_out_is_scored_on_the_pooled_predictions(regression_co
     assert "fold 0:" not in captured.out
 
 
+def test_the_target_and_label_columns_can_have_the_tables_own_names(regression_cohort, tmp_path,
+                                                                   capsys):
+    rows = _read(regression_cohort)
+    table = tmp_path / "participants.tsv"  # as a BIDS participants.tsv names them
+    table.write_text("path\tage\tdiagnosis\tparticipant_id\n" + "".join(
+        f"{r['path']}\t{r['target']}\t{'ad' if i % 2 else 'hc'}\t{r['participant_id']}\n"
+        for i, r in enumerate(rows)))
+    store = tmp_path / "p.zarr"
+    assert main(["convert", str(table), "--out", str(store), "--target-column", "age",
+                 "--label-column", "diagnosis", "--n-workers", "1", "--no-progress"]) == 0
+    converted = open_store(store)
+    np.testing.assert_array_equal(converted.target, [float(r["target"]) for r in rows])
+    assert list(converted.classes) == ["ad", "hc"]
+    assert list(converted.groups) == [r["participant_id"] for r in rows]
+    # a column the table lacks is named, with the table's own; nothing is written
+    capsys.readouterr()
+    assert main(["convert", str(table), "--out", str(tmp_path / "q.zarr"), "--target-column",
+                 "Age", "--n-workers", "1", "--no-progress"]) == 2
+    assert ("participants.tsv: no column 'Age' to read as the target (--target-column); the "
+            "table's columns are ['path', 'age', 'diagnosis', 'participant_id']"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "q.zarr").exists()
+
+
 def test_help_says_what_the_classification_words_mean_for_a_regressor(capsys):
     for command in ("train", "cv"):
         with pytest.raises(SystemExit):

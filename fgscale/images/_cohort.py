@@ -46,28 +46,30 @@ def _parse_target(text: str, where: str, file: str) -> float:
     return value
 
 
-def _read_table(path: Path, known: bool = True) -> tuple[list[dict], bool]:
+def _read_table(path: Path, known: bool = True, columns=None) -> tuple[list[dict], bool]:
     """The rows of a cohort table, and whether it has a ``label`` column (``known``: each row's
-    label or target must be given, else either may be left out)."""
+    label or target must be given, else either may be left out; ``columns``: as
+    :func:`read_cohort`)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such cohort table")
     try:
-        return _parse_table(path, known)
+        return _parse_table(path, known, columns or {})
     except (UnicodeDecodeError, csv.Error) as exc:  # bytes that are not a UTF-8 text table
         raise ValueError(f"{path}: not a readable text table ({type(exc).__name__}: {exc}); "
                          f"expected UTF-8 text with columns {_EXPECTED}") from None
 
 
-def _parse_table(path: Path, known: bool) -> tuple[list[dict], bool]:
+def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool]:
     delimiter = "\t" if path.suffix.lower() in TABLE_SUFFIXES[1:] else ","
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         columns = set(reader.fieldnames or [])
-        names = _column_names(path, list(reader.fieldnames or []))
+        names = _column_names(path, list(reader.fieldnames or []), given)
+        label, target = names["label"], names["target"]
         if "path" not in columns:
             raise ValueError(f"{path}: cohort table lacks column(s) ['path']; expected "
                              f"{_EXPECTED}, got {reader.fieldnames}")
-        if known and not columns & {"label", "target"}:
+        if known and not columns & {label, target}:
             raise ValueError(f"{path}: cohort table has neither a 'label' nor a 'target' "
                              f"column; expected {_EXPECTED}, got {reader.fieldnames}")
         rows = []
@@ -79,26 +81,35 @@ def _parse_table(path: Path, known: bool) -> tuple[list[dict], bool]:
             file = str(file if file.is_absolute() else path.parent / file)
             where = f"{path}:{line}"
             rows.append({"path": file,
-                         "label": (rec.get("label") or "").strip(),
-                         "target": (_parse_target(rec.get("target") or "", where, file)
-                                    if "target" in columns and (known or rec.get("target"))
+                         "label": (rec.get(label) or "").strip(),
+                         "target": (_parse_target(rec.get(target) or "", where, file)
+                                    if target in columns and (known or rec.get(target))
                                     else None),
                          "group": (rec.get(names["group"]) or "").strip(),
                          "split": (rec.get(names["split"]) or "").strip().lower(),
                          "where": where})
-    return rows, "label" in columns
+    return rows, label in columns
 
 
-def _column_names(path: Path, fieldnames: list[str]) -> dict:
-    """Which column of the table holds ``group`` and ``split`` (their name or a common alias,
-    said once in the log); columns fgscale does not read are listed once, as a warning."""
-    names = {}
+def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
+    """Which column of the table holds ``label`` and ``target`` (theirs, or the one ``given``),
+    ``group`` and ``split`` (their name or a common alias, said once in the log); columns
+    fgscale does not read are listed once, as a warning."""
+    unknown = sorted(set(given) - {"label", "target"})
+    if unknown:
+        raise ValueError(f"columns: {unknown} cannot be given another name; expected 'label' "
+                         "and/or 'target'")
+    names = {name: given.get(name) or name for name in ("label", "target")}
+    for name, column in names.items():
+        if column != name and column not in fieldnames:
+            raise ValueError(f"{path}: no column {column!r} to read as the {name} "
+                             f"(--{name}-column); the table's columns are {fieldnames}")
     for name, aliases in _ALIASES.items():
         found = [a for a in aliases if a in fieldnames]
         names[name] = name if name in fieldnames or not found else found[0]
         if names[name] != name:
             log.warning("%s: reading column %r as %r", path, names[name], name)
-    unused = [c for c in fieldnames if c not in _COLUMNS and c not in names.values()]
+    unused = [c for c in fieldnames if c != "path" and c not in names.values()]
     if unused:
         log.warning("%s: column(s) %s not used (fgscale reads %s)", path, unused,
                     ", ".join(_COLUMNS))
@@ -132,7 +143,8 @@ def _read_globs(patterns, labels) -> list[dict]:
              "where": f} for f, lab in zip(files, labels, strict=True)]
 
 
-def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> list[dict]:
+def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
+                columns: dict | None = None) -> list[dict]:
     """Parse and check a cohort: one entry per file (no file is opened).
 
     Parameters
@@ -146,6 +158,9 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> lis
     known : bool, default=True
         Whether every file's label or target must be given (a cohort to train or score on);
         False for images to predict, whose table may have neither column or leave them blank.
+    columns : dict, optional
+        The table's columns to read as ``label`` and ``target``, such as ``{"target": "age"}``
+        (a BIDS participants.tsv); default the columns of those names.
 
     Returns
     -------
@@ -154,7 +169,11 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True) -> lis
         without a ``target`` column), group, split, where (file and line, for messages).
     """
     is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in TABLE_SUFFIXES
-    entries, has_labels = _read_table(Path(cohort), known) if is_table else (
+    columns = {k: v for k, v in (columns or {}).items() if v is not None}
+    if columns and not is_table:
+        raise ValueError("columns (--label-column, --target-column) name columns of a cohort "
+                         "table; give one (.csv or .tsv)")
+    entries, has_labels = _read_table(Path(cohort), known, columns) if is_table else (
         _read_globs(cohort, labels), True)
     if not entries:
         raise ValueError(f"{cohort}: the cohort is empty")

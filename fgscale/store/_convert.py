@@ -203,7 +203,7 @@ def _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None)
 
 
 def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels=None,
-            classes=None, intersect_mask: bool = False, client=None,
+            classes=None, columns=None, intersect_mask: bool = False, client=None,
             n_workers: int | None = None, block_rows: int | None = None,
             progress: bool = True) -> Store:
     """Convert a NIfTI cohort into a complete fgscale store (resumable).
@@ -227,6 +227,9 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         Labels for a list of files / globs (one per file, sorted order).
     classes : list of str, optional
         Allowed labels in class-index order (others are an error); default sorted labels.
+    columns : dict, optional
+        The table's columns to read as ``label`` and ``target``, such as ``{"target": "age"}``
+        (:func:`fgscale.images.read_cohort`).
     intersect_mask : bool
         With ``mask``: also compute the data mask and keep the intersection.
     client : distributed.Client, optional
@@ -258,7 +261,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     if not out.exists():  # before the header pass: nowhere to write the store is said first
         check_writable(out, "; choose another --out; nothing converted")
     t0 = time.perf_counter()
-    entries = read_cohort(cohort, labels, classes)
+    entries = read_cohort(cohort, labels, classes, columns=columns)
     headers = entry_headers(entries)
     per_row = [(e, v) for e, img in zip(entries, headers, strict=True)
                for v in range(img.shape[3] if img.ndim == 4 else 1)]
