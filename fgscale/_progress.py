@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 __all__ = ["tqdm"]
 
 # tqdm.auto picks the notebook widget in Jupyter, and then warns (and draws nothing useful)
 # when ipywidgets is missing: fall back to the text bar there (pip install fgscale[notebook]).
 if importlib.util.find_spec("ipywidgets") is not None:
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm as _tqdm
 else:
-    from tqdm.std import tqdm
+    from tqdm.std import tqdm as _tqdm
+
+LOG_INTERVAL = 30.0  # seconds between a bar's updates in a log file
+
+
+def tqdm(*args, **kwargs):
+    """A progress bar (tqdm's arguments). Written to a file rather than a terminal or a notebook
+    (a batch job's log), it is redrawn every :data:`LOG_INTERVAL` seconds at most, not ten
+    times a second: a log then holds a line of progress now and then, not megabytes of it."""
+    stream = kwargs.get("file") or sys.stderr
+    try:
+        interactive = stream.isatty() or "ipykernel" in sys.modules
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        interactive = False
+    if not interactive:
+        kwargs.setdefault("mininterval", LOG_INTERVAL)
+        kwargs.setdefault("maxinterval", LOG_INTERVAL)  # tqdm's monitor redraws a bar after it
+    return _tqdm(*args, **kwargs)
