@@ -79,8 +79,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         ``score`` (``"accuracy"`` or ``"r2"``), ``mean_score``, ``std_score``, ``grouped``,
         ``n_folds``; for classification also ``mean_accuracy`` and ``std_accuracy``, for
         regression ``mean_mae`` and ``mean_rmse`` (in the target's units), ``n_scored`` (the
-        folds whose R² is defined, those of the mean and sd, None when no fold's is: one
-        test row, or one target value) and ``pooled_r2``, ``pooled_mae``, ``pooled_rmse``
+        folds whose R² is defined, those of the mean and sd, which are None when no fold's is:
+        one test row, or one target value) and ``pooled_r2``, ``pooled_mae``, ``pooled_rmse``
         (of every fold's out-of-fold predictions together); with
         ``out``, ``out`` and ``already_complete`` (the file had every fold: none was trained).
     """
