@@ -328,17 +328,21 @@ def test_a_bar_written_to_a_log_file_is_redrawn_now_and_then(tmp_path):
     """A batch job's stderr is a file: the bars are redrawn every 30 s at most there, not ten
     times a second (the demo's log held 164 KB of carriage-return updates)."""
     store = synthetic_store(tmp_path / "s.zarr", 40, 4, n_subjects=5, seed=0, block_rows=8)
-    log = tmp_path / "job.err"
-    with open(log, "w") as err:
-        done = subprocess.run([sys.executable, "-m", "fgscale", "bank", str(store.path),
-                               "--n-groupings", "400", "--n-bootstrap", "10", "--n-clusters",
-                               "0.1", "--n-workers", "1"],
-                              stderr=err, stdout=subprocess.DEVNULL, timeout=300)
-    text = log.read_text()
-    assert done.returncode == 0, text
-    # drawn at 0%, then its last update and its close: no redraw in between
-    draws = text.count("groupings:")
-    assert 2 <= draws <= 3 and "groupings: 100%|" in text, text
+    commands = {"groupings": ["bank", str(store.path), "--n-groupings", "400", "--n-bootstrap",
+                              "10", "--n-clusters", "0.1", "--n-workers", "1"],
+                "epochs": ["train", str(store.path), "--out", str(tmp_path / "run"),
+                           "--regularizer", "none", "--early-stopping", "false", "--max-epochs",
+                           "300", "--batch-size", "8", "--n-workers", "1"]}
+    for bar, command in commands.items():  # many updates: 400 tasks, epochs with their losses
+        log = tmp_path / f"{command[0]}.err"
+        with open(log, "w") as err:
+            done = subprocess.run([sys.executable, "-m", "fgscale", *command], stderr=err,
+                                  stdout=subprocess.DEVNULL, timeout=300)
+        text = log.read_text()
+        assert done.returncode == 0, text
+        # drawn at 0%, then its last update and its close (training may stop early): no
+        # redraw in between
+        assert 2 <= text.count(f"{bar}:") <= 3 and f"{bar}:   0%|" in text, text
 
 
 def test_train_says_what_it_chose_and_the_refit(tiny_store, tmp_path, capsys):

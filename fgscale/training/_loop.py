@@ -339,7 +339,7 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         metrics["seconds"] = time.perf_counter() - started  # the epoch's, validation included
         stop = stopper is not None and stopper.update(epoch, monitored, model)
         log.info("epoch %d: %s", epoch, {k: round(v, 5) for k, v in metrics.items()})
-        bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items() if k != "epoch"})
+        bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items() if k != "epoch"}, refresh=False)
         bar.update()
         history.append(metrics)
         if on_epoch_end is not None:
