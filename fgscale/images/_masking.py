@@ -7,7 +7,6 @@ arrays; they all go through :func:`mask_images`, with the reader and the errors 
 
 from __future__ import annotations
 
-import collections
 import glob
 import os
 from pathlib import Path
@@ -16,6 +15,7 @@ import nibabel as nib
 import numpy as np
 
 from fgscale.images._nifti import (
+    common_grid,
     grid_mismatch,
     load_img,
     load_mask,
@@ -182,22 +182,20 @@ def compute_mask(imgs, *, resample: bool = False) -> nib.Nifti1Image:
 
 def _common_grid(imgs) -> tuple[tuple | None, str]:
     """The first image's grid (shape, affine), read from the headers, unless more images share
-    another: then that one, and how many do, for the error that names an odd image."""
+    another (:func:`~fgscale.images._nifti.common_grid`): then that one, and how many do, for
+    the error that names an odd image."""
     items = image_list(imgs)
     if not items:
         return None, ""
     headers = [read_header(Path(i)) if isinstance(i, (str, os.PathLike)) else load_img(i)
                for i in items]
-    keys = [(tuple(h.shape[:3]), np.round(np.asarray(h.affine, float), 3).tobytes())
-            for h in headers]
-    counts = collections.Counter(keys)
-    most = next(i for i, k in enumerate(keys) if counts[k] == max(counts.values()))
-    if counts[keys[most]] == counts[keys[0]]:
-        return (keys[0][0], headers[0].affine), ""
-    name = (items[most] if isinstance(items[most], (str, os.PathLike))
-            else f"<in-memory image {most} of the list>")
-    return (keys[most][0], headers[most].affine), (f"{counts[keys[most]]} of {len(items)} "
-                                                    f"images, e.g. {name}; ")
+    common, most = common_grid(headers)
+    grid = (tuple(headers[common].shape[:3]), headers[common].affine)
+    if common == 0:
+        return grid, ""
+    name = (items[common] if isinstance(items[common], (str, os.PathLike))
+            else f"<in-memory image {common} of the list>")
+    return grid, f"{most} of {len(items)} images, e.g. {name}; "
 
 
 def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:

@@ -7,6 +7,7 @@ be passed straight to ``nilearn.plotting``.
 
 from __future__ import annotations
 
+import collections
 import gzip
 import logging
 import zlib
@@ -340,6 +341,17 @@ def same_grid(shape, affine, grid) -> bool:
     """Whether a volume of spatial ``shape`` and ``affine`` lies on ``grid`` (shape, affine)."""
     return (tuple(shape[:3]) == tuple(grid[0])
             and np.allclose(affine, grid[1], atol=GRID_ATOL))
+
+
+def common_grid(headers) -> tuple[int, int]:
+    """Of images' ``headers`` (each with a shape and an affine), the first one on the grid that
+    most of them share (the first image's, unless another grid is shared by more), and how many
+    share it: the reference that names the odd image, not the good one after it."""
+    keys = [(tuple(h.shape[:3]), np.round(np.asarray(h.affine, float), 3).tobytes())
+            for h in headers]
+    counts = collections.Counter(keys)
+    most = max(counts.values())
+    return next(i for i, k in enumerate(keys) if counts[k] == most), most
 
 
 def grid_mismatch(name: str, shape, affine, grid, reference: str, hint: str = "") -> str:

@@ -31,7 +31,6 @@ policy had no NaN, so after fixing a file (or choosing ``nan="zero"``) the re-ru
 
 from __future__ import annotations
 
-import collections
 import functools
 import hashlib
 import json
@@ -46,7 +45,15 @@ import numpy as np
 from fgscale._files import check_writable
 from fgscale.cluster import ThreadTasks, active_client, check_count, cpu_count, get_client, run_tasks
 from fgscale.images._cohort import entry_headers, entry_name, read_cohort
-from fgscale.images._nifti import grid_mismatch, load_img, load_mask, read_array, read_image, same_grid
+from fgscale.images._nifti import (
+    common_grid,
+    grid_mismatch,
+    load_img,
+    load_mask,
+    read_array,
+    read_image,
+    same_grid,
+)
 from fgscale.store._layout import (
     block_range,
     create_whole,
@@ -64,12 +71,8 @@ log = logging.getLogger(__name__)
 
 def _target_grid(entries, headers, mask_img, resample):
     """Grid (shape, affine) of the store, and whether images must be resampled."""
-    # without resampling, the grid most images share (the first image's when all do): the odd
-    # file is the one named, not the good one after it
-    keys = [(h.shape[:3], np.round(h.affine, 3).tobytes()) for h in headers]
-    counts = collections.Counter(keys)
-    most = max(counts.values())
-    common = next(i for i, k in enumerate(keys) if counts[k] == most) if resample is None else 0
+    # without resampling, the grid most images share: the odd file is the one named
+    common, most = common_grid(headers) if resample is None else (0, 0)
     reference = mask_img if mask_img is not None else headers[common]
     if resample is None or resample == "mask":
         if resample == "mask" and mask_img is None:
