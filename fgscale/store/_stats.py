@@ -178,6 +178,13 @@ def _find_saved(store: Store, key: str, rows: np.ndarray | None = None):
     return None
 
 
+def _load_found(store: Store, key: str, rows: np.ndarray):
+    """Float64 ``(mean, std)`` from the first place holding them complete
+    (:func:`_find_saved`), or None."""
+    found = _find_saved(store, key, rows)
+    return None if found is None else (found[1]["mean"][:], found[1]["std"][:])
+
+
 def stats_ready(store_path, rows) -> bool:
     """Whether the statistics of ``rows`` are saved in a store or its cache (without reading
     them)."""
@@ -235,9 +242,8 @@ def load_stats(store_path, rows=None) -> tuple[np.ndarray, np.ndarray] | None:
     """
     store = open_store(store_path)
     rows = store.train_rows() if rows is None else _unique_rows(rows)
-    found = _find_saved(store, stats_key(rows), rows)
-    return None if found is None else (found[1]["mean"][:].astype(np.float32),
-                                       found[1]["std"][:].astype(np.float32))
+    saved = _load_found(store, stats_key(rows), rows)
+    return None if saved is None else (saved[0].astype(np.float32), saved[1].astype(np.float32))
 
 
 def _prepare(group: zarr.Group, key: str, rows: np.ndarray, n_blocks: int, span: int,
@@ -307,15 +313,13 @@ def compute_stats(store_path, rows=None, *, client=None, progress: bool = True
     if rows.size == 0:
         raise ValueError(f"{path}: no rows to compute feature statistics of")
     key = stats_key(rows)
-    found = _find_saved(store, key, rows)
-    saved = None if found is None else (found[1]["mean"][:], found[1]["std"][:])
+    saved = _load_found(store, key, rows)
     if saved is None:
         derived = write_location(store)
         # another command computing them on the same store (two jobs on one cohort) finishes
         # first: it would drop its partials under this one's tasks
         with exclusive(derived):
-            found = _find_saved(store, key, rows)
-            saved = None if found is None else (found[1]["mean"][:], found[1]["std"][:])
+            saved = _load_found(store, key, rows)
             if saved is None:
                 saved = _compute(store, path, derived, key, rows, client, progress)
     return saved[0].astype(np.float32), saved[1].astype(np.float32)
