@@ -125,13 +125,14 @@ def _refuse_path(X) -> None:
     a store, or another file."""
     from pathlib import Path
 
+    from fgscale.images._cohort import TABLE_SUFFIXES
     from fgscale.store._reader import holds_images
 
     path = Path(X)
     if path.is_dir() and holds_images(path):
         raise ValueError(f"{path}: a folder of NIfTI images; give them to predict as paths or "
                          f"a pattern such as '{path / '*.nii.gz'}'")
-    if path.suffix.lower() in (".csv", ".tsv"):
+    if path.suffix.lower() in TABLE_SUFFIXES:
         raise ValueError(f"{path}: a cohort table, not images; give its path column (the "
                          "table's folder prefixed to relative paths), or predict its files "
                          "with fgscale.reports.predict_inputs(estimator, path)")
