@@ -28,5 +28,5 @@ def tqdm(*args, **kwargs):
         interactive = False
     if not interactive:
         kwargs.setdefault("mininterval", LOG_INTERVAL)
-        kwargs.setdefault("maxinterval", LOG_INTERVAL)  # tqdm's monitor redraws a bar after it
+        kwargs.setdefault("maxinterval", LOG_INTERVAL)  # else tqdm's monitor redraws after 10 s
     return _tqdm(*args, **kwargs)
