@@ -236,6 +236,52 @@ def test_two_commands_computing_the_same_statistics_at_once(converted, tmp_path)
     assert proc.communicate(timeout=300)[0] == outs[0]
 
 
+BANK_SCRIPT = """
+import sys
+from distributed import Client, LocalCluster
+from fgscale.grouping import build_bank
+with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                  dashboard_address=None) as cluster, Client(cluster) as client:
+    labels, info = build_bank(sys.argv[1], n_groupings=24, n_bootstrap=10, n_clusters=20,
+                              client=client, progress=False, return_info=True)
+print(info["built"], int(labels.sum()))
+"""
+
+
+def test_two_commands_building_the_same_bank_at_once(converted, tmp_path):
+    """Two training jobs on one store both built every grouping of the bank they share (twice
+    the work, the second creation of the bank able to wipe the first's rows). The second now
+    waits for the first and reuses its bank."""
+    import subprocess
+    import sys
+
+    from fgscale._files import exclusive
+
+    _, made = converted
+    store = tmp_path / "s.zarr"
+    shutil.copytree(made, store)
+    cmd = [sys.executable, "-c", BANK_SCRIPT, str(store)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        outs.append(out.split())
+    assert sorted(int(built) for built, _ in outs) == [0, 24]
+    assert outs[0][1] == outs[1][1]  # the same groupings
+    # the second waits while the first holds the store's banks
+    held = tmp_path / "held.zarr"
+    shutil.copytree(made, held)
+    zarr.open_group(held, mode="r+").require_group("banks")
+    with exclusive(held / "banks"):
+        proc = subprocess.Popen([sys.executable, "-c", BANK_SCRIPT, str(held)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=8)
+    assert proc.communicate(timeout=300)[0].split() == ["24", outs[0][1]]
+
+
 def test_the_temporary_shards_of_a_killed_conversion_are_removed(converted, tmp_path):
     """kill -9 while a shard was written left '.0.<pid>.tmp' (a shard's bytes, 64 MiB at full
     size) beside it for good, through every re-run."""

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import numpy as np
 import zarr
 from distributed import Client
 
+from fgscale._files import exclusive
 from fgscale.cluster import get_client, run_tasks
 from fgscale.grouping._bank import build_grouping, grouping_seed, resolve_n_clusters
 from fgscale.store._banks import (
@@ -178,27 +180,49 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
     bank = None if overwrite else _complete(found, int(n_groupings))
     if bank is not None:
         bank.check(params, store.n_features)
-    else:  # something to build
-        where = _build_location(store, key, found, overwrite)
-        bank = create_bank(zarr.open_group(where, mode="r+"), key, params, int(n_groupings),
-                           store.n_features, rows=rows, overwrite=overwrite)
-    todo = bank.todo(int(n_groupings))
-    log.info("bank %s of %s: %d of %d groupings to build (in %s)", key, path, todo.size,
-             n_groupings, bank.location)
-    if todo.size:
-        seeds = [grouping_seed(params["seed"], i) for i in todo]
-        with get_client(client=client) as c:
-            run_tasks(c, _grouping_task,
-                      [(path, bank.location, key, int(i), s, params["n_clusters"],
-                        params["n_bootstrap"]) for i, s in zip(todo, seeds, strict=True)],
-                      progress=progress, desc="groupings", unit="grouping")
+        log.info("bank %s of %s: all %d groupings built (in %s)", key, path, n_groupings,
+                 bank.location)
+        built = 0
+    else:
+        bank, built = _build(store, key, params, rows, int(n_groupings), found,
+                             overwrite=overwrite, client=client, progress=progress)
     labels = bank.labels[:n_groupings]
     if not return_info:
         return labels
-    info = {"key": key, **params, "n_groupings": int(n_groupings), "built": int(todo.size),
-            "reused": int(n_groupings - todo.size), "seconds": time.perf_counter() - start,
+    info = {"key": key, **params, "n_groupings": int(n_groupings), "built": built,
+            "reused": int(n_groupings - built), "seconds": time.perf_counter() - start,
             "location": bank.location}
     return labels, info
+
+
+def _build(store: Store, key: str, params: dict, rows, n_groupings: int, found: list[Bank], *,
+           overwrite: bool, client, progress: bool) -> tuple[Bank, int]:
+    """Create (or extend) bank ``key`` where this process writes and build its missing
+    groupings; returns the bank and the number of groupings built."""
+    where = _build_location(store, key, found, overwrite)
+    root = zarr.open_group(where, mode="r+")
+    root.require_group(BANKS)
+    # another command building this bank (two jobs on one cohort) finishes first: both would
+    # build every grouping, and a creation could wipe the rows the other had written
+    with exclusive(Path(where) / BANKS):
+        bank = None if overwrite else _complete(find_banks(store, key), n_groupings)
+        if bank is None:
+            bank = create_bank(root, key, params, n_groupings, store.n_features, rows=rows,
+                               overwrite=overwrite)
+        else:  # built meanwhile by the command that held the lock
+            bank.check(params, store.n_features)
+        todo = bank.todo(n_groupings)
+        path = str(store.path.resolve())
+        log.info("bank %s of %s: %d of %d groupings to build (in %s)", key, path, todo.size,
+                 n_groupings, bank.location)
+        if todo.size:
+            seeds = [grouping_seed(params["seed"], i) for i in todo]
+            with get_client(client=client) as c:
+                run_tasks(c, _grouping_task,
+                          [(path, bank.location, key, int(i), s, params["n_clusters"],
+                            params["n_bootstrap"]) for i, s in zip(todo, seeds, strict=True)],
+                          progress=progress, desc="groupings", unit="grouping")
+    return bank, int(todo.size)
 
 
 def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: int, rows=None,
