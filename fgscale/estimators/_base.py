@@ -32,7 +32,15 @@ from fgscale.estimators._inputs import (
 from fgscale.estimators._selection import candidates, check_groups, validation_split, warn_ignored
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
-from fgscale.training._loop import EarlyStopping, cuda_device, fit, lipschitz, make_optimizer, torch_threads
+from fgscale.training._loop import (
+    EarlyStopping,
+    _History,
+    cuda_device,
+    fit,
+    lipschitz,
+    make_optimizer,
+    torch_threads,
+)
 from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
@@ -41,34 +49,6 @@ log = logging.getLogger(__name__)
 
 _MAX_SEED = np.iinfo(np.int32).max
 _BATCH_RANGE = (32, 200)  # batch_size="auto": a tenth of the rows, within this range
-
-
-class _History:
-    """Per-epoch metrics of one fit, and where a fit resumes: nothing is saved here.
-
-    The run folders of :mod:`fgscale.runs` subclass it to checkpoint every epoch.
-    """
-
-    def __init__(self, estimator, optimizer, stopper, phase: str = "", params=None):
-        # phase: "" for a fit of one candidate, "candidate-<i>" in a search, "refit" after
-        # early stopping; params: the hyper-parameters this phase trains with
-        self.estimator, self.optimizer, self.stopper = estimator, optimizer, stopper
-        self.phase, self.params = phase, params
-        self.history: list[dict] = []
-
-    @property
-    def stopped_early(self) -> bool:
-        """The stopping criterion ended the run: resuming it, even with a larger
-        ``max_epochs``, trains no more. A run that ended at ``max_epochs`` goes on when that is
-        raised."""
-        return self.stopper is not None and self.stopper.bad_epochs >= self.stopper.patience
-
-    def resume(self) -> int:
-        """The first epoch left to run."""
-        return 0
-
-    def epoch_end(self, metrics: dict) -> None:
-        self.history.append(metrics)
 
 
 class FeatureGroupingBase(BaseEstimator):
@@ -110,31 +90,38 @@ class FeatureGroupingBase(BaseEstimator):
         from fgscale.images._masking import is_images
 
         self._check_params(warn_level=5)  # the caller of the subclass's fit
-        # what this fit may not set again (no coef_ for an MLP, no names for a store) must not
-        # be left from a previous fit
-        for name in ("coef_", "intercept_", "feature_names_in_"):
-            self.__dict__.pop(name, None)
-        check_not_empty(X, "fit on")
-        if is_store(X):
-            if y is not None or groups is not None:
-                from fgscale.store._reader import open_group_checked
+        # a refit refused or interrupted leaves the previous model whole, not half replaced
+        fitted = dict(self.__dict__)
+        try:
+            # what this fit may not set again (no coef_ for an MLP, no names for a store)
+            # must not be left from a previous fit
+            for name in ("coef_", "intercept_", "feature_names_in_"):
+                self.__dict__.pop(name, None)
+            check_not_empty(X, "fit on")
+            if is_store(X):
+                if y is not None or groups is not None:
+                    from fgscale.store._reader import open_group_checked
 
-                open_group_checked(X)  # a path that is no store is named as such first
-                raise ValueError(f"{'y' if y is not None else 'groups'} must be None when X is a "
-                                 "store: the targets and groups come from the store")
-            return self._fit_store(X, client)
-        mask_img = None
-        if is_images(X):
-            X, mask_img = self._images_in(X)
-            if y is not None and len(X) != _num_samples(y):
-                raise ValueError(f"the images hold {len(X)} volumes but y has {_num_samples(y)} "
-                                 "targets: give one target per volume (a 4D image gives one "
-                                 "row per volume)")
-        # rows in C order: every batch, validation block and bootstrap reads whole rows
-        X, y = validate_data(self, X, y, dtype=np.float32, order="C",
-                             y_numeric=not self._is_classifier())
-        return self._fit_arrays(X, self._encode_targets(y), mask_img,
-                                check_groups(groups, len(X)))
+                    open_group_checked(X)  # a path that is no store is named as such first
+                    raise ValueError(f"{'y' if y is not None else 'groups'} must be None when X is a "
+                                     "store: the targets and groups come from the store")
+                return self._fit_store(X, client)
+            mask_img = None
+            if is_images(X):
+                X, mask_img = self._images_in(X)
+                if y is not None and len(X) != _num_samples(y):
+                    raise ValueError(f"the images hold {len(X)} volumes but y has {_num_samples(y)} "
+                                     "targets: give one target per volume (a 4D image gives one "
+                                     "row per volume)")
+            # rows in C order: every batch, validation block and bootstrap reads whole rows
+            X, y = validate_data(self, X, y, dtype=np.float32, order="C",
+                                 y_numeric=not self._is_classifier())
+            return self._fit_arrays(X, self._encode_targets(y), mask_img,
+                                    check_groups(groups, len(X)))
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(fitted)
+            raise
 
     def _images_in(self, X):
         """Images to fit on, as rows, and the mask they came through

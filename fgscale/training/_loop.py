@@ -234,6 +234,34 @@ def evaluate(model: nn.Module, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
     return {"loss": loss / n, "r2": r2, "score": r2, "n": count}
 
 
+class _History:
+    """Per-epoch metrics of one fit, and where a fit resumes: nothing is saved here.
+
+    The run folders of :mod:`fgscale.runs` subclass it to checkpoint every epoch.
+    """
+
+    def __init__(self, estimator, optimizer, stopper, phase: str = "", params=None):
+        # phase: "" for a fit of one candidate, "candidate-<i>" in a search, "refit" after
+        # early stopping; params: the hyper-parameters this phase trains with
+        self.estimator, self.optimizer, self.stopper = estimator, optimizer, stopper
+        self.phase, self.params = phase, params
+        self.history: list[dict] = []
+
+    @property
+    def stopped_early(self) -> bool:
+        """The stopping criterion ended the run: resuming it, even with a larger
+        ``max_epochs``, trains no more. A run that ended at ``max_epochs`` goes on when that is
+        raised."""
+        return self.stopper is not None and self.stopper.bad_epochs >= self.stopper.patience
+
+    def resume(self) -> int:
+        """The first epoch left to run."""
+        return 0
+
+    def epoch_end(self, metrics: dict) -> None:
+        self.history.append(metrics)
+
+
 class EarlyStopping:
     """Stop when a loss has not improved by ``tol`` for ``patience`` epochs; keep the best weights.
 
