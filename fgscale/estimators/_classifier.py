@@ -33,6 +33,9 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     ----------
     classes_ : ndarray of shape (n_classes,)
     n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features,)
+        The column names of ``X``, set only when it was a pandas DataFrame of string column
+        names; ``predict`` then checks them.
     n_clusters_ : int or None
         k as resolved from ``n_clusters``; None without feature grouping.
     alpha_, dropout_ : float

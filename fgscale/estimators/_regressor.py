@@ -30,6 +30,8 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
     Attributes
     ----------
     n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features,)
+        As :class:`FeatureGroupingClassifier`'s: a DataFrame's column names.
     n_clusters_ : int or None
         k as resolved from ``n_clusters``; None without feature grouping.
     alpha_, dropout_ : float
@@ -40,6 +42,9 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         The standardization of the features, ``(x - mean_) * scale_``.
     y_mean_, y_scale_ : float
         The standardization of the target.
+    bank_ : ndarray of shape (n_groupings, n_features), int32, or None
+    batch_size_ : int
+        As :class:`FeatureGroupingClassifier`'s.
     coef_ : ndarray of shape (n_features,)
         Weights on the standardized features, in the target's units (``model="logreg"``,
         a linear model here).

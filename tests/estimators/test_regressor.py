@@ -144,3 +144,31 @@ def test_a_constant_target_is_warned_of_and_scored_as_undefined(rng, tmp_path, c
     report = regression_report(np.full(4, 50.0), [50.0, 50.0, 50.0, 50.0])
     assert report["r2"] is None and report["mae"] == 0.0
     assert regression_report([1.0, 2.0], [1.0, 2.0])["r2"] == 1.0
+
+
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+def test_the_attributes_section_lists_every_fitted_attribute_with_its_shape(rng, Estimator):
+    """Every public attribute a fit sets is in the docstring's Attributes section, every one
+    listed there is set, and each "ndarray of shape (...)" has that shape."""
+    import re
+
+    import pandas as pd
+
+    X, _, mask = _smooth_maps(rng, shape=(5, 6, 4), n=60)
+    y = np.arange(60) % 3 if Estimator is FeatureGroupingClassifier else X[:, 0]
+    named = pd.DataFrame(X, columns=[f"v{i}" for i in range(X.shape[1])])
+    est = Estimator(mask=mask_img(mask), n_groupings=3, n_bootstrap=10, max_epochs=3,
+                    random_state=0).fit(named, y)
+    section = Estimator.__doc__.split("    Attributes\n")[1].split("    Examples\n")[0]
+    entries = dict(re.findall(r"^    (\w[\w, ]*) : (.*)$", section, re.M))
+    documented = {name.strip(): kind for names, kind in entries.items()
+                  for name in names.split(",")}
+    fitted = {name for name in vars(est) if name.endswith("_") and not name.startswith("_")}
+    assert fitted <= set(documented), fitted - set(documented)
+    sizes = dict(n_features=X.shape[1], n_classes=3, n_groupings=3)
+    for name, kind in documented.items():
+        value = getattr(est, name)  # properties (coef_img_) too
+        shape = re.search(r"of shape \(([\w, ]+)\)", kind)
+        if shape and value is not None:
+            expected = tuple(sizes[s.strip()] for s in shape.group(1).split(",") if s.strip())
+            assert np.shape(value) == expected, (name, kind)
