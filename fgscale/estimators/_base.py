@@ -98,6 +98,13 @@ class FeatureGroupingBase(BaseEstimator):
             for name in ("coef_", "intercept_", "feature_names_in_"):
                 self.__dict__.pop(name, None)
             check_not_empty(X, "fit on")
+            # object dtype: lists of lists of any length, as validate_data takes them
+            shape = y.shape if hasattr(y, "shape") else np.asarray(y, dtype=object).shape
+            if y is not None and len(shape) == 2 and shape[1] > 1:
+                wrapper = "Classifier" if self._is_classifier() else "Regressor"
+                raise ValueError(f"{type(self).__name__} fits one column of y, got y of shape "
+                                 f"{tuple(shape)}: wrap it in sklearn.multioutput.MultiOutput"
+                                 f"{wrapper} to fit one per column")
             if is_store(X):
                 if y is not None or groups is not None:
                     from fgscale.store._reader import open_group_checked

@@ -172,3 +172,28 @@ def test_the_attributes_section_lists_every_fitted_attribute_with_its_shape(rng,
         if shape and value is not None:
             expected = tuple(sizes[s.strip()] for s in shape.group(1).split(",") if s.strip())
             assert np.shape(value) == expected, (name, kind)
+
+
+@pytest.mark.parametrize("Estimator, wrapper", [
+    (FeatureGroupingRegressor, "MultiOutputRegressor"),
+    (FeatureGroupingClassifier, "MultiOutputClassifier"),
+])
+def test_several_targets_are_refused_naming_the_wrapper_that_fits_them(rng, Estimator, wrapper):
+    import pandas as pd
+    from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
+
+    X = rng.standard_normal((40, 8)).astype(np.float32)
+    Y = np.c_[X[:, 0], X[:, 1]] if Estimator is FeatureGroupingRegressor else (
+        np.c_[X[:, 0] > 0, X[:, 1] > 0].astype(int))
+    message = (rf"^{Estimator.__name__} fits one column of y, got y of shape \(40, 2\): wrap it "
+               rf"in sklearn.multioutput.{wrapper}")
+    for y in (Y, pd.DataFrame(Y, columns=["a", "b"])):
+        with pytest.raises(ValueError, match=message):
+            Estimator().fit(X, y)
+    wrapped = {"MultiOutputRegressor": MultiOutputRegressor,
+               "MultiOutputClassifier": MultiOutputClassifier}[wrapper]
+    fitted = wrapped(Estimator(max_epochs=3, random_state=0)).fit(X, Y)
+    assert fitted.predict(X).shape == (40, 2)
+    # a single column is one target, as scikit-learn takes it (with its warning)
+    with pytest.warns(UserWarning, match="column-vector y"):
+        Estimator(max_epochs=3, random_state=0).fit(X, Y[:, :1])
