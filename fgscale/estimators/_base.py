@@ -25,6 +25,7 @@ from fgscale.estimators._inputs import (
     images_to_rows,
     is_store,
     mask_image_of,
+    refuse_table_of_images,
     resolve_graph,
     rows_of,
     warn_unused_mask,
@@ -98,6 +99,7 @@ class FeatureGroupingBase(BaseEstimator):
             for name in ("coef_", "intercept_", "feature_names_in_"):
                 self.__dict__.pop(name, None)
             check_not_empty(X, "fit on")
+            refuse_table_of_images(X)
             # object dtype: lists of lists of any length, as validate_data takes them
             shape = y.shape if hasattr(y, "shape") else np.asarray(y, dtype=object).shape
             if y is not None and len(shape) == 2 and shape[1] > 1:
