@@ -36,6 +36,7 @@ from fgscale.store._stats import array_stats
 from fgscale.training._loop import (
     EarlyStopping,
     _History,
+    check_finite,
     cuda_device,
     fit,
     lipschitz,
@@ -329,6 +330,7 @@ class FeatureGroupingBase(BaseEstimator):
                 again = self._phase(source, bank, rows, None, seed, history, self.n_iter_,
                                     params, stop=False, phase="refit")
                 self.history_ = self.history_ + [dict(h, phase="refit") for h in again.history]
+        check_finite(self.model_, self.n_iter_, self.learning_rate)
         self._set_outputs()
         return self
 

@@ -27,8 +27,8 @@ from fgscale._progress import tqdm
 from fgscale.training._models import GroupedLinear
 from fgscale.training._sgd import SGD
 
-__all__ = ["Batch", "EarlyStopping", "batch_loss", "cuda_device", "evaluate", "fit", "lipschitz",
-           "make_optimizer", "predict_logits", "torch_threads", "train_epoch"]
+__all__ = ["Batch", "EarlyStopping", "batch_loss", "check_finite", "cuda_device", "evaluate", "fit",
+           "lipschitz", "make_optimizer", "predict_logits", "torch_threads", "train_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +382,16 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
 
 
 _SMALL_BATCH_VALUES = 1 << 24  # minibatches of fewer input values train on one thread
+
+
+def check_finite(model: nn.Module, epochs: int, learning_rate) -> None:
+    """Refuse a trained model whose weights overflowed (a fixed step too large for the data),
+    as scikit-learn's SGD and MLP estimators do, rather than let it predict NaN."""
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        raise ValueError(f"training diverged: the model's weights are not finite after {epochs} "
+                         f"epoch{'' if epochs == 1 else 's'} with learning_rate={learning_rate!r}; "
+                         "use learning_rate='auto' (a step of 1/L on each minibatch) or a "
+                         "smaller step")
 
 
 @contextmanager

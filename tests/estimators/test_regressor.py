@@ -197,3 +197,17 @@ def test_several_targets_are_refused_naming_the_wrapper_that_fits_them(rng, Esti
     # a single column is one target, as scikit-learn takes it (with its warning)
     with pytest.warns(UserWarning, match="column-vector y"):
         Estimator(max_epochs=3, random_state=0).fit(X, Y[:, :1])
+
+
+def test_a_fixed_step_that_diverges_is_an_error_not_a_model_of_nans(rng):
+    """As scikit-learn's SGD and MLP estimators refuse non-finite weights: a fit whose weights
+    overflow says so, naming the step, and the estimator keeps its previous model."""
+    X = rng.standard_normal((200, 10)).astype(np.float32)
+    y = X[:, 0] * 1e3
+    est = FeatureGroupingRegressor(regularizer="none", max_epochs=5, random_state=0).fit(X, y)
+    before = est.predict(X)
+    with pytest.raises(ValueError, match=r"training diverged: the model's weights are not "
+                                         r"finite after \d+ epochs? with learning_rate=1e\+30; "
+                                         r"use learning_rate='auto'"):
+        est.set_params(learning_rate=1e30).fit(X, y)
+    np.testing.assert_array_equal(est.predict(X), before)
