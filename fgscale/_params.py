@@ -142,8 +142,9 @@ PARAMS: tuple[Param, ...] = (
     Param("prefetch", "auto", Union(Options("auto"), Interval(int, 1, None)),
           "with a store: minibatches in flight on the workers at most; 'auto': two per worker "
           "thread, within 1 GiB of blocks", 'int or "auto"', runtime=True),
-    Param("verbose", 0, Interval(int, 0, None), "1 or more: a progress bar over epochs", "int",
-          cli=False, runtime=True),
+    Param("verbose", 0, Union(Bool(), Interval(int, 0, None)),
+          "1 or more (or True): a progress bar over epochs", "int or bool", cli=False,
+          runtime=True),
     Param("random_state", None, RandomState(), "seed of the bank, the plan, the "
           "initialisation and dropout; an int is the run's seed itself", "int, RandomState or None",
           cli=False),

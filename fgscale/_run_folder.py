@@ -44,11 +44,10 @@ import torch
 
 from fgscale._files import atomic_path, read_json
 from fgscale._params import RUNTIME_PARAMS, params_to_json
-from fgscale.estimators._base import _History
 from fgscale.estimators._persist import load_model, save_model
 from fgscale.maps import MAPS_IMAGE, write_maps
 from fgscale.reports import write_table
-from fgscale.training._loop import cuda_device
+from fgscale.training._loop import _History, cuda_device
 
 __all__ = ["PREDICTIONS", "UNSEEN_PARAMS", "RunFolder", "versions"]
 
@@ -153,7 +152,7 @@ class RunFolder:
     def checkpoints(self, estimator, optimizer, stopper, phase: str = "",
                     params=None) -> _Checkpoints:
         """The estimator's per-epoch hook: a checkpoint and the metrics after every epoch of
-        one phase (:class:`~fgscale.estimators._base._History`)."""
+        one phase (:class:`~fgscale.training._loop._History`)."""
         return _Checkpoints(self, estimator, optimizer, stopper, phase, params)
 
     def write_estimator(self, clf, store) -> None:

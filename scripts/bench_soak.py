@@ -102,7 +102,7 @@ def soak(store_path, client, *, epochs: int, processes: bool, batch_size: int = 
     """Train for ``epochs`` epochs on ``store_path`` with ``client``; return one sample per
     epoch (:func:`sample`, plus ``epoch`` and ``seconds``), taken at the end of the epoch."""
     from fgscale import FeatureGroupingClassifier
-    from fgscale.estimators._base import _History
+    from fgscale.training._loop import _History
 
     samples: list[dict] = []
     clock = [time.perf_counter()]

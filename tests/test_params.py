@@ -51,8 +51,17 @@ def test_in_memory_and_store_fits_refuse_the_same_values(name, value, tiny_store
 def test_good_values_pass():
     for params in ({"n_clusters": 3}, {"n_clusters": 0.5}, {"early_stopping": False},
                    {"prefetch": 2}, {"hidden_layer_sizes": [8, 4]},
-                   {"random_state": np.random.RandomState(0)}, {"alpha": 0}):
+                   {"random_state": np.random.RandomState(0)}, {"alpha": 0},
+                   {"verbose": True}, {"verbose": False}, {"verbose": 2}):
         FeatureGroupingClassifier(**params)._check_params()
+
+
+def test_verbose_true_draws_the_progress_bar_as_verbose_1(rng, capfd):
+    """verbose=True, as scikit-learn's estimators take it, is verbose=1: a bar over epochs."""
+    X = rng.standard_normal((40, 6)).astype(np.float32)
+    FeatureGroupingClassifier(verbose=True, regularizer="none", max_epochs=3,
+                              random_state=0).fit(X, np.arange(40) % 2)
+    assert "epoch" in capfd.readouterr().err
 
 
 def test_cli_options_come_from_the_table():

@@ -25,6 +25,7 @@ from fgscale.estimators._inputs import (
     images_to_rows,
     is_store,
     mask_image_of,
+    refuse_table_of_images,
     resolve_graph,
     rows_of,
     warn_unused_mask,
@@ -32,7 +33,16 @@ from fgscale.estimators._inputs import (
 from fgscale.estimators._selection import candidates, check_groups, validation_split, warn_ignored
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
-from fgscale.training._loop import EarlyStopping, cuda_device, fit, lipschitz, make_optimizer, torch_threads
+from fgscale.training._loop import (
+    EarlyStopping,
+    _History,
+    check_finite,
+    cuda_device,
+    fit,
+    lipschitz,
+    make_optimizer,
+    torch_threads,
+)
 from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
@@ -41,34 +51,6 @@ log = logging.getLogger(__name__)
 
 _MAX_SEED = np.iinfo(np.int32).max
 _BATCH_RANGE = (32, 200)  # batch_size="auto": a tenth of the rows, within this range
-
-
-class _History:
-    """Per-epoch metrics of one fit, and where a fit resumes: nothing is saved here.
-
-    The run folders of :mod:`fgscale.runs` subclass it to checkpoint every epoch.
-    """
-
-    def __init__(self, estimator, optimizer, stopper, phase: str = "", params=None):
-        # phase: "" for a fit of one candidate, "candidate-<i>" in a search, "refit" after
-        # early stopping; params: the hyper-parameters this phase trains with
-        self.estimator, self.optimizer, self.stopper = estimator, optimizer, stopper
-        self.phase, self.params = phase, params
-        self.history: list[dict] = []
-
-    @property
-    def stopped_early(self) -> bool:
-        """The stopping criterion ended the run: resuming it, even with a larger
-        ``max_epochs``, trains no more. A run that ended at ``max_epochs`` goes on when that is
-        raised."""
-        return self.stopper is not None and self.stopper.bad_epochs >= self.stopper.patience
-
-    def resume(self) -> int:
-        """The first epoch left to run."""
-        return 0
-
-    def epoch_end(self, metrics: dict) -> None:
-        self.history.append(metrics)
 
 
 class FeatureGroupingBase(BaseEstimator):
@@ -110,31 +92,46 @@ class FeatureGroupingBase(BaseEstimator):
         from fgscale.images._masking import is_images
 
         self._check_params(warn_level=5)  # the caller of the subclass's fit
-        # what this fit may not set again (no coef_ for an MLP, no names for a store) must not
-        # be left from a previous fit
-        for name in ("coef_", "intercept_", "feature_names_in_"):
-            self.__dict__.pop(name, None)
-        check_not_empty(X, "fit on")
-        if is_store(X):
-            if y is not None or groups is not None:
-                from fgscale.store._reader import open_group_checked
+        # a refit refused or interrupted leaves the previous model whole, not half replaced
+        fitted = dict(self.__dict__)
+        try:
+            # what this fit may not set again (no coef_ for an MLP, no names for a store)
+            # must not be left from a previous fit
+            for name in ("coef_", "intercept_", "feature_names_in_"):
+                self.__dict__.pop(name, None)
+            check_not_empty(X, "fit on")
+            refuse_table_of_images(X)
+            # object dtype: lists of lists of any length, as validate_data takes them
+            shape = y.shape if hasattr(y, "shape") else np.asarray(y, dtype=object).shape
+            if y is not None and len(shape) == 2 and shape[1] > 1:
+                wrapper = "Classifier" if self._is_classifier() else "Regressor"
+                raise ValueError(f"{type(self).__name__} fits one column of y, got y of shape "
+                                 f"{tuple(shape)}: wrap it in sklearn.multioutput.MultiOutput"
+                                 f"{wrapper} to fit one per column")
+            if is_store(X):
+                if y is not None or groups is not None:
+                    from fgscale.store._reader import open_group_checked
 
-                open_group_checked(X)  # a path that is no store is named as such first
-                raise ValueError(f"{'y' if y is not None else 'groups'} must be None when X is a "
-                                 "store: the targets and groups come from the store")
-            return self._fit_store(X, client)
-        mask_img = None
-        if is_images(X):
-            X, mask_img = self._images_in(X)
-            if y is not None and len(X) != _num_samples(y):
-                raise ValueError(f"the images hold {len(X)} volumes but y has {_num_samples(y)} "
-                                 "targets: give one target per volume (a 4D image gives one "
-                                 "row per volume)")
-        # rows in C order: every batch, validation block and bootstrap reads whole rows
-        X, y = validate_data(self, X, y, dtype=np.float32, order="C",
-                             y_numeric=not self._is_classifier())
-        return self._fit_arrays(X, self._encode_targets(y), mask_img,
-                                check_groups(groups, len(X)))
+                    open_group_checked(X)  # a path that is no store is named as such first
+                    raise ValueError(f"{'y' if y is not None else 'groups'} must be None when X is a "
+                                     "store: the targets and groups come from the store")
+                return self._fit_store(X, client)
+            mask_img = None
+            if is_images(X):
+                X, mask_img = self._images_in(X)
+                if y is not None and len(X) != _num_samples(y):
+                    raise ValueError(f"the images hold {len(X)} volumes but y has {_num_samples(y)} "
+                                     "targets: give one target per volume (a 4D image gives one "
+                                     "row per volume)")
+            # rows in C order: every batch, validation block and bootstrap reads whole rows
+            X, y = validate_data(self, X, y, dtype=np.float32, order="C",
+                                 y_numeric=not self._is_classifier())
+            return self._fit_arrays(X, self._encode_targets(y), mask_img,
+                                    check_groups(groups, len(X)))
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(fitted)
+            raise
 
     def _images_in(self, X):
         """Images to fit on, as rows, and the mask they came through
@@ -333,6 +330,7 @@ class FeatureGroupingBase(BaseEstimator):
                 again = self._phase(source, bank, rows, None, seed, history, self.n_iter_,
                                     params, stop=False, phase="refit")
                 self.history_ = self.history_ + [dict(h, phase="refit") for h in again.history]
+        check_finite(self.model_, self.n_iter_, self.learning_rate)
         self._set_outputs()
         return self
 

@@ -33,6 +33,9 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     ----------
     classes_ : ndarray of shape (n_classes,)
     n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features,)
+        The column names of ``X``, set only when it was a pandas DataFrame of string column
+        names; ``predict`` then checks them.
     n_clusters_ : int or None
         k as resolved from ``n_clusters``; None without feature grouping.
     alpha_, dropout_ : float
@@ -163,9 +166,15 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         return logits[:, 1] - logits[:, 0] if logits.shape[1] == 2 else logits
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities, shape (n_samples, n_classes)."""
+        """Class probabilities, shape (n_samples, n_classes), in ``classes_``'s order."""
         logits = torch.from_numpy(self._logits(X))
         return torch.softmax(logits.double(), dim=1).numpy()
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """Log class probabilities, shape (n_samples, n_classes), in ``classes_``'s order;
+        from the logits, so finite where a probability underflows to 0."""
+        logits = torch.from_numpy(self._logits(X))
+        return torch.log_softmax(logits.double(), dim=1).numpy()
 
     def predict(self, X) -> np.ndarray:
         """Predicted class labels, shape (n_samples,)."""

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 __all__ = ["check_not_empty", "cnn_grid", "images_to_rows", "is_store", "mask_image_of",
-           "resolve_graph", "rows_of", "warn_unused_mask"]
+           "refuse_table_of_images", "resolve_graph", "rows_of", "warn_unused_mask"]
 
 
 def resolve_graph(mask, n_features: int):
@@ -36,6 +36,19 @@ def check_not_empty(X, to: str) -> None:
     if isinstance(X, (list, tuple)) and len(X) == 0:
         raise ValueError(f"X is an empty {type(X).__name__}: no image or row to {to} (a glob "
                          "of a wrong folder or pattern matches no file)")
+
+
+def refuse_table_of_images(X) -> None:
+    """Refuse a pandas DataFrame with a column of NIfTI paths (a cohort table given whole),
+    naming the column to give: numpy would fail to read one of its strings as a float."""
+    from fgscale.images._masking import is_images
+
+    if not (hasattr(X, "columns") and hasattr(X, "iloc")) or not len(X):
+        return
+    for name, dtype in X.dtypes.items():  # a wide table of numbers: no column indexed
+        if dtype.kind == "O" and is_images(X[name].iloc[:1].tolist()):
+            raise ValueError(f"X is a table whose column {name!r} holds NIfTI paths: give that "
+                             f"column, X[{name!r}], for the images it names")
 
 
 def warn_unused_mask(mask, store, stacklevel: int) -> None:
@@ -148,6 +161,7 @@ def rows_of(X, mask_img, owner: str, resample: bool = False):
     from fgscale.images._masking import is_images, mask_images
 
     check_not_empty(X, "predict")
+    refuse_table_of_images(X)
     if isinstance(X, (str, os.PathLike)) and not is_images(X):
         _refuse_path(X)
     if not is_images(X):

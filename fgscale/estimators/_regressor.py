@@ -30,6 +30,8 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
     Attributes
     ----------
     n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features,)
+        As :class:`FeatureGroupingClassifier`'s: a DataFrame's column names.
     n_clusters_ : int or None
         k as resolved from ``n_clusters``; None without feature grouping.
     alpha_, dropout_ : float
@@ -40,6 +42,9 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         The standardization of the features, ``(x - mean_) * scale_``.
     y_mean_, y_scale_ : float
         The standardization of the target.
+    bank_ : ndarray of shape (n_groupings, n_features), int32, or None
+    batch_size_ : int
+        As :class:`FeatureGroupingClassifier`'s.
     coef_ : ndarray of shape (n_features,)
         Weights on the standardized features, in the target's units (``model="logreg"``,
         a linear model here).
@@ -100,25 +105,27 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         y = np.asarray(y, np.float64)
         if y.ndim != 1:
             raise ValueError(f"y must be one target per sample, got shape {y.shape}")
-        self._set_target_scale(y)
+        self._set_target_scale(y, stacklevel=5)  # the caller of fit
         return self._scaled(y)
 
-    def _set_target_scale(self, y: np.ndarray) -> None:
+    def _set_target_scale(self, y: np.ndarray, stacklevel: int) -> None:
         """The target's mean and standard deviation (1 for a constant target, warned of: a
-        wrong column, or a unit lost on the way, more often than a wish)."""
+        wrong column, or a unit lost on the way, more often than a wish); ``stacklevel``
+        names the frame that called ``fit``, as ``warnings.warn``'s."""
         self.y_mean_ = float(np.mean(y))
         std = float(np.std(y))
         self.y_scale_ = std if std > 0 else 1.0
         if std == 0:
             warnings.warn(f"the target is {self.y_mean_:g} for all {y.size} training samples: "
                           "the model can only predict that value, and R² is not defined on "
-                          "targets that do not vary", UserWarning, stacklevel=4)
+                          "targets that do not vary", UserWarning, stacklevel=stacklevel)
 
     def _set_store_targets(self, store, rows) -> None:
         if store.target is None:
             raise ValueError(f"{store.path}: the store has no target (its cohort table had no "
                              "'target' column): regression needs one")
-        self._set_target_scale(store.target[rows])
+        # below fit: _store_plan, _fit_store, the base class's fit, this class's fit
+        self._set_target_scale(store.target[rows], stacklevel=7)
 
     def _scaled(self, y: np.ndarray) -> np.ndarray:
         """The standardized target the model trains on, float32."""

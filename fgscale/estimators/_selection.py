@@ -98,7 +98,9 @@ def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
     rows = np.arange(len(y))
     n_val = max(1, int(round(fraction * len(y))))
     if len(y) - n_val < 1:
-        raise ValueError(f"early stopping needs a validation split: got {len(y)} sample(s), too few")
+        raise ValueError(f"early stopping needs a validation split: {len(y)} sample(s) with "
+                         f"validation_fraction={fraction} leave {len(y) - n_val} to train on; give "
+                         "more samples, a smaller validation_fraction or early_stopping=False")
     if groups is not None and len(np.unique(groups)) >= 2:
         splitter = GroupShuffleSplit(n_splits=1, test_size=fraction, random_state=seed)
         return next(splitter.split(rows, y, groups))

@@ -27,8 +27,8 @@ from fgscale._progress import tqdm
 from fgscale.training._models import GroupedLinear
 from fgscale.training._sgd import SGD
 
-__all__ = ["Batch", "EarlyStopping", "batch_loss", "cuda_device", "evaluate", "fit", "lipschitz",
-           "make_optimizer", "predict_logits", "torch_threads", "train_epoch"]
+__all__ = ["Batch", "EarlyStopping", "batch_loss", "check_finite", "cuda_device", "evaluate", "fit",
+           "lipschitz", "make_optimizer", "predict_logits", "torch_threads", "train_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +234,34 @@ def evaluate(model: nn.Module, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
     return {"loss": loss / n, "r2": r2, "score": r2, "n": count}
 
 
+class _History:
+    """Per-epoch metrics of one fit, and where a fit resumes: nothing is saved here.
+
+    The run folders of :mod:`fgscale.runs` subclass it to checkpoint every epoch.
+    """
+
+    def __init__(self, estimator, optimizer, stopper, phase: str = "", params=None):
+        # phase: "" for a fit of one candidate, "candidate-<i>" in a search, "refit" after
+        # early stopping; params: the hyper-parameters this phase trains with
+        self.estimator, self.optimizer, self.stopper = estimator, optimizer, stopper
+        self.phase, self.params = phase, params
+        self.history: list[dict] = []
+
+    @property
+    def stopped_early(self) -> bool:
+        """The stopping criterion ended the run: resuming it, even with a larger
+        ``max_epochs``, trains no more. A run that ended at ``max_epochs`` goes on when that is
+        raised."""
+        return self.stopper is not None and self.stopper.bad_epochs >= self.stopper.patience
+
+    def resume(self) -> int:
+        """The first epoch left to run."""
+        return 0
+
+    def epoch_end(self, metrics: dict) -> None:
+        self.history.append(metrics)
+
+
 class EarlyStopping:
     """Stop when a loss has not improved by ``tol`` for ``patience`` epochs; keep the best weights.
 
@@ -354,6 +382,16 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
 
 
 _SMALL_BATCH_VALUES = 1 << 24  # minibatches of fewer input values train on one thread
+
+
+def check_finite(model: nn.Module, epochs: int, learning_rate) -> None:
+    """Refuse a trained model whose weights overflowed (a fixed step too large for the data),
+    as scikit-learn's SGD and MLP estimators do, rather than let it predict NaN."""
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        raise ValueError(f"training diverged: the model's weights are not finite after {epochs} "
+                         f"epoch{'' if epochs == 1 else 's'} with learning_rate={learning_rate!r}; "
+                         "use learning_rate='auto' (a step of 1/L on each minibatch) or a "
+                         "smaller step")
 
 
 @contextmanager

@@ -192,3 +192,35 @@ def test_a_store_whose_training_rows_lack_classes_is_refused(tmp_path, client, t
     assert list(open_store(store.path).y) == list(y)
     with pytest.raises(ValueError, match=message):
         FeatureGroupingClassifier(n_groupings=2).fit(str(store.path), client=client)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_predict_log_proba_is_the_log_of_predict_proba(rng, n_classes):
+    """As scikit-learn's probabilistic classifiers: log probabilities in classes_'s order,
+    finite where a probability underflows to 0 (computed from the logits, not log(0))."""
+    X, _, mask = smooth_problem(rng, n=60)
+    y = np.arange(len(X)) % n_classes
+    clf = FeatureGroupingClassifier(mask=mask, random_state=0, **FAST).fit(X, y)
+    log_p = clf.predict_log_proba(X)
+    assert log_p.shape == (len(X), n_classes) and log_p.dtype == np.float64
+    np.testing.assert_allclose(np.exp(log_p), clf.predict_proba(X), rtol=1e-12, atol=1e-15)
+    far = 1e4 * X[:3]  # logits hundreds apart: a probability of exactly 0 in float64
+    assert np.isfinite(clf.predict_log_proba(far)).all()
+
+
+def test_a_failed_fit_leaves_the_fitted_estimator_as_it_was(rng):
+    """A refit refused (NaN in X, or a choice with no validation split, found once the new
+    rows are in) keeps the previous model whole: coef_, n_features_in_ and predict agree."""
+    X, y, mask = smooth_problem(rng, n=60)
+    clf = FeatureGroupingClassifier(mask=mask, random_state=0, **FAST).fit(X, y)
+    before = {name: getattr(clf, name) for name in ("coef_", "classes_", "n_features_in_")}
+    proba = clf.predict_proba(X)
+    bad = X.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        clf.fit(bad, y)
+    with pytest.raises(ValueError, match="no validation split"):
+        clf.set_params(mask=None, n_clusters=[2, 3], early_stopping=False).fit(X[:, :10], y)
+    for name, value in before.items():
+        np.testing.assert_array_equal(getattr(clf, name), value)
+    np.testing.assert_array_equal(clf.predict_proba(X), proba)

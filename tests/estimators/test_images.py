@@ -190,6 +190,26 @@ def test_a_table_or_a_folder_of_images_given_as_X_says_what_to_give(cohort, tiny
         clf.fit([four_d], y[:1])
 
 
+def test_a_whole_table_of_paths_given_as_X_names_the_column_to_give(cohort):
+    """A cohort DataFrame given whole, as X (its path column among others), is named as such
+    rather than reaching numpy, which fails to read its first path as a float."""
+    import pandas as pd
+
+    paths, y, _ = cohort
+    table = pd.DataFrame({"subject": [f"s{i}" for i in range(len(y))], "path": paths,
+                          "label": y})
+    message = (r"X is a table whose column 'path' holds NIfTI paths: give that column, "
+               r"X\['path'\], for the images it names")
+    with pytest.raises(ValueError, match=message):
+        FeatureGroupingClassifier(**FAST).fit(table, table.label)
+    fitted = FeatureGroupingClassifier(**FAST).fit(table.path, table.label)
+    for method in (fitted.predict, fitted.predict_proba):
+        with pytest.raises(ValueError, match=message):
+            method(table)
+    with pytest.raises(ValueError, match=message):
+        fitted.score(table[["path"]], y)
+
+
 def test_errors_name_the_in_memory_image_by_its_place_in_the_list(cohort):
     paths, y, _ = cohort
     imgs = [nib.load(p) for p in paths[:4]]

@@ -125,14 +125,89 @@ def test_class_labels_given_to_the_regressor_are_refused_naming_y(rng):
     np.testing.assert_array_equal(as_text.coef_, as_numbers.coef_)
 
 
-def test_a_constant_target_is_warned_of_and_scored_as_undefined(rng):
+def test_a_constant_target_is_warned_of_and_scored_as_undefined(rng, tmp_path, client):
     from fgscale.reports import regression_report
 
     X = rng.standard_normal((30, 8)).astype(np.float32)
-    with pytest.warns(UserWarning, match="the target is 50 for all 30 training samples"):
+    with pytest.warns(UserWarning, match="the target is 50 for all 30 training samples") as seen:
         reg = FeatureGroupingRegressor(max_epochs=3, random_state=0).fit(X, np.full(30, 50.0))
+    # the warning names the line that called fit, here, not a line of fgscale
+    assert [w.filename for w in seen] == [__file__]
+    store = write_store(tmp_path / "s.zarr", X, np.zeros(30, int), np.ones((2, 4, 1), bool),
+                        np.eye(4), target=np.full(30, 50.0))
+    with pytest.warns(UserWarning, match="the target is 50 for all 30") as seen:
+        FeatureGroupingRegressor(max_epochs=3, n_groupings=2, random_state=0).fit(
+            str(store.path), client=client)
+    assert [w.filename for w in seen] == [__file__]
     np.testing.assert_allclose(reg.predict(X), 50.0, atol=1e-4)
     # r2_score says 1 (or 0) where the targets do not vary; the report says undefined
     report = regression_report(np.full(4, 50.0), [50.0, 50.0, 50.0, 50.0])
     assert report["r2"] is None and report["mae"] == 0.0
     assert regression_report([1.0, 2.0], [1.0, 2.0])["r2"] == 1.0
+
+
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+def test_the_attributes_section_lists_every_fitted_attribute_with_its_shape(rng, Estimator):
+    """Every public attribute a fit sets is in the docstring's Attributes section, every one
+    listed there is set, and each "ndarray of shape (...)" has that shape."""
+    import re
+
+    import pandas as pd
+
+    X, _, mask = _smooth_maps(rng, shape=(5, 6, 4), n=60)
+    y = np.arange(60) % 3 if Estimator is FeatureGroupingClassifier else X[:, 0]
+    named = pd.DataFrame(X, columns=[f"v{i}" for i in range(X.shape[1])])
+    est = Estimator(mask=mask_img(mask), n_groupings=3, n_bootstrap=10, max_epochs=3,
+                    random_state=0).fit(named, y)
+    section = Estimator.__doc__.split("    Attributes\n")[1].split("    Examples\n")[0]
+    entries = dict(re.findall(r"^    (\w[\w, ]*) : (.*)$", section, re.M))
+    documented = {name.strip(): kind for names, kind in entries.items()
+                  for name in names.split(",")}
+    fitted = {name for name in vars(est) if name.endswith("_") and not name.startswith("_")}
+    assert fitted <= set(documented), fitted - set(documented)
+    sizes = dict(n_features=X.shape[1], n_classes=3, n_groupings=3)
+    for name, kind in documented.items():
+        value = getattr(est, name)  # properties (coef_img_) too
+        shape = re.search(r"of shape \(([\w, ]+)\)", kind)
+        if shape and value is not None:
+            expected = tuple(sizes[s.strip()] for s in shape.group(1).split(",") if s.strip())
+            assert np.shape(value) == expected, (name, kind)
+
+
+@pytest.mark.parametrize("Estimator, wrapper", [
+    (FeatureGroupingRegressor, "MultiOutputRegressor"),
+    (FeatureGroupingClassifier, "MultiOutputClassifier"),
+])
+def test_several_targets_are_refused_naming_the_wrapper_that_fits_them(rng, Estimator, wrapper):
+    import pandas as pd
+    from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
+
+    X = rng.standard_normal((40, 8)).astype(np.float32)
+    Y = np.c_[X[:, 0], X[:, 1]] if Estimator is FeatureGroupingRegressor else (
+        np.c_[X[:, 0] > 0, X[:, 1] > 0].astype(int))
+    message = (rf"^{Estimator.__name__} fits one column of y, got y of shape \(40, 2\): wrap it "
+               rf"in sklearn.multioutput.{wrapper}")
+    for y in (Y, pd.DataFrame(Y, columns=["a", "b"])):
+        with pytest.raises(ValueError, match=message):
+            Estimator().fit(X, y)
+    wrapped = {"MultiOutputRegressor": MultiOutputRegressor,
+               "MultiOutputClassifier": MultiOutputClassifier}[wrapper]
+    fitted = wrapped(Estimator(max_epochs=3, random_state=0)).fit(X, Y)
+    assert fitted.predict(X).shape == (40, 2)
+    # a single column is one target, as scikit-learn takes it (with its warning)
+    with pytest.warns(UserWarning, match="column-vector y"):
+        Estimator(max_epochs=3, random_state=0).fit(X, Y[:, :1])
+
+
+def test_a_fixed_step_that_diverges_is_an_error_not_a_model_of_nans(rng):
+    """As scikit-learn's SGD and MLP estimators refuse non-finite weights: a fit whose weights
+    overflow says so, naming the step, and the estimator keeps its previous model."""
+    X = rng.standard_normal((200, 10)).astype(np.float32)
+    y = X[:, 0] * 1e3
+    est = FeatureGroupingRegressor(regularizer="none", max_epochs=5, random_state=0).fit(X, y)
+    before = est.predict(X)
+    with pytest.raises(ValueError, match=r"training diverged: the model's weights are not "
+                                         r"finite after \d+ epochs? with learning_rate=1e\+30; "
+                                         r"use learning_rate='auto'"):
+        est.set_params(learning_rate=1e30).fit(X, y)
+    np.testing.assert_array_equal(est.predict(X), before)

@@ -9,7 +9,7 @@ import torch
 from helpers import smooth_problem
 from sklearn.model_selection import GridSearchCV
 
-from fgscale import FeatureGroupingClassifier, load_model, save_model
+from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor, load_model, save_model
 from fgscale._auto import AUTO_FALLBACK, AUTO_GRIDS
 from fgscale.estimators._selection import candidates
 
@@ -201,3 +201,17 @@ def test_groups_with_a_gap_are_refused_naming_the_sample(rng, gap):
     with pytest.raises(ValueError, match="first at sample 7"):
         clf.fit(X, y, groups=numeric)
     assert clf.fit(X, y, groups=groups.fillna("sub-1")).n_iter_ >= 1
+
+
+@pytest.mark.parametrize("n, fraction, message", [
+    (1, 0.2, r"early stopping needs a validation split: 1 sample\(s\) with "
+             r"validation_fraction=0.2 leave 0 to train on; give more samples, a smaller "
+             r"validation_fraction or early_stopping=False"),
+    (6, 0.99, r"6 sample\(s\) with validation_fraction=0.99 leave 0 to train on"),
+])
+@pytest.mark.filterwarnings("ignore:the target is")  # one sample: a constant target
+def test_a_split_with_no_training_rows_names_the_fraction(rng, n, fraction, message):
+    X = rng.standard_normal((n, 4)).astype(np.float32)
+    reg = FeatureGroupingRegressor(early_stopping=True, validation_fraction=fraction)
+    with pytest.raises(ValueError, match=message):
+        reg.fit(X, np.arange(n, dtype=float) + rng.standard_normal(n))
