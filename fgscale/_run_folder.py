@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
 import platform
 from pathlib import Path
@@ -113,7 +112,7 @@ class RunFolder:
             final = self / "final.json"
             if final.exists() and all(saved.get(k) == params[k] for k in params
                                       if k not in UNSEEN_PARAMS):
-                return _moved(read_json(final, "run summary"), self.path)
+                return read_json(final, "run summary")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # said with the folder: "[Errno 13] Permission denied: 'r'" is not
@@ -181,17 +180,6 @@ class RunFolder:
 
     def write_final(self, summary: dict) -> None:
         self._write_json(summary, "final.json")
-
-
-def _moved(summary: dict, path: Path) -> dict:
-    """A run summary's paths under the folder where the run lies now (copied or moved since)."""
-    old = summary.get("run")
-    if isinstance(old, str) and old != str(path):
-        for key in ("run", "maps", "weights", "predictions"):
-            value = summary.get(key)
-            if isinstance(value, str) and (value == old or value.startswith(old + os.sep)):
-                summary[key] = str(path) + value[len(old):]
-    return summary
 
 
 def _changed(params: dict, saved: dict) -> list[str]:
