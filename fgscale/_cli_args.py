@@ -142,14 +142,6 @@ def add_cohort_args(p) -> None:
                         "regression")
 
 
-def add_column_args(p, verb: str = "read") -> None:
-    """``--label-column`` and ``--target-column``: a cohort table's columns by another name."""
-    for name, example in (("label", "diagnosis"), ("target", "age")):
-        p.add_argument(f"--{name}-column", default=None, metavar="NAME",
-                       help=f"a cohort table's column {verb} as the {name}, such as {example} "
-                            f"(default: {name})")
-
-
 def add_param(p, name: str, note: str = "") -> None:
     """The option of an estimator parameter, from the table: its type, default and help."""
     from fgscale._constraints import Searchable, Sizes

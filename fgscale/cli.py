@@ -18,7 +18,6 @@ from fgscale._cli_args import (
     add_bank_args,
     add_cluster_args,
     add_cohort_args,
-    add_column_args,
     add_cv_args,
     add_device_arg,
     add_estimator_args,
@@ -139,7 +138,6 @@ def _cmd_predict(args) -> int:
 
     summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
                           resample=args.resample, device=args.device,
-                          columns={"label": args.label_column, "target": args.target_column},
                           progress=not args.no_progress)
     detail = (", ".join(f"{label} {n}" for label, n in summary["counts"].items()) if "counts"
               in summary else ", ".join(f"{k} {summary[k]:.4g}" for k in ("min", "mean", "max")))
@@ -281,7 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NaN/inf inside the mask: fail (error) or set to 0 (zero)")
     p.add_argument("--classes", default=None,
                    help="allowed labels, comma-separated, in order (default: the labels sorted)")
-    add_column_args(p)
+    for name, example in (("label", "diagnosis"), ("target", "age")):
+        p.add_argument(f"--{name}-column", default=None, metavar="NAME",
+                       help=f"the table's column to read as the {name}, such as {example} "
+                            f"(default: {name})")
     p.add_argument("--block-rows", type=positive(int), default=None,
                    help="rows per task and per shard (default: from the row size)")
     add_cluster_args(p)
@@ -366,7 +367,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resample", action="store_true",
                    help="resample images on another grid to the run's mask (linear); by "
                         "default they are refused")
-    add_column_args(p, "copied")
     add_device_arg(p)
     add_progress_arg(p)
     p.set_defaults(func=_cmd_predict)

@@ -172,7 +172,7 @@ def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
 
 
 def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
-                   columns: dict | None = None, progress: bool = False) -> dict:
+                   progress: bool = False) -> dict:
     """A prediction per volume of NIfTI files, of a cohort table's files, or per store row.
 
     Parameters
@@ -188,9 +188,6 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         The rows of a store, or the files of a cohort table, by their split.
     resample : bool, default=False
         Resample images on another grid to the mask's; by default they are refused.
-    columns : dict, optional
-        A cohort table's columns to copy as ``label`` and ``target``, such as
-        ``{"target": "age"}`` (:func:`fgscale.images.read_cohort`); only with a table.
     progress : bool, default=False
         Show a progress bar over the rows (tqdm, on stderr).
 
@@ -205,10 +202,6 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         raise ValueError("no input given: NIfTI files, a cohort table or a store")
     if rows not in ROWS:
         raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
-    is_table = len(inputs) == 1 and inputs[0].suffix.lower() in TABLE_SUFFIXES
-    if not is_table and any(v is not None for v in (columns or {}).values()):
-        raise ValueError("columns (--label-column, --target-column) name columns of a cohort "
-                         "table; a store or NIfTI files have none")
     if len(inputs) == 1 and inputs[0].is_dir():
         if resample:  # else ignored: a store's rows are already the mask's voxels
             raise ValueError(f"{inputs[0]}: resample applies to images; a store's rows are "
@@ -221,8 +214,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
     if getattr(clf, "mask_img_", None) is None:
         raise ValueError("the model has no mask (fitted on arrays without one): it predicts "
                          "from a store or from arrays, not from images")
-    if is_table:
-        entries = [e for e in read_cohort(inputs[0], known=False, columns=columns)
+    if len(inputs) == 1 and inputs[0].suffix.lower() in TABLE_SUFFIXES:
+        entries = [e for e in read_cohort(inputs[0], known=False)
                    if rows == "all" or (e["split"] == "test") == (rows == "test")]
         if not entries:
             raise ValueError(f"{inputs[0]}: no file with split {rows!r}")

@@ -212,8 +212,7 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
 
 
 def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = False,
-                device: str | None = None, columns: dict | None = None,
-                progress: bool = False) -> dict:
+                device: str | None = None, progress: bool = False) -> dict:
     """Predict NIfTI files, a cohort table's files or a store's rows with a trained run, into
     a CSV; reads only the run folder and the inputs (no cluster).
 
@@ -231,9 +230,6 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         Resample images on another grid to the run's mask's; by default they are refused.
     device : str, optional
         As :func:`load_run`.
-    columns : dict, optional
-        A cohort table's columns to copy as ``label`` and ``target``, as
-        :func:`fgscale.reports.predict_inputs`.
     progress : bool, default=False
         Show a progress bar over the rows (tqdm, on stderr).
 
@@ -245,8 +241,7 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
     """
     clf = load_run(run_dir, device=device)
     check_writable(out, "; choose another --out; nothing predicted")
-    table = predict_inputs(clf, inputs, rows=rows, resample=resample, columns=columns,
-                           progress=progress)
+    table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress)
     summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])
     summary["n"] = len(predicted)
     if not isinstance(clf, FeatureGroupingClassifier):

@@ -91,20 +91,6 @@ def test_regression_from_a_target_column_to_predictions(regression_cohort, tmp_p
         if known:
             assert [r["target"] for r in lines] == [
                 r["target"] if i % 2 else "" for i, r in enumerate(rows)]
-    # the target under the table's own name (a BIDS participants.tsv), as convert reads it
-    ages = tmp_path / "participants.tsv"
-    ages.write_text("path\tage\n" + "".join(f"{r['path']}\t{r['target']}\n" for r in rows))
-    assert main(["predict", str(run), str(ages), "--target-column", "age", "--out", str(out),
-                 "--no-progress"]) == 0
-    assert [(r["target"], float(r["prediction"])) for r in _read(out)] == [
-        (r["target"], pytest.approx(p, rel=1e-5)) for r, p in zip(rows, pred, strict=True)]
-    capsys.readouterr()
-    for inputs in ([str(paths)], [r["path"] for r in rows], [str(store_path)]):
-        column = ["--target-column", "age"] if inputs == [str(paths)] else ["--label-column", "dx"]
-        assert main(["predict", str(run), *inputs, *column, "--out", str(out), "--no-progress"]) == 2
-        err = capsys.readouterr().err
-        assert ("no column 'age' to read as the target" in err if inputs == [str(paths)]
-                else "name columns of a cohort table; a store or NIfTI files have none" in err)
 
 
 def test_task_regression_on_a_store_with_labels_only_is_refused(tiny_store, tmp_path, capsys):
