@@ -230,3 +230,27 @@ def test_a_table_with_labels_and_a_target_says_both(tiny_cohort, tmp_path, capsy
         f"{tiny_cohort.parent / r['path']},{r['label']},{i}\n" for i, r in enumerate(rows)))
     assert main(["convert", str(table), "--out", str(tmp_path / "both.zarr"), "--no-progress"]) == 0
     assert "voxels, 3 classes and a target (train --task regression), " in capsys.readouterr().out
+
+
+def test_a_regression_run_with_a_validation_split_can_be_extended(regression_cohort, tmp_path,
+                                                                   capsys):
+    """Its checkpoint loads with weights_only=True (the validation R² is saved as a float, not
+    a numpy scalar), so --resume with a larger --max-epochs trains on from it."""
+    import torch
+
+    store, run, whole = tmp_path / "ages.zarr", tmp_path / "run", tmp_path / "whole"
+    assert main(["convert", str(regression_cohort), "--out", str(store), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    one = ["--n-clusters", "0.1", "--patience", "50"]  # one candidate: a checkpoint.pt
+    at = TRAIN.index("--max-epochs") + 1
+    args = [*TRAIN[:at], "2", *TRAIN[at + 1:]]  # --max-epochs 2, then TRAIN's 4
+    assert main(["train", str(store), "--out", str(run), *one, *args]) == 0
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert all(type(h["val_r2"]) is float for h in state["history"])
+    capsys.readouterr()
+    assert main(["train", str(store), "--out", str(run), "--resume", *one, *TRAIN]) == 0, \
+        capsys.readouterr().err
+    assert main(["train", str(store), "--out", str(whole), *one, *TRAIN]) == 0
+    finals = [json.loads((r / "final.json").read_text()) for r in (run, whole)]
+    assert finals[0]["epochs"] == finals[1]["epochs"] == 4
+    assert finals[0]["test"] == pytest.approx(finals[1]["test"])
