@@ -114,6 +114,9 @@ class RunFolder:
             if final.exists() and all(saved.get(k) == params[k] for k in params
                                       if k not in UNSEEN_PARAMS):
                 return read_json(final, "run summary")
+            # a finished run extended (a larger --max-epochs): unfinished until it ends again,
+            # so that the same command after a kill goes on rather than finding it complete
+            final.unlink(missing_ok=True)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # said with the folder: "[Errno 13] Permission denied: 'r'" is not

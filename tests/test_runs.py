@@ -166,6 +166,25 @@ def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path)
     assert_same_model(run, tmp_path / "whole", rtol=1e-6, atol=1e-7)
 
 
+def test_an_extension_killed_mid_way_resumes_rather_than_passing_for_finished(tiny_store, client,
+                                                                            tmp_path):
+    """A finished run extended by a larger --max-epochs and killed: the same command goes on
+    from the last epoch, not "already complete" with the first run's summary and model."""
+    run, whole, epochs = tmp_path / "run", tmp_path / "whole", 40
+    train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
+    cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out", str(run),
+           "--resume", "--max-epochs", str(epochs), "--n-workers", "1", *ARGS]
+    _kill_once_written(cmd, run / "metrics.jsonl", 5)
+    assert 5 <= len((run / "metrics.jsonl").read_text().splitlines()) < epochs, "not killed mid-way"
+    assert not (run / "final.json").exists()  # the extension has not finished
+
+    params = dict(PARAMS, max_epochs=epochs)
+    summary = train_run(tiny_store.path, run, params=params, resume=True, client=client)
+    assert not summary.get("already_complete") and summary["epochs"] == epochs
+    train_run(tiny_store.path, whole, params=params, client=client)
+    assert_same_model(run, whole, rtol=1e-6, atol=1e-7)
+
+
 def test_an_early_stopped_run_is_not_restarted_by_a_larger_max_epochs(tiny_store, client, tmp_path):
     run = tmp_path / "run"
     params = dict(PARAMS, model="mlp", hidden_layer_sizes=(8,), early_stopping=True, patience=1,
