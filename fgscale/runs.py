@@ -46,7 +46,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     task : {"auto", "classification", "regression"}, default="auto"
         :class:`FeatureGroupingClassifier` on the store's labels or
         :class:`~fgscale.estimators.FeatureGroupingRegressor` on its target
-        (:func:`make_estimator`).
+        (:func:`make_estimator`); on ``resume``, "auto" is the saved run's task.
 
     Returns
     -------
@@ -61,11 +61,12 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     """
     folder = RunFolder(out)
     store = open_store(store_path)
-    clf = make_estimator(store, params, task)
+    clf = make_estimator(store, params, folder.saved_task(task, resume))
     clf._check_params(warn_level=3)  # a bad parameter (or a GPU this machine lacks) stops before any write
     params = params_to_json(clf.get_params())  # every parameter, as saved
     fresh = not (folder / "config.json").exists()
-    done = folder.start(params, store, resume=resume)
+    task = "classification" if isinstance(clf, FeatureGroupingClassifier) else "regression"
+    done = folder.start(params, store, resume=resume, task=task)
     if done is not None:
         log.info("%s: already complete with these parameters, nothing to do", folder.path)
         return {**done, "already_complete": True}

@@ -254,3 +254,31 @@ def test_a_regression_run_with_a_validation_split_can_be_extended(regression_coh
     finals = [json.loads((r / "final.json").read_text()) for r in (run, whole)]
     assert finals[0]["epochs"] == finals[1]["epochs"] == 4
     assert finals[0]["test"] == pytest.approx(finals[1]["test"])
+
+
+def test_resume_keeps_the_runs_task_on_a_store_with_labels_and_a_target(tiny_cohort, tmp_path,
+                                                                         capsys):
+    """--task not given again on --resume is the saved run's, as every other option: a
+    regression run is not resumed as a classifier (a traceback of shapes it used to be)."""
+    rows = cohort_rows(tiny_cohort)
+    table, store, run = tmp_path / "both.csv", tmp_path / "both.zarr", tmp_path / "run"
+    table.write_text("path,label,group,split,target\n" + "".join(
+        f"{tiny_cohort.parent / r['path']},{r['label']},{r['group']},{r['split']},{i}\n"
+        for i, r in enumerate(rows)))
+    assert main(["convert", str(table), "--out", str(store), "--no-progress"]) == 0
+    at = TRAIN.index("--max-epochs") + 1
+    two = [*TRAIN[:at], "2", *TRAIN[at + 1:], "--n-clusters", "0.1"]
+    assert main(["train", str(store), "--out", str(run), "--task", "regression", *two]) == 0
+    assert json.loads((run / "config.json").read_text())["task"] == "regression"
+    capsys.readouterr()
+    assert main(["train", str(store), "--out", str(run), "--resume", "--max-epochs", "4",
+                 "--no-progress"]) == 0, capsys.readouterr().err
+    assert "test R² " in capsys.readouterr().out
+    assert type(load_run(run)).__name__ == "FeatureGroupingRegressor"
+    assert json.loads((run / "final.json").read_text())["epochs"] == 4
+    # another task given is refused, named
+    assert main(["train", str(store), "--out", str(run), "--resume", "--max-epochs", "6",
+                 "--task", "classification", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume with another task than the saved run (saved regression, given " \
+           "classification" in err and "Traceback" not in err
