@@ -172,7 +172,7 @@ def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
 
 
 def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
-                   progress: bool = False) -> dict:
+                   progress: bool = False, columns: dict | None = None) -> dict:
     """A prediction per volume of NIfTI files, of a cohort table's files, or per store row.
 
     Parameters
@@ -190,6 +190,9 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         Resample images on another grid to the mask's; by default they are refused.
     progress : bool, default=False
         Show a progress bar over the rows (tqdm, on stderr).
+    columns : dict, optional
+        A cohort table's columns to copy as ``label`` and ``target``, such as
+        ``{"target": "age"}``; default the columns of those names.
 
     Returns
     -------
@@ -202,6 +205,10 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         raise ValueError("no input given: NIfTI files, a cohort table or a store")
     if rows not in ROWS:
         raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
+    is_table = len(inputs) == 1 and inputs[0].suffix.lower() in TABLE_SUFFIXES
+    if any((columns or {}).values()) and not is_table:
+        raise ValueError("columns (--label-column, --target-column) name columns of a cohort "
+                         "table; give one (.csv or .tsv)")
     if len(inputs) == 1 and inputs[0].is_dir():
         if resample:  # else ignored: a store's rows are already the mask's voxels
             raise ValueError(f"{inputs[0]}: resample applies to images; a store's rows are "
@@ -214,8 +221,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
     if getattr(clf, "mask_img_", None) is None:
         raise ValueError("the model has no mask (fitted on arrays without one): it predicts "
                          "from a store or from arrays, not from images")
-    if len(inputs) == 1 and inputs[0].suffix.lower() in TABLE_SUFFIXES:
-        entries = [e for e in read_cohort(inputs[0], known=False)
+    if is_table:
+        entries = [e for e in read_cohort(inputs[0], known=False, columns=columns)
                    if rows == "all" or (e["split"] == "test") == (rows == "test")]
         if not entries:
             raise ValueError(f"{inputs[0]}: no file with split {rows!r}")

@@ -213,7 +213,8 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
 
 
 def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = False,
-                device: str | None = None, progress: bool = False) -> dict:
+                device: str | None = None, progress: bool = False,
+                columns: dict | None = None) -> dict:
     """Predict NIfTI files, a cohort table's files or a store's rows with a trained run, into
     a CSV; reads only the run folder and the inputs (no cluster).
 
@@ -233,6 +234,9 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         As :func:`load_run`.
     progress : bool, default=False
         Show a progress bar over the rows (tqdm, on stderr).
+    columns : dict, optional
+        A cohort table's columns to copy as ``label`` and ``target``, such as
+        ``{"target": "age"}`` (:func:`fgscale.images.read_cohort`).
 
     Returns
     -------
@@ -242,7 +246,8 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
     """
     clf = load_run(run_dir, device=device)
     check_writable(out, "; choose another --out; nothing predicted")
-    table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress)
+    table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress,
+                           columns=columns)
     summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])
     summary["n"] = len(predicted)
     if not isinstance(clf, FeatureGroupingClassifier):

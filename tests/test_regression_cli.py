@@ -282,3 +282,33 @@ def test_resume_keeps_the_runs_task_on_a_store_with_labels_and_a_target(tiny_coh
     err = capsys.readouterr().err
     assert "--resume with another task than the saved run (saved regression, given " \
            "classification" in err and "Traceback" not in err
+
+
+def test_predict_reads_a_tables_own_column_names(regression_cohort, tmp_path, capsys):
+    """The participants.tsv a store was converted from with --target-column age gives its ages
+    to predict's CSV too (--target-column, --label-column), beside each prediction."""
+    store, run = tmp_path / "ages.zarr", tmp_path / "run"
+    assert main(["convert", str(regression_cohort), "--out", str(store), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert main(["train", str(store), "--out", str(run), *TRAIN]) == 0
+    rows = [r for r in _read(regression_cohort) if r["split"] == "test"]
+    table = tmp_path / "participants.tsv"
+    table.write_text("path\tage\tdiagnosis\n" + "".join(
+        f"{r['path']}\t{r['target']}\t{'ad' if i % 2 else 'hc'}\n" for i, r in enumerate(rows)))
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(run), str(table), "--out", str(out), "--target-column", "age",
+                 "--label-column", "diagnosis", "--no-progress"]) == 0
+    lines = _read(out)
+    assert list(lines[0]) == ["path", "label", "target", "prediction"]
+    assert [float(r["target"]) for r in lines] == [float(r["target"]) for r in rows]
+    assert [r["label"] for r in lines] == ["ad" if i % 2 else "hc" for i in range(len(rows))]
+    # a column the table lacks is named; the option with NIfTI files is refused
+    refused = [(["--target-column", "Age"], "no column 'Age' to read as the target"),
+               (["--target-column", "age", rows[0]["path"]], "name columns of a cohort table")]
+    for extra, message in refused:
+        inputs = [extra.pop()] if len(extra) == 3 else [str(table)]
+        capsys.readouterr()
+        assert main(["predict", str(run), *inputs, "--out", str(tmp_path / "q.csv"), *extra,
+                     "--no-progress"]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "q.csv").exists()
