@@ -125,7 +125,15 @@ class RunFolder:
             final = self / "final.json"
             if final.exists() and all(saved.get(k) == params[k] for k in params
                                       if k not in UNSEEN_PARAMS):
-                return read_json(final, "run summary")
+                summary = read_json(final, "run summary")
+                # its files where they are now: a run folder copied or moved since names the
+                # folder it was trained in
+                summary["run"] = str(self.path)
+                if summary.get("maps"):
+                    summary["maps"] = str(self / MAPS_IMAGE)
+                if summary.get("predictions"):
+                    summary["predictions"] = str(self / PREDICTIONS)
+                return summary
             # a finished run extended (a larger --max-epochs): unfinished until it ends again,
             # so that the same command after a kill goes on rather than finding it complete
             final.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -183,6 +184,24 @@ def test_an_extension_killed_mid_way_resumes_rather_than_passing_for_finished(ti
     assert not summary.get("already_complete") and summary["epochs"] == epochs
     train_run(tiny_store.path, whole, params=params, client=client)
     assert_same_model(run, whole, rtol=1e-6, atol=1e-7)
+
+
+def test_a_copied_finished_run_names_its_own_folder(tiny_store, client, tmp_path, capsys):
+    """--resume on a copy of a finished run says where the copy's files are, not the folder
+    it was copied from (which may be gone, or someone else's)."""
+    run, copy = tmp_path / "run", tmp_path / "copy"
+    train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
+    shutil.copytree(run, copy)
+    shutil.rmtree(run)
+    summary = train_run(tiny_store.path, copy, params=dict(PARAMS, max_epochs=2), resume=True,
+                        client=client)
+    assert summary["already_complete"] and summary["run"] == str(copy)
+    assert summary["maps"] == str(copy / "maps.nii.gz")
+    assert summary["predictions"] == str(copy / "test_predictions.csv")
+    assert main(["train", str(tiny_store.path), "--out", str(copy), "--resume", "--no-progress",
+                 "--n-workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"run folder: {copy} (maps: {copy / 'maps.nii.gz'}," in out and str(run) + " " not in out
 
 
 def test_an_early_stopped_run_is_not_restarted_by_a_larger_max_epochs(tiny_store, client, tmp_path):
