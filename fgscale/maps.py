@@ -7,7 +7,8 @@ A run folder gets (:func:`write_maps`)::
     maps.nii.gz           the same maps as one 4D image, a volume per class
     maps.json             the order of the volumes, the file of each class, what the values are
 
-What the values are depends on the model (:func:`output_weights`):
+Voxels outside the mask are 0 (not NaN: viewers and nilearn's thresholds read 0 as
+nothing). What the values are depends on the model (:func:`output_weights`):
 
 - logistic regression: its weights, ``coef_``: how much a class's logit rises per standard
   deviation of the voxel (the features are standardized), as nilearn's decoders report theirs;
@@ -178,6 +179,7 @@ def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray) -> dict:
         files[name] = f"{MAPS_DIR}/{stem}.nii.gz"
         _save(unmask(w, mask, affine), folder / files[name], f"fgscale map {name}")
     _save(unmask(weights, mask, affine), folder / MAPS_IMAGE, "fgscale maps, see maps.json")
+    about["values"] += "; 0 outside the mask, where there is no feature"  # as unmask writes
     sidecar = {"format": _FORMAT, "outputs": names, "files": files, "image": MAPS_IMAGE,
                **about}
     with atomic_path(folder / MAPS_JSON) as tmp:

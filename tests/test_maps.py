@@ -94,6 +94,9 @@ def test_run_maps_are_a_3d_image_per_class(tiny_runs, name):
                                 "Face": "maps/Face_2.nii.gz", "chair b": "maps/chair_b.nii.gz"}
     assert sidecar["method"] == {"logreg": "weights", "mlp": "product of weight matrices"}[name]
     assert "standardized features" in sidecar["values"]
+    # what a voxel outside the mask holds is said, as it is in the files: 0, not NaN
+    assert sidecar["values"].endswith("; 0 outside the mask, where there is no feature")
+    assert not np.asarray(nib.load(run / sidecar["image"]).dataobj)[~store.mask].any()
     clf = load_run(run)
     expected = np.asarray(unmask(linearized_weights(clf.model_), store.mask,
                                  store.affine).dataobj)
