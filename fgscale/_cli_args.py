@@ -227,7 +227,8 @@ def add_estimator_args(p) -> None:
 def add_task_arg(p) -> None:
     p.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
                    help="classification on the store's labels, regression on its target; "
-                        "auto: classification when the store has labels")
+                        "auto: classification when the store has labels, or with --resume "
+                        "the saved run's task")
 
 
 def add_cv_args(p) -> None:

@@ -276,6 +276,9 @@ def test_resume_keeps_the_runs_task_on_a_store_with_labels_and_a_target(tiny_coh
     assert "test R² " in capsys.readouterr().out
     assert type(load_run(run)).__name__ == "FeatureGroupingRegressor"
     assert json.loads((run / "final.json").read_text())["epochs"] == 4
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "or with --resume the saved run's task" in " ".join(capsys.readouterr().out.split())
     # another task given is refused, named
     assert main(["train", str(store), "--out", str(run), "--resume", "--max-epochs", "6",
                  "--task", "classification", "--no-progress"]) == 2
