@@ -100,7 +100,7 @@ def _check_labels(clf, store: Store, rows: np.ndarray) -> None:
     if not store.has_labels:
         raise ValueError(f"{store.path}: no class labels to score a classifier on")
     known = set(map(str, clf.classes_))
-    unknown = sorted(set(store.classes[np.unique(store.y[rows])]) - known)
+    unknown = sorted(set(map(str, store.classes[np.unique(store.y[rows])])) - known)
     if unknown:
         raise ValueError(f"{store.path}: label(s) {unknown} the model does not know; its classes "
                          f"are {sorted(known)}")

@@ -14,7 +14,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
-from helpers import TOLERANCE, assert_weight_map
+from helpers import TOLERANCE, assert_weight_map, synthetic_store
 from sklearn import metrics
 
 from fgscale.cli import main
@@ -340,3 +340,16 @@ def test_planted_pickles_are_never_run(tiny_store, client, tmp_path):
         train_run(tiny_store.path, run, params=dict(params, max_epochs=4), resume=True,
                   client=client)
     assert not marker.exists()
+
+
+def test_labels_the_model_does_not_know_are_named_as_written(tiny_runs, tmp_path):
+    """A store of the run's voxels whose labels include a new one: the message lists the
+    labels as the cohort table wrote them, not numpy's reprs (np.str_('sofa'))."""
+    split = np.where(np.arange(40) % 5 == 0, "test", "train")
+    other = synthetic_store(tmp_path / "other.zarr", 40, 4, n_subjects=5, seed=0, split=split,
+                            classes=["face", "house/home", "Face", "sofa"], block_rows=8)
+    with pytest.raises(ValueError) as info:
+        evaluate_run(tiny_runs["logreg"], other.path, rows="all")
+    assert str(info.value) == (
+        f"{other.path}: label(s) ['sofa'] the model does not know; its classes are "
+        "['Face', 'chair b', 'face', 'house/home']")
