@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", help="the Zarr store (the run's, or another with its mask)")
     add_device_arg(p)
     p.add_argument("--predictions", default=None, metavar="FILE",
-                   help="also write each test row's label, prediction and probabilities (CSV) "
+                   help="also write each test row's label, prediction and probabilities (CSV; .tsv: tabs) "
                         "(default: none)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON line")
     p.add_argument("--rows", choices=["test", "all", "train"], default="test",
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="NIfTI files or a quoted pattern (3D or 4D: a line per volume), or one "
                         "cohort table (.csv/.tsv: path[,label or target, copied][,split]), or one store")
-    p.add_argument("--out", required=True, help="the predictions to write (CSV)")
+    p.add_argument("--out", required=True, help="the predictions to write (CSV; a .tsv name: tab-separated)")
     p.add_argument("--rows", choices=["all", "train", "test"], default="all",
                    help="a store's rows or a cohort table's files, by split (default: all)")
     p.add_argument("--resample", action="store_true",

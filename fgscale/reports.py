@@ -338,13 +338,15 @@ def format_report(report: dict) -> str:
 
 
 def write_table(table: dict, path) -> Path:
-    """Write a table (dict of equal-length columns) as CSV, under a temporary name then
-    renamed; floats keep every digit."""
+    """Write a table (dict of equal-length columns) as CSV, tab-separated for a ``.tsv`` name
+    (as BIDS tables are), under a temporary name then renamed; floats keep every digit."""
     path = Path(path)
     names = list(table)
     columns = [np.asarray(table[n]).tolist() for n in names]
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")  # not csv's \r\n: grep, cut, awk
+        # not csv's \r\n: grep, cut, awk
+        writer = csv.writer(f, delimiter=delimiter, lineterminator="\n")
         writer.writerow(names)
         writer.writerows(zip(*columns, strict=True))
     return path

@@ -315,3 +315,22 @@ def test_predict_reads_a_tables_own_column_names(regression_cohort, tmp_path, ca
                      "--no-progress"]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "q.csv").exists()
+
+
+def test_predictions_named_tsv_are_tab_separated(regression_cohort, tmp_path):
+    """--out x.tsv (predict) and --predictions x.tsv (evaluate) write what the name says, as a
+    BIDS-minded user reads it back (pandas.read_csv(sep="\\t")); a .csv stays comma-separated."""
+    store, run = tmp_path / "ages.zarr", tmp_path / "run"
+    assert main(["convert", str(regression_cohort), "--out", str(store), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert main(["train", str(store), "--out", str(run), *TRAIN]) == 0
+    tsv, csv_ = tmp_path / "p.tsv", tmp_path / "p.csv"
+    for out in (tsv, csv_):
+        assert main(["predict", str(run), str(regression_cohort), "--out", str(out),
+                     "--no-progress"]) == 0
+    assert tsv.read_text() == csv_.read_text().replace(",", "\t")
+    assert tsv.read_text().splitlines()[0] == "path\ttarget\tprediction"
+    evaluated = tmp_path / "e.tsv"
+    assert main(["evaluate", str(run), str(store), "--n-workers", "1", "--predictions",
+                 str(evaluated), "--no-progress"]) == 0
+    assert evaluated.read_text().splitlines()[0] == "row\tpath\tvolume\ttarget\tprediction"
