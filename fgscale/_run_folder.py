@@ -194,7 +194,7 @@ class RunFolder:
 
     def write_maps(self, clf, store) -> Path:
         """A map per class and maps.json (:func:`fgscale.maps.write_maps`); returns the 4D one."""
-        write_maps(self.path, clf, store.mask, store.affine)
+        write_maps(self.path, clf, store.mask, store.affine, store.space_codes)
         return self / MAPS_IMAGE
 
     def write_predictions(self, table: dict) -> Path:

@@ -151,7 +151,7 @@ def file_stems(names) -> list[str]:
     return stems
 
 
-def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray) -> dict:
+def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray, codes=None) -> dict:
     """Write a fitted estimator's maps into ``folder`` (see the module docstring).
 
     Each file is written under a temporary name and renamed; ``maps.json`` comes last.
@@ -164,6 +164,8 @@ def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray) -> dict:
     mask : ndarray of shape grid_shape, bool
         The features' voxels (C order), ``mask.sum() == n_features_in_``.
     affine : ndarray of shape (4, 4)
+    codes : [qform_code, sform_code], optional
+        The space of the images (:func:`fgscale.images.unmask`).
 
     Returns
     -------
@@ -177,8 +179,8 @@ def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray) -> dict:
     files = {}
     for name, stem, w in zip(names, file_stems(names), weights, strict=True):
         files[name] = f"{MAPS_DIR}/{stem}.nii.gz"
-        _save(unmask(w, mask, affine), folder / files[name], f"fgscale map {name}")
-    _save(unmask(weights, mask, affine), folder / MAPS_IMAGE, "fgscale maps, see maps.json")
+        _save(unmask(w, mask, affine, codes), folder / files[name], f"fgscale map {name}")
+    _save(unmask(weights, mask, affine, codes), folder / MAPS_IMAGE, "fgscale maps, see maps.json")
     about["values"] += "; 0 outside the mask, where there is no feature"  # as unmask writes
     sidecar = {"format": _FORMAT, "outputs": names, "files": files, "image": MAPS_IMAGE,
                **about}

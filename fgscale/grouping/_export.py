@@ -86,7 +86,7 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
                              f"a value per voxel of the mask of {store.path} ({p} voxels)")
     else:
         values = _bank_values(store, bank, grouping)
-    img = unmask(values, store.mask, store.affine)
+    img = unmask(values, store.mask, store.affine, store.space_codes)
     with atomic_path(out) as tmp:  # a run killed while writing leaves no half-written image
         nib.save(img, tmp)
     log.info("wrote %s, shape %s", out, img.shape)
