@@ -12,9 +12,9 @@ import re
 import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
-           "add_cv_args", "add_device_arg", "add_estimator_args", "add_param", "add_progress_arg",
-           "add_task_arg", "add_worker_kind_arg", "given_options", "one_line_warnings",
-           "warn_unused_cluster_options",
+           "add_column_args", "add_cv_args", "add_device_arg", "add_estimator_args", "add_param",
+           "add_progress_arg", "add_task_arg", "add_worker_kind_arg", "columns_of", "given_options",
+           "one_line_warnings", "warn_unused_cluster_options",
            "parse_grid", "parse_resample", "positive", "saved_cv_unless_given",
            "saved_unless_given", "security_from"]
 
@@ -142,6 +142,20 @@ def add_cohort_args(p) -> None:
                         "regression")
 
 
+def add_column_args(p, what: str) -> None:
+    """``--label-column`` and ``--target-column``: a cohort table's own names of those columns
+    (a BIDS participants.tsv's diagnosis and age); ``what`` says what is done with them."""
+    for name, example in (("label", "diagnosis"), ("target", "age")):
+        p.add_argument(f"--{name}-column", default=None, metavar="NAME",
+                       help=f"the table's column to read as the {name}{what}, such as {example} "
+                            f"(default: {name})")
+
+
+def columns_of(args) -> dict:
+    """The ``columns`` argument of ``read_cohort`` from :func:`add_column_args`' options."""
+    return {"label": args.label_column, "target": args.target_column}
+
+
 def add_param(p, name: str, note: str = "") -> None:
     """The option of an estimator parameter, from the table: its type, default and help."""
     from fgscale._constraints import Searchable, Sizes
@@ -213,7 +227,8 @@ def add_estimator_args(p) -> None:
 def add_task_arg(p) -> None:
     p.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
                    help="classification on the store's labels, regression on its target; "
-                        "auto: classification when the store has labels")
+                        "auto: classification when the store has labels, or with --resume "
+                        "the saved run's task")
 
 
 def add_cv_args(p) -> None:

@@ -3,7 +3,7 @@
 
 A run folder holds::
 
-    config.json      the estimator's parameters, the store (path, identity), the versions
+    config.json      the estimator's parameters and task, the store (path, identity), the versions
     checkpoint.pt    model, optimiser, early-stopping and RNG state after the last epoch
                      (tensors, numbers and strings only: it loads with ``weights_only=True``)
     metrics.jsonl    one JSON line per epoch (train loss, validation loss and accuracy)
@@ -82,12 +82,21 @@ class RunFolder:
         with atomic_path(self / name) as tmp:
             tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
 
-    def start(self, params: dict, store, *, resume: bool) -> dict | None:
+    def saved_task(self, task: str, resume: bool) -> str:
+        """The task to run: ``task``, or on ``resume`` with ``"auto"`` the saved run's (the
+        estimator of a run on a store with labels and a target is that of its first command)."""
+        config = self / "config.json"
+        if resume and task == "auto" and config.exists():
+            return read_json(config, "run configuration", ("params",)).get("task", task)
+        return task
+
+    def start(self, params: dict, store, *, resume: bool, task: str | None = None) -> dict | None:
         """Check that a run may start (or resume) here, then write ``config.json``.
 
         A folder with a run in it is refused unless ``resume``, and then only with the same
-        parameters, bar :data:`RUNTIME_PARAMS`. Returns the summary of a run that already ended
-        with these parameters, bar :data:`UNSEEN_PARAMS` (nothing is written then), else None.
+        task and parameters, bar :data:`RUNTIME_PARAMS`. Returns the summary of a run that
+        already ended with these parameters, bar :data:`UNSEEN_PARAMS` (nothing is written
+        then), else None.
         """
         config, identity = self / "config.json", store.identity()
         if config.exists():
@@ -102,6 +111,9 @@ class RunFolder:
                                      "was converted again since): choose another --out")
                 raise ValueError(f"{self.path}: --resume on another store than the run's "
                                  f"({saved_run['store']}): give that store, or another --out")
+            if task is not None and saved_run.get("task", task) != task:
+                raise ValueError(f"{self.path}: --resume with another task than the saved run "
+                                 f"(saved {saved_run['task']}, given {task}; see {config})")
             saved = saved_run["params"]
             changed = _changed(params, saved)
             if changed:  # saved and given, as cv's --resume says them
@@ -112,14 +124,25 @@ class RunFolder:
             final = self / "final.json"
             if final.exists() and all(saved.get(k) == params[k] for k in params
                                       if k not in UNSEEN_PARAMS):
-                return read_json(final, "run summary")
+                summary = read_json(final, "run summary")
+                # its files where they are now: a run folder copied or moved since names the
+                # folder it was trained in
+                summary["run"] = str(self.path)
+                if summary.get("maps"):
+                    summary["maps"] = str(self / MAPS_IMAGE)
+                if summary.get("predictions"):
+                    summary["predictions"] = str(self / PREDICTIONS)
+                return summary
+            # a finished run extended (a larger --max-epochs): unfinished until it ends again,
+            # so that the same command after a kill goes on rather than finding it complete
+            final.unlink(missing_ok=True)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # said with the folder: "[Errno 13] Permission denied: 'r'" is not
             raise OSError(exc.errno, f"{self.path}: the run folder cannot be created "
                                      f"({exc.strerror or exc}): choose another --out, or make its "
                                      "parent folder writable") from None
-        self._write_json({"params": params, "store": str(store.path.resolve()),
+        self._write_json({"params": params, "task": task, "store": str(store.path.resolve()),
                           "store_id": identity,
                           "synthetic": bool(store.attrs.get("synthetic", False)),
                           "versions": versions()}, "config.json")
@@ -170,7 +193,7 @@ class RunFolder:
 
     def write_maps(self, clf, store) -> Path:
         """A map per class and maps.json (:func:`fgscale.maps.write_maps`); returns the 4D one."""
-        write_maps(self.path, clf, store.mask, store.affine)
+        write_maps(self.path, clf, store.mask, store.affine, store.space_codes)
         return self / MAPS_IMAGE
 
     def write_predictions(self, table: dict) -> Path:

@@ -18,12 +18,14 @@ from fgscale._cli_args import (
     add_bank_args,
     add_cluster_args,
     add_cohort_args,
+    add_column_args,
     add_cv_args,
     add_device_arg,
     add_estimator_args,
     add_progress_arg,
     add_task_arg,
     add_worker_kind_arg,
+    columns_of,
     given_options,
     one_line_warnings,
     parse_resample,
@@ -137,7 +139,7 @@ def _cmd_predict(args) -> int:
     from fgscale.runs import predict_run
 
     summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
-                          resample=args.resample, device=args.device,
+                          resample=args.resample, device=args.device, columns=columns_of(args),
                           progress=not args.no_progress)
     detail = (", ".join(f"{label} {n}" for label, n in summary["counts"].items()) if "counts"
               in summary else ", ".join(f"{k} {summary[k]:.4g}" for k in ("min", "mean", "max")))
@@ -161,7 +163,7 @@ def _cmd_convert(args) -> int:
     classes = args.classes.split(",") if args.classes else None
     kwargs = dict(mask=args.mask, resample=args.resample, nan=args.nan, labels=args.labels,
                   classes=classes, intersect_mask=args.intersect_mask, block_rows=args.block_rows,
-                  columns={"label": args.label_column, "target": args.target_column},
+                  columns=columns_of(args),
                   progress=not args.no_progress)
     complete = _is_complete_store(args.out)
     if complete or (args.scheduler is None and args.scheduler_file is None):
@@ -279,10 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NaN/inf inside the mask: fail (error) or set to 0 (zero)")
     p.add_argument("--classes", default=None,
                    help="allowed labels, comma-separated, in order (default: the labels sorted)")
-    for name, example in (("label", "diagnosis"), ("target", "age")):
-        p.add_argument(f"--{name}-column", default=None, metavar="NAME",
-                       help=f"the table's column to read as the {name}, such as {example} "
-                            f"(default: {name})")
+    add_column_args(p, "")
     p.add_argument("--block-rows", type=positive(int), default=None,
                    help="rows per task and per shard (default: from the row size)")
     add_cluster_args(p)
@@ -345,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", help="the Zarr store (the run's, or another with its mask)")
     add_device_arg(p)
     p.add_argument("--predictions", default=None, metavar="FILE",
-                   help="also write each test row's label, prediction and probabilities (CSV) "
+                   help="also write each test row's label, prediction and probabilities (CSV; .tsv: tabs) "
                         "(default: none)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON line")
     p.add_argument("--rows", choices=["test", "all", "train"], default="test",
@@ -361,12 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="NIfTI files or a quoted pattern (3D or 4D: a line per volume), or one "
                         "cohort table (.csv/.tsv: path[,label or target, copied][,split]), or one store")
-    p.add_argument("--out", required=True, help="the predictions to write (CSV)")
+    p.add_argument("--out", required=True, help="the predictions to write (CSV; a .tsv name: tab-separated)")
     p.add_argument("--rows", choices=["all", "train", "test"], default="all",
                    help="a store's rows or a cohort table's files, by split (default: all)")
     p.add_argument("--resample", action="store_true",
                    help="resample images on another grid to the run's mask (linear); by "
                         "default they are refused")
+    add_column_args(p, " (copied beside the predictions)")
     add_device_arg(p)
     add_progress_arg(p)
     p.set_defaults(func=_cmd_predict)

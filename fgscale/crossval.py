@@ -208,7 +208,9 @@ def _fold_line(fold: dict, name: str, saved=None) -> str:
 def summary_line(scores: dict) -> str:
     """The last line of ``fgscale cv``: the folds' mean score ± sd (a regression's: of the
     folds where R² is defined, then pooled over every fold), and where they are kept."""
-    kind = "grouped by subject" if scores["grouped"] else "shuffled (the store has no groups)"
+    kind = ("grouped by subject" if scores["grouped"] else
+            ("stratified by class, " if scores["score"] == "accuracy" else "")
+            + "shuffled (the store has no groups)")
     n, name = scores["n_folds"], scores["score"]
     if scores["mean_score"] is None:
         line = f"{n}-fold cross-validation, {kind}: {name} n/a in every fold (one row or one target value)"

@@ -7,7 +7,8 @@ A run folder gets (:func:`write_maps`)::
     maps.nii.gz           the same maps as one 4D image, a volume per class
     maps.json             the order of the volumes, the file of each class, what the values are
 
-What the values are depends on the model (:func:`output_weights`):
+Voxels outside the mask are 0 (not NaN: viewers and nilearn's thresholds read 0 as
+nothing). What the values are depends on the model (:func:`output_weights`):
 
 - logistic regression: its weights, ``coef_``: how much a class's logit rises per standard
   deviation of the voxel (the features are standardized), as nilearn's decoders report theirs;
@@ -150,7 +151,7 @@ def file_stems(names) -> list[str]:
     return stems
 
 
-def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray) -> dict:
+def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray, codes=None) -> dict:
     """Write a fitted estimator's maps into ``folder`` (see the module docstring).
 
     Each file is written under a temporary name and renamed; ``maps.json`` comes last.
@@ -163,6 +164,8 @@ def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray) -> dict:
     mask : ndarray of shape grid_shape, bool
         The features' voxels (C order), ``mask.sum() == n_features_in_``.
     affine : ndarray of shape (4, 4)
+    codes : [qform_code, sform_code], optional
+        The space of the images (:func:`fgscale.images.unmask`).
 
     Returns
     -------
@@ -176,8 +179,9 @@ def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray) -> dict:
     files = {}
     for name, stem, w in zip(names, file_stems(names), weights, strict=True):
         files[name] = f"{MAPS_DIR}/{stem}.nii.gz"
-        _save(unmask(w, mask, affine), folder / files[name], f"fgscale map {name}")
-    _save(unmask(weights, mask, affine), folder / MAPS_IMAGE, "fgscale maps, see maps.json")
+        _save(unmask(w, mask, affine, codes), folder / files[name], f"fgscale map {name}")
+    _save(unmask(weights, mask, affine, codes), folder / MAPS_IMAGE, "fgscale maps, see maps.json")
+    about["values"] += "; 0 outside the mask, where there is no feature"  # as unmask writes
     sidecar = {"format": _FORMAT, "outputs": names, "files": files, "image": MAPS_IMAGE,
                **about}
     with atomic_path(folder / MAPS_JSON) as tmp:

@@ -100,7 +100,7 @@ def _check_labels(clf, store: Store, rows: np.ndarray) -> None:
     if not store.has_labels:
         raise ValueError(f"{store.path}: no class labels to score a classifier on")
     known = set(map(str, clf.classes_))
-    unknown = sorted(set(store.classes[np.unique(store.y[rows])]) - known)
+    unknown = sorted(set(map(str, store.classes[np.unique(store.y[rows])])) - known)
     if unknown:
         raise ValueError(f"{store.path}: label(s) {unknown} the model does not know; its classes "
                          f"are {sorted(known)}")
@@ -172,7 +172,7 @@ def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
 
 
 def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
-                   progress: bool = False) -> dict:
+                   progress: bool = False, columns: dict | None = None) -> dict:
     """A prediction per volume of NIfTI files, of a cohort table's files, or per store row.
 
     Parameters
@@ -190,6 +190,9 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         Resample images on another grid to the mask's; by default they are refused.
     progress : bool, default=False
         Show a progress bar over the rows (tqdm, on stderr).
+    columns : dict, optional
+        A cohort table's columns to copy as ``label`` and ``target``, such as
+        ``{"target": "age"}``; default the columns of those names.
 
     Returns
     -------
@@ -202,6 +205,10 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         raise ValueError("no input given: NIfTI files, a cohort table or a store")
     if rows not in ROWS:
         raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
+    is_table = len(inputs) == 1 and inputs[0].suffix.lower() in TABLE_SUFFIXES
+    if any((columns or {}).values()) and not is_table:
+        raise ValueError("columns (--label-column, --target-column) name columns of a cohort "
+                         "table; give one (.csv or .tsv)")
     if len(inputs) == 1 and inputs[0].is_dir():
         if resample:  # else ignored: a store's rows are already the mask's voxels
             raise ValueError(f"{inputs[0]}: resample applies to images; a store's rows are "
@@ -214,8 +221,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
     if getattr(clf, "mask_img_", None) is None:
         raise ValueError("the model has no mask (fitted on arrays without one): it predicts "
                          "from a store or from arrays, not from images")
-    if len(inputs) == 1 and inputs[0].suffix.lower() in TABLE_SUFFIXES:
-        entries = [e for e in read_cohort(inputs[0], known=False)
+    if is_table:
+        entries = [e for e in read_cohort(inputs[0], known=False, columns=columns)
                    if rows == "all" or (e["split"] == "test") == (rows == "test")]
         if not entries:
             raise ValueError(f"{inputs[0]}: no file with split {rows!r}")
@@ -331,13 +338,15 @@ def format_report(report: dict) -> str:
 
 
 def write_table(table: dict, path) -> Path:
-    """Write a table (dict of equal-length columns) as CSV, under a temporary name then
-    renamed; floats keep every digit."""
+    """Write a table (dict of equal-length columns) as CSV, tab-separated for a ``.tsv`` name
+    (as BIDS tables are), under a temporary name then renamed; floats keep every digit."""
     path = Path(path)
     names = list(table)
     columns = [np.asarray(table[n]).tolist() for n in names]
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")  # not csv's \r\n: grep, cut, awk
+        # not csv's \r\n: grep, cut, awk
+        writer = csv.writer(f, delimiter=delimiter, lineterminator="\n")
         writer.writerow(names)
         writer.writerows(zip(*columns, strict=True))
     return path

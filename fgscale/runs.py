@@ -46,7 +46,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     task : {"auto", "classification", "regression"}, default="auto"
         :class:`FeatureGroupingClassifier` on the store's labels or
         :class:`~fgscale.estimators.FeatureGroupingRegressor` on its target
-        (:func:`make_estimator`).
+        (:func:`make_estimator`); on ``resume``, "auto" is the saved run's task.
 
     Returns
     -------
@@ -61,11 +61,12 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     """
     folder = RunFolder(out)
     store = open_store(store_path)
-    clf = make_estimator(store, params, task)
+    clf = make_estimator(store, params, folder.saved_task(task, resume))
     clf._check_params(warn_level=3)  # a bad parameter (or a GPU this machine lacks) stops before any write
     params = params_to_json(clf.get_params())  # every parameter, as saved
     fresh = not (folder / "config.json").exists()
-    done = folder.start(params, store, resume=resume)
+    task = "classification" if isinstance(clf, FeatureGroupingClassifier) else "regression"
+    done = folder.start(params, store, resume=resume, task=task)
     if done is not None:
         log.info("%s: already complete with these parameters, nothing to do", folder.path)
         return {**done, "already_complete": True}
@@ -212,7 +213,8 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
 
 
 def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = False,
-                device: str | None = None, progress: bool = False) -> dict:
+                device: str | None = None, progress: bool = False,
+                columns: dict | None = None) -> dict:
     """Predict NIfTI files, a cohort table's files or a store's rows with a trained run, into
     a CSV; reads only the run folder and the inputs (no cluster).
 
@@ -232,6 +234,9 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         As :func:`load_run`.
     progress : bool, default=False
         Show a progress bar over the rows (tqdm, on stderr).
+    columns : dict, optional
+        A cohort table's columns to copy as ``label`` and ``target``, such as
+        ``{"target": "age"}`` (:func:`fgscale.images.read_cohort`).
 
     Returns
     -------
@@ -241,7 +246,8 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
     """
     clf = load_run(run_dir, device=device)
     check_writable(out, "; choose another --out; nothing predicted")
-    table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress)
+    table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress,
+                           columns=columns)
     summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])
     summary["n"] = len(predicted)
     if not isinstance(clf, FeatureGroupingClassifier):

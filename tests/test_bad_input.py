@@ -629,3 +629,12 @@ def test_fuzz_nifti_files_load_or_give_a_value_error(tmp_path, shape, dtype, aff
             read(path)
         except (ValueError, FileNotFoundError) as exc:
             assert str(exc)
+
+
+def test_a_npy_of_another_shape_is_refused_naming_it_and_the_store(store, tmp_path, capsys):
+    """A weight array saved from another model (other voxels), or with an extra axis."""
+    np.save(tmp_path / "w.npy", np.ones((3, P - 1), np.float32))
+    refused(["export", store, "--out", tmp_path / "o.nii.gz", "--npy", tmp_path / "w.npy"],
+            capsys, rf"w\.npy: an array of shape \(3, {P - 1}\); expected \({P},\) or \(n, {P}\), "
+                    rf"a value per voxel of the mask of .*s\.zarr \({P} voxels\)$")
+    assert not (tmp_path / "o.nii.gz").exists()

@@ -304,3 +304,16 @@ def test_cli_out_and_resume_with_the_saved_parameters(full_run, grouped_store, c
     with pytest.raises(ValueError, match="resume=True continues the cross-validation saved in "
                                          "out: give out"):
         cross_validate(grouped_store.path, params=QUICK, resume=True)
+
+
+@pytest.mark.parametrize("task, kind", [
+    ("classification", "stratified by class, shuffled (the store has no groups)"),
+    ("regression", "shuffled (the store has no groups)")])
+def test_the_summary_says_how_folds_without_groups_were_drawn(task, kind):
+    """Without groups a classification's folds are stratified (StratifiedKFold), which a
+    methods section must say; a regression's are shuffled (KFold)."""
+    from fgscale.crossval import summary_line
+
+    scores = {"n_folds": 3, "score": "accuracy" if task == "classification" else "r2",
+              "mean_score": 0.5, "std_score": 0.1, "grouped": False}
+    assert summary_line(scores).startswith(f"3-fold cross-validation, {kind}: ")

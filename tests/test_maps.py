@@ -94,6 +94,9 @@ def test_run_maps_are_a_3d_image_per_class(tiny_runs, name):
                                 "Face": "maps/Face_2.nii.gz", "chair b": "maps/chair_b.nii.gz"}
     assert sidecar["method"] == {"logreg": "weights", "mlp": "product of weight matrices"}[name]
     assert "standardized features" in sidecar["values"]
+    # what a voxel outside the mask holds is said, as it is in the files: 0, not NaN
+    assert sidecar["values"].endswith("; 0 outside the mask, where there is no feature")
+    assert not np.asarray(nib.load(run / sidecar["image"]).dataobj)[~store.mask].any()
     clf = load_run(run)
     expected = np.asarray(unmask(linearized_weights(clf.model_), store.mask,
                                  store.affine).dataobj)
@@ -159,3 +162,40 @@ def test_a_damaged_maps_sidecar_or_one_naming_files_outside_the_run_is_refused(t
             read_maps(run)
     (run / "maps.json").write_text(json.dumps(good))
     assert read_maps(run)[1][name] == run / good["files"][name]
+
+
+def test_maps_keep_the_images_space_codes(tiny_cohort, tmp_path):
+    """Images in MNI space (sform and qform codes 4, as fMRIPrep writes them) give maps, a mask
+    and exports in MNI space too, not nibabel's default 'aligned' (2): AFNI puts a map of
+    another space code in another view than its template."""
+    from helpers import cohort_rows
+
+    from fgscale.cli import main
+
+    rows = cohort_rows(tiny_cohort)
+    folder = tmp_path / "mni"
+    folder.mkdir()
+    for r in rows:
+        img = nib.load(tiny_cohort.parent / r["path"])
+        out = nib.Nifti1Image(np.asarray(img.dataobj), img.affine)
+        out.set_sform(img.affine, code=4)
+        out.set_qform(img.affine, code=4)
+        out.to_filename(folder / r["path"])
+    shutil.copy(tiny_cohort, folder / "cohort.csv")
+    store, run = tmp_path / "mni.zarr", tmp_path / "run"
+    fast = ["--n-workers", "1", "--no-progress"]
+    assert main(["convert", str(folder / "cohort.csv"), "--out", str(store), *fast]) == 0
+    assert main(["train", str(store), "--out", str(run), "--n-groupings", "2", "--n-bootstrap",
+                 "5", "--n-clusters", "0.2", "--max-epochs", "2", "--batch-size", "8", *fast]) == 0
+    p = int(np.asarray(nib.load(run / "mask.nii.gz").dataobj).sum())
+    np.save(tmp_path / "w.npy", np.ones(p, np.float32))
+    assert main(["export", str(store), "--npy", str(tmp_path / "w.npy"), "--out",
+                 str(tmp_path / "w.nii.gz")]) == 0
+    _, paths = read_maps(run)
+    written = [run / "mask.nii.gz", run / "maps.nii.gz", *paths.values(), tmp_path / "w.nii.gz"]
+    images = [nib.load(path) for path in written]
+    images += list(load_run(run).coef_img_.values())
+    reference = nib.load(folder / rows[0]["path"])
+    for path, img in zip([*written, *["coef_img_"] * 3], images, strict=True):
+        assert (int(img.header["sform_code"]), int(img.header["qform_code"])) == (4, 4), path
+        np.testing.assert_allclose(img.affine, reference.affine, atol=1e-5, err_msg=str(path))

@@ -230,3 +230,107 @@ def test_a_table_with_labels_and_a_target_says_both(tiny_cohort, tmp_path, capsy
         f"{tiny_cohort.parent / r['path']},{r['label']},{i}\n" for i, r in enumerate(rows)))
     assert main(["convert", str(table), "--out", str(tmp_path / "both.zarr"), "--no-progress"]) == 0
     assert "voxels, 3 classes and a target (train --task regression), " in capsys.readouterr().out
+
+
+def test_a_regression_run_with_a_validation_split_can_be_extended(regression_cohort, tmp_path,
+                                                                   capsys):
+    """Its checkpoint loads with weights_only=True (the validation R² is saved as a float, not
+    a numpy scalar), so --resume with a larger --max-epochs trains on from it."""
+    import torch
+
+    store, run, whole = tmp_path / "ages.zarr", tmp_path / "run", tmp_path / "whole"
+    assert main(["convert", str(regression_cohort), "--out", str(store), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    one = ["--n-clusters", "0.1", "--patience", "50"]  # one candidate: a checkpoint.pt
+    at = TRAIN.index("--max-epochs") + 1
+    args = [*TRAIN[:at], "2", *TRAIN[at + 1:]]  # --max-epochs 2, then TRAIN's 4
+    assert main(["train", str(store), "--out", str(run), *one, *args]) == 0
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert all(type(h["val_r2"]) is float for h in state["history"])
+    capsys.readouterr()
+    assert main(["train", str(store), "--out", str(run), "--resume", *one, *TRAIN]) == 0, \
+        capsys.readouterr().err
+    assert main(["train", str(store), "--out", str(whole), *one, *TRAIN]) == 0
+    finals = [json.loads((r / "final.json").read_text()) for r in (run, whole)]
+    assert finals[0]["epochs"] == finals[1]["epochs"] == 4
+    assert finals[0]["test"] == pytest.approx(finals[1]["test"])
+
+
+def test_resume_keeps_the_runs_task_on_a_store_with_labels_and_a_target(tiny_cohort, tmp_path,
+                                                                         capsys):
+    """--task not given again on --resume is the saved run's, as every other option: a
+    regression run is not resumed as a classifier (a traceback of shapes it used to be)."""
+    rows = cohort_rows(tiny_cohort)
+    table, store, run = tmp_path / "both.csv", tmp_path / "both.zarr", tmp_path / "run"
+    table.write_text("path,label,group,split,target\n" + "".join(
+        f"{tiny_cohort.parent / r['path']},{r['label']},{r['group']},{r['split']},{i}\n"
+        for i, r in enumerate(rows)))
+    assert main(["convert", str(table), "--out", str(store), "--no-progress"]) == 0
+    at = TRAIN.index("--max-epochs") + 1
+    two = [*TRAIN[:at], "2", *TRAIN[at + 1:], "--n-clusters", "0.1"]
+    assert main(["train", str(store), "--out", str(run), "--task", "regression", *two]) == 0
+    assert json.loads((run / "config.json").read_text())["task"] == "regression"
+    capsys.readouterr()
+    assert main(["train", str(store), "--out", str(run), "--resume", "--max-epochs", "4",
+                 "--no-progress"]) == 0, capsys.readouterr().err
+    assert "test R² " in capsys.readouterr().out
+    assert type(load_run(run)).__name__ == "FeatureGroupingRegressor"
+    assert json.loads((run / "final.json").read_text())["epochs"] == 4
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "or with --resume the saved run's task" in " ".join(capsys.readouterr().out.split())
+    # another task given is refused, named
+    assert main(["train", str(store), "--out", str(run), "--resume", "--max-epochs", "6",
+                 "--task", "classification", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume with another task than the saved run (saved regression, given " \
+           "classification" in err and "Traceback" not in err
+
+
+def test_predict_reads_a_tables_own_column_names(regression_cohort, tmp_path, capsys):
+    """The participants.tsv a store was converted from with --target-column age gives its ages
+    to predict's CSV too (--target-column, --label-column), beside each prediction."""
+    store, run = tmp_path / "ages.zarr", tmp_path / "run"
+    assert main(["convert", str(regression_cohort), "--out", str(store), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert main(["train", str(store), "--out", str(run), *TRAIN]) == 0
+    rows = [r for r in _read(regression_cohort) if r["split"] == "test"]
+    table = tmp_path / "participants.tsv"
+    table.write_text("path\tage\tdiagnosis\n" + "".join(
+        f"{r['path']}\t{r['target']}\t{'ad' if i % 2 else 'hc'}\n" for i, r in enumerate(rows)))
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(run), str(table), "--out", str(out), "--target-column", "age",
+                 "--label-column", "diagnosis", "--no-progress"]) == 0
+    lines = _read(out)
+    assert list(lines[0]) == ["path", "label", "target", "prediction"]
+    assert [float(r["target"]) for r in lines] == [float(r["target"]) for r in rows]
+    assert [r["label"] for r in lines] == ["ad" if i % 2 else "hc" for i in range(len(rows))]
+    # a column the table lacks is named; the option with NIfTI files is refused
+    refused = [(["--target-column", "Age"], "no column 'Age' to read as the target"),
+               (["--target-column", "age", rows[0]["path"]], "name columns of a cohort table")]
+    for extra, message in refused:
+        inputs = [extra.pop()] if len(extra) == 3 else [str(table)]
+        capsys.readouterr()
+        assert main(["predict", str(run), *inputs, "--out", str(tmp_path / "q.csv"), *extra,
+                     "--no-progress"]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "q.csv").exists()
+
+
+def test_predictions_named_tsv_are_tab_separated(regression_cohort, tmp_path):
+    """--out x.tsv (predict) and --predictions x.tsv (evaluate) write what the name says, as a
+    BIDS-minded user reads it back (pandas.read_csv(sep="\\t")); a .csv stays comma-separated."""
+    store, run = tmp_path / "ages.zarr", tmp_path / "run"
+    assert main(["convert", str(regression_cohort), "--out", str(store), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert main(["train", str(store), "--out", str(run), *TRAIN]) == 0
+    tsv, csv_ = tmp_path / "p.tsv", tmp_path / "p.csv"
+    for out in (tsv, csv_):
+        assert main(["predict", str(run), str(regression_cohort), "--out", str(out),
+                     "--no-progress"]) == 0
+    assert tsv.read_text() == csv_.read_text().replace(",", "\t")
+    assert tsv.read_text().splitlines()[0] == "path\ttarget\tprediction"
+    evaluated = tmp_path / "e.tsv"
+    assert main(["evaluate", str(run), str(store), "--n-workers", "1", "--predictions",
+                 str(evaluated), "--no-progress"]) == 0
+    assert evaluated.read_text().splitlines()[0] == "row\tpath\tvolume\ttarget\tprediction"

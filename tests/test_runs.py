@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
-from helpers import TOLERANCE, assert_weight_map
+from helpers import TOLERANCE, assert_weight_map, synthetic_store
 from sklearn import metrics
 
 from fgscale.cli import main
@@ -166,6 +167,43 @@ def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path)
     assert_same_model(run, tmp_path / "whole", rtol=1e-6, atol=1e-7)
 
 
+def test_an_extension_killed_mid_way_resumes_rather_than_passing_for_finished(tiny_store, client,
+                                                                            tmp_path):
+    """A finished run extended by a larger --max-epochs and killed: the same command goes on
+    from the last epoch, not "already complete" with the first run's summary and model."""
+    run, whole, epochs = tmp_path / "run", tmp_path / "whole", 40
+    train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
+    cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out", str(run),
+           "--resume", "--max-epochs", str(epochs), "--n-workers", "1", *ARGS]
+    _kill_once_written(cmd, run / "metrics.jsonl", 5)
+    assert 5 <= len((run / "metrics.jsonl").read_text().splitlines()) < epochs, "not killed mid-way"
+    assert not (run / "final.json").exists()  # the extension has not finished
+
+    params = dict(PARAMS, max_epochs=epochs)
+    summary = train_run(tiny_store.path, run, params=params, resume=True, client=client)
+    assert not summary.get("already_complete") and summary["epochs"] == epochs
+    train_run(tiny_store.path, whole, params=params, client=client)
+    assert_same_model(run, whole, rtol=1e-6, atol=1e-7)
+
+
+def test_a_copied_finished_run_names_its_own_folder(tiny_store, client, tmp_path, capsys):
+    """--resume on a copy of a finished run says where the copy's files are, not the folder
+    it was copied from (which may be gone, or someone else's)."""
+    run, copy = tmp_path / "run", tmp_path / "copy"
+    train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
+    shutil.copytree(run, copy)
+    shutil.rmtree(run)
+    summary = train_run(tiny_store.path, copy, params=dict(PARAMS, max_epochs=2), resume=True,
+                        client=client)
+    assert summary["already_complete"] and summary["run"] == str(copy)
+    assert summary["maps"] == str(copy / "maps.nii.gz")
+    assert summary["predictions"] == str(copy / "test_predictions.csv")
+    assert main(["train", str(tiny_store.path), "--out", str(copy), "--resume", "--no-progress",
+                 "--n-workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"run folder: {copy} (maps: {copy / 'maps.nii.gz'}," in out and str(run) + " " not in out
+
+
 def test_an_early_stopped_run_is_not_restarted_by_a_larger_max_epochs(tiny_store, client, tmp_path):
     run = tmp_path / "run"
     params = dict(PARAMS, model="mlp", hidden_layer_sizes=(8,), early_stopping=True, patience=1,
@@ -302,3 +340,16 @@ def test_planted_pickles_are_never_run(tiny_store, client, tmp_path):
         train_run(tiny_store.path, run, params=dict(params, max_epochs=4), resume=True,
                   client=client)
     assert not marker.exists()
+
+
+def test_labels_the_model_does_not_know_are_named_as_written(tiny_runs, tmp_path):
+    """A store of the run's voxels whose labels include a new one: the message lists the
+    labels as the cohort table wrote them, not numpy's reprs (np.str_('sofa'))."""
+    split = np.where(np.arange(40) % 5 == 0, "test", "train")
+    other = synthetic_store(tmp_path / "other.zarr", 40, 4, n_subjects=5, seed=0, split=split,
+                            classes=["face", "house/home", "Face", "sofa"], block_rows=8)
+    with pytest.raises(ValueError) as info:
+        evaluate_run(tiny_runs["logreg"], other.path, rows="all")
+    assert str(info.value) == (
+        f"{other.path}: label(s) ['sofa'] the model does not know; its classes are "
+        "['Face', 'chair b', 'face', 'house/home']")

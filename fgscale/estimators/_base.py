@@ -387,14 +387,15 @@ class FeatureGroupingBase(BaseEstimator):
         """``coef_`` as 3D images on ``mask_img_``'s grid, one per row of ``coef_`` (a
         regressor's one vector: one image): logistic models fitted on images, a store, or
         with ``mask=`` an image."""
-        from fgscale.images._nifti import unmask
+        from fgscale.images._nifti import space_codes, unmask
 
         check_is_fitted(self)
         if self.model != "logreg" or getattr(self, "mask_img_", None) is None:
             raise AttributeError("coef_img_ needs model='logreg' and a fit on images, a store, "
                                  "or with mask= an image")
         mask = np.asarray(self.mask_img_.dataobj) != 0
-        return [unmask(w, mask, self.mask_img_.affine) for w in np.atleast_2d(self.coef_)]
+        codes = space_codes(self.mask_img_)  # the images' space (MNI...), as the mask's
+        return [unmask(w, mask, self.mask_img_.affine, codes) for w in np.atleast_2d(self.coef_)]
 
     def _standardized_blocks(self, X: np.ndarray, block: int = 4096):
         for i in range(0, len(X), block):

@@ -41,6 +41,7 @@ from sklearn.utils.validation import check_is_fitted
 from fgscale._files import atomic_path
 from fgscale._params import PARAMS, params_to_json, validate_params
 from fgscale.images._masking import as_mask_image
+from fgscale.images._nifti import space_codes, with_space_codes
 from fgscale.training._models import build_model
 
 __all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model"]
@@ -178,7 +179,8 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
     mask = _mask_to_save(estimator, mask_img, bool(mask_arrays))
     if mask is not None:
         data = np.asarray(mask.dataobj)
-        mask = nib.Nifti1Image((np.isfinite(data) & (data != 0)).astype(np.uint8), mask.affine)
+        mask = with_space_codes(nib.Nifti1Image((np.isfinite(data) & (data != 0)).astype(
+            np.uint8), mask.affine), space_codes(mask))
         if int(mask.get_fdata().sum()) != estimator.n_features_in_:
             raise ValueError(f"the mask has {int(mask.get_fdata().sum())} voxels, the "
                              f"estimator {estimator.n_features_in_} features")
@@ -270,7 +272,8 @@ def _read_mask(path: Path, n_features: int) -> nib.Nifti1Image:
     if data.ndim != 3 or int((data != 0).sum()) != n_features:
         raise ValueError(f"{path}: expected a 3D mask of {n_features} voxels, got shape "
                          f"{data.shape} with {int((data != 0).sum())}")
-    return nib.Nifti1Image((data != 0).astype(np.uint8), img.affine)
+    return with_space_codes(nib.Nifti1Image((data != 0).astype(np.uint8), img.affine),
+                            space_codes(img))
 
 
 def _params(doc: dict, mask_img, path: Path, arrays: dict) -> dict:

@@ -61,6 +61,7 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
     if values is not None:
         if bank is not None:
             raise ValueError("bank goes with grouping or omega, not with values")
+        source = values
         if isinstance(values, (str, Path)):
             if not Path(values).is_file():
                 raise FileNotFoundError(f"{values}: no such .npy file")
@@ -74,12 +75,18 @@ def export_map(store, out, *, values=None, grouping: int | None = None, omega: b
             except (ValueError, OSError, EOFError) as exc:
                 reason = "an array of objects, never unpickled" if "pickle" in str(exc) else exc
                 raise ValueError(f"{values}: not a .npy array of numbers ({reason})") from None
+        # said with the file and the store
+        name = source if isinstance(source, (str, Path)) else "values"
         if not (np.issubdtype(np.asarray(values).dtype, np.number)
                 or np.asarray(values).dtype == bool):
-            raise ValueError(f"values: expected numbers, got dtype {np.asarray(values).dtype}")
+            raise ValueError(f"{name}: expected numbers, got dtype {np.asarray(values).dtype}")
+        shape, p = np.shape(values), store.n_features
+        if len(shape) not in (1, 2) or shape[-1] != p:
+            raise ValueError(f"{name}: an array of shape {shape}; expected ({p},) or (n, {p}), "
+                             f"a value per voxel of the mask of {store.path} ({p} voxels)")
     else:
         values = _bank_values(store, bank, grouping)
-    img = unmask(values, store.mask, store.affine)
+    img = unmask(values, store.mask, store.affine, store.space_codes)
     with atomic_path(out) as tmp:  # a run killed while writing leaves no half-written image
         nib.save(img, tmp)
     log.info("wrote %s, shape %s", out, img.shape)

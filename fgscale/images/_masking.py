@@ -23,6 +23,8 @@ from fgscale.images._nifti import (
     read_header,
     read_image,
     same_grid,
+    space_codes,
+    with_space_codes,
 )
 
 __all__ = ["as_mask_image", "bool_mask_array", "compute_mask", "image_list", "is_images", "mask_images"]
@@ -255,6 +257,7 @@ def as_mask_image(mask, affine=None) -> nib.Nifti1Image:
             raise ValueError(f"a mask array must be 3D, got shape {mask.shape}")
         return nib.Nifti1Image(bool_mask_array(mask).astype(np.uint8),
                                np.eye(4) if affine is None else np.asarray(affine, float))
-    mask, affine = load_mask(mask)
-    return nib.Nifti1Image(mask.astype(np.uint8), affine)
+    source = load_img(mask)  # its header's space (MNI...) goes with it
+    mask, affine = load_mask(source)
+    return with_space_codes(nib.Nifti1Image(mask.astype(np.uint8), affine), space_codes(source))
 

@@ -302,7 +302,25 @@ def load_mask(img) -> tuple[np.ndarray, np.ndarray]:
     return mask, img.affine
 
 
-def unmask(values, mask, affine) -> nib.Nifti1Image:
+def space_codes(img) -> list[int]:
+    """``[qform_code, sform_code]`` of an image's header: the space its affine maps to (1
+    scanner, 2 aligned, 3 Talairach, 4 MNI; 0 unknown)."""
+    return [int(img.header["qform_code"]), int(img.header["sform_code"])]
+
+
+def with_space_codes(img: nib.Nifti1Image, codes) -> nib.Nifti1Image:
+    """``img`` with the :func:`space_codes` of the images it was made from, so that a viewer
+    puts it in their space (AFNI: the view of an MNI template); codes of 0 (or None) leave
+    nibabel's default (sform 'aligned')."""
+    qform, sform = codes if codes is not None else (0, 0)
+    if sform:
+        img.set_sform(img.affine, code=int(sform))
+    if qform:
+        img.set_qform(img.affine, code=int(qform))
+    return img
+
+
+def unmask(values, mask, affine, codes=None) -> nib.Nifti1Image:
     """Put per-voxel values back on the grid, zeros outside the mask.
 
     Parameters
@@ -311,6 +329,8 @@ def unmask(values, mask, affine) -> nib.Nifti1Image:
         ``n_features == mask.sum()``, in C-order mask order.
     mask : ndarray of shape grid_shape, bool
     affine : ndarray of shape (4, 4)
+    codes : [qform_code, sform_code], optional
+        The space of the images the mask came from (:func:`with_space_codes`).
 
     Returns
     -------
@@ -331,7 +351,7 @@ def unmask(values, mask, affine) -> nib.Nifti1Image:
     else:
         out = np.zeros((*mask.shape, values.shape[0]), dtype)
         out[mask] = values.T
-    return nib.Nifti1Image(out, np.asarray(affine, dtype=np.float64))
+    return with_space_codes(nib.Nifti1Image(out, np.asarray(affine, dtype=np.float64)), codes)
 
 
 GRID_ATOL = 1e-4  # mm: affines equal up to what a header's float32 fields keep

@@ -53,6 +53,7 @@ from fgscale.images._nifti import (
     read_array,
     read_image,
     same_grid,
+    space_codes,
 )
 from fgscale.store._layout import (
     block_range,
@@ -322,7 +323,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                 attrs={"synthetic": synthetic, "params": {
                     "fingerprint": fingerprint, "cohort": str(cohort), "mask": _describe(mask),
                     "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
-                    "n_files": len(entries)}})
+                    "n_files": len(entries)},
+                    "space_codes": space_codes(load_img(headers[0].path))})  # of its first image
         n_rows, step = len(rows), g.attrs["block_rows"]
         done = g["done"][:]
         todo = np.flatnonzero(done == 0)

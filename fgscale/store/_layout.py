@@ -23,7 +23,9 @@ a target, including those written before it existed (:attr:`fgscale.store.Store.
 None then), hence no new format version.
 
 Group attributes: ``fgscale_format_version``, ``complete`` (set last), ``grid_shape``,
-``block_rows``, ``synthetic``, ``params`` (conversion parameters) and ``summary``.
+``block_rows``, ``synthetic``, ``params`` (conversion parameters), ``summary`` and
+``space_codes`` (the images' qform and sform codes; absent in stores of arrays or of older
+versions, read as nibabel's defaults, hence no new format version).
 
 Why this layout of ``X``: training reads random minibatches of whole rows, so every row is its
 own chunk of shape (1, p), rows are packed into shards of shape (block_rows, p) (one file per

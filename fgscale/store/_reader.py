@@ -198,9 +198,18 @@ class Store:
                 digest.update(np.ascontiguousarray(array).tobytes())
         return digest.hexdigest()
 
+    @property
+    def space_codes(self) -> list[int] | None:
+        """``[qform_code, sform_code]`` of the converted images (MNI: 4), or None (a store
+        written from arrays, or by an older fgscale)."""
+        return self.attrs.get("space_codes")
+
     def mask_img(self) -> nib.Nifti1Image:
-        """The mask as a uint8 NIfTI image on the store's grid."""
-        return nib.Nifti1Image(self.mask.astype(np.uint8), self.affine)
+        """The mask as a uint8 NIfTI image on the store's grid, in the images' space."""
+        from fgscale.images._nifti import with_space_codes
+
+        return with_space_codes(nib.Nifti1Image(self.mask.astype(np.uint8), self.affine),
+                                self.space_codes)
 
 
 def holds_images(folder) -> bool:

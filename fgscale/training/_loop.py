@@ -222,7 +222,9 @@ def evaluate(model: nn.Module, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
         loss += float(batch_loss(out, y_t, regression, reduction="sum"))
         if regression:
             y64 = np.asarray(y, np.float64)
-            sum_y, sum_y2 = sum_y + y64.sum(), sum_y2 + float(y64 @ y64)
+            # Python floats: a numpy scalar in the history would make the checkpoint one that
+            # torch.load(weights_only=True) refuses, and the run impossible to resume
+            sum_y, sum_y2 = sum_y + float(y64.sum()), sum_y2 + float(y64 @ y64)
         else:
             correct += int((out.argmax(1) == y_t.long()).sum())
         count += len(y)
