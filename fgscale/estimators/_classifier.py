@@ -47,7 +47,9 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         ``stop_on="accuracy"``); ``pandas.DataFrame(cv_results_)`` tabulates them. Unlike
         scikit-learn's search objects' dict of arrays, there is no test score to report.
     mean_, scale_ : ndarray of shape (n_features,) or None
-        The standardization, ``(x - mean_) * scale_`` (None with ``standardize=False``).
+        The standardization, ``(x - mean_) * scale_`` (None with ``standardize=False``):
+        ``scale_`` is the reciprocal of each feature's standard deviation (1 for a constant
+        one), a factor where scikit-learn's ``StandardScaler.scale_`` is a divisor.
     bank_ : ndarray of shape (n_groupings, n_features), int32, or None
     batch_size_ : int
         The minibatch size, ``batch_size`` or the one "auto" chose. An epoch's last minibatch

@@ -39,9 +39,12 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         As :class:`FeatureGroupingClassifier`'s; with ``stop_on="accuracy"``, ``val_error`` is 1
         minus the validation R².
     mean_, scale_ : ndarray of shape (n_features,) or None
-        The standardization of the features, ``(x - mean_) * scale_``.
+        The standardization of the features, ``(x - mean_) * scale_``: ``scale_`` is the
+        reciprocal of each feature's standard deviation, a factor where scikit-learn's
+        ``StandardScaler.scale_`` is a divisor.
     y_mean_, y_scale_ : float
-        The standardization of the target.
+        The standardization of the target, ``(y - y_mean_) / y_scale_``: ``y_scale_`` is the
+        target's standard deviation (1 for a constant target).
     bank_ : ndarray of shape (n_groupings, n_features), int32, or None
     batch_size_ : int
         As :class:`FeatureGroupingClassifier`'s.
