@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import math
-import os
 import sys
 import time
 import warnings
@@ -26,6 +24,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fgscale._cores import _cgroup_cpu_quota, check_count, cpu_count  # noqa: F401 (public here)
 from fgscale._progress import tqdm
 
 if TYPE_CHECKING:
@@ -72,43 +71,6 @@ def dashboard_link(client: Client) -> str | None:
         if host in ("127.0.0.1", "::1"):
             return f"http://{'[::1]' if host == '::1' else host}:{port}/status"
     return link
-
-
-def cpu_count() -> int:
-    """The cores this process may use, read now: the machine's, narrowed by its CPU affinity
-    (taskset, a SLURM allocation) and by a cgroup CPU quota (a container's limit, rounded up),
-    as Dask counts them, without importing dask (a small conversion never does)."""
-    try:
-        count = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        count = os.cpu_count() or 1
-    quota = _cgroup_cpu_quota()
-    if quota is not None:
-        count = min(count, math.ceil(quota))
-    return max(1, count)
-
-
-def _cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
-    """CPUs the cgroup's quota allows (cgroup v2 ``cpu.max``, else v1 CFS), None if unlimited."""
-    try:
-        quota, period = Path(root, "cpu.max").read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    for folder in ("cpu,cpuacct", "cpu"):
-        try:
-            quota = int(Path(root, folder, "cpu.cfs_quota_us").read_text())
-            period = int(Path(root, folder, "cpu.cfs_period_us").read_text())
-        except (OSError, ValueError):
-            continue
-        return quota / period if quota > 0 and period > 0 else None
-    return None
-
-
-def check_count(name: str, value) -> None:
-    """Raise ValueError unless ``value`` is a positive integer (a worker or thread count)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def active_client() -> Client | None:
@@ -266,6 +228,23 @@ async def _probe(address: str, timeout: float, security=None) -> None:
     await comm.close()
 
 
+def _scheduler_file_address(path: Path) -> str:
+    """The address a scheduler file holds (``dask scheduler --scheduler-file`` writes it)."""
+    import json
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such scheduler file (written by "
+                                "'dask scheduler --scheduler-file FILE')")
+    try:
+        address = json.loads(path.read_text()).get("address")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        address = None
+    if not isinstance(address, str) or "://" not in address:
+        raise ValueError(f"{path}: not a Dask scheduler file (JSON with the scheduler's "
+                         "\"address\", as 'dask scheduler --scheduler-file FILE' writes)")
+    return address
+
+
 @contextmanager
 def connect(scheduler: str | None = None, scheduler_file: str | Path | None = None, *,
             timeout: float = 10.0, security=None) -> Iterator[Client]:
@@ -284,32 +263,27 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
     ValueError
         If both or neither are given.
     FileNotFoundError
-        If ``scheduler_file`` does not exist.
+        If ``scheduler_file`` does not exist (ValueError: it holds no scheduler's address).
     ConnectionError
         If no Dask scheduler answers at the address within ``timeout``.
     """
     if (scheduler is None) == (scheduler_file is None):
         raise ValueError("give one of scheduler and scheduler_file")
+    target = scheduler
     if scheduler_file is not None:
-        scheduler_file = Path(scheduler_file)
-        if not scheduler_file.is_file():
-            raise FileNotFoundError(f"{scheduler_file}: no such scheduler file (written by "
-                                    "'dask scheduler --scheduler-file FILE')")
-    target = scheduler if scheduler is not None else scheduler_file
-    if str(scheduler or "").startswith("tls://") and security is None:
-        raise ValueError(f"{scheduler} is a TLS scheduler: give its CA and this client's "
+        scheduler = _scheduler_file_address(Path(scheduler_file))
+        target = f"{scheduler} (from {scheduler_file})"
+    if scheduler.startswith("tls://") and security is None:
+        raise ValueError(f"{target} is a TLS scheduler: give its CA and this client's "
                          "certificate and key (--tls-ca-file, --tls-cert, --tls-key)")
     from distributed import Client
 
     try:
-        if scheduler is not None:
-            # the comm handshake alone first: a port where something else listens fails it
-            # (with a MemoryError: its bytes read as a frame length) without leaving a
-            # half-built Client whose clean-up would time out and print
-            asyncio.run(_probe(scheduler, timeout, security))
-        joined = Client(scheduler, scheduler_file=None if scheduler_file is None
-                        else str(scheduler_file), set_as_default=False, timeout=timeout,
-                        security=security)
+        # the comm handshake alone first: a port where something else listens fails it
+        # (with a MemoryError: its bytes read as a frame length) without leaving a
+        # half-built Client whose clean-up would time out and print
+        asyncio.run(_probe(scheduler, timeout, security))
+        joined = Client(scheduler, set_as_default=False, timeout=timeout, security=security)
     except (OSError, TimeoutError, ValueError, MemoryError) as exc:
         reason = ("its answer is not Dask's protocol" if isinstance(exc, MemoryError)
                   else (str(exc).splitlines() or [""])[0][:200])
