@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ThreadTasks", "active_client", "check_count", "connect", "cpu_count", "dashboard_link",
-           "deferred_cluster", "get_client", "run_tasks"]
+__all__ = ["SchedulerLost", "ThreadTasks", "active_client", "check_count", "connect", "cpu_count",
+           "dashboard_link", "deferred_cluster", "get_client", "run_tasks"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
@@ -228,6 +228,10 @@ async def _probe(address: str, timeout: float, security=None) -> None:
     await comm.close()
 
 
+class SchedulerLost(ConnectionError):
+    """The scheduler joined by :func:`connect` stopped answering while a command used it."""
+
+
 def _scheduler_file_address(path: Path) -> str:
     """The address a scheduler file holds (``dask scheduler --scheduler-file`` writes it)."""
     import json
@@ -265,7 +269,8 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
     FileNotFoundError
         If ``scheduler_file`` does not exist (ValueError: it holds no scheduler's address).
     ConnectionError
-        If no Dask scheduler answers at the address within ``timeout``.
+        If no Dask scheduler answers at the address within ``timeout``;
+        :class:`SchedulerLost` if it stops answering while the caller works with it.
     """
     if (scheduler is None) == (scheduler_file is None):
         raise ValueError("give one of scheduler and scheduler_file")
@@ -292,7 +297,17 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
                               "this its address?") from None
     with joined:
         _log_dashboard(joined, f"joined the Dask cluster at {target}")
-        yield joined
+        try:
+            yield joined
+        except Exception as exc:
+            # a scheduler gone mid-job surfaces as whatever the client was doing (a task
+            # cancelled, a gather's stream closed): ask the scheduler, and say so in one line
+            try:
+                asyncio.run(_probe(scheduler, min(timeout, 5.0), security))
+            except (OSError, TimeoutError, ValueError, MemoryError):
+                raise SchedulerLost(f"lost the Dask scheduler at {target} while working "
+                                    f"({type(exc).__name__})") from None
+            raise
 
 
 class ThreadTasks:
