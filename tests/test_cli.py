@@ -362,3 +362,25 @@ def test_train_says_what_it_chose_and_the_refit(tiny_store, tmp_path, capsys):
     assert lines[1] == (f"chosen on the validation split among 6 candidates: alpha "
                         f"{chosen['alpha']:g} (of 0, 0.1), n_clusters {chosen['n_clusters']} "
                         f"(of {', '.join(map(str, ks))})")
+
+
+def test_a_quoted_home_path_is_the_home_folder_never_a_folder_named_tilde(tmp_path,
+                                                                          monkeypatch, capsys):
+    """'~/x.zarr' quoted (a batch script, a config file) reaches fgscale unexpanded: it means
+    the home folder, as for NIfTI paths, not a folder named '~' in the working directory."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert main(["make-cohort", "~/cohort", "--n-samples", "24", "--n-classes", "2",
+                 "--grid", TINY]) == 0
+    assert main(["convert", "~/cohort/cohort.csv", "--out", "~/s.zarr", "--no-progress"]) == 0
+    assert main(["train", "~/s.zarr", "--out", "~/run", *TRAIN, "--no-progress"]) == 0
+    assert main(["bank", "~/s.zarr", "--list"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "~/run", "~/s.zarr", "--json", "--predictions", "~/p.csv",
+                 "--n-workers", "1", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] > 0
+    assert not (work / "~").exists()
+    assert {p.name for p in home.iterdir()} == {"cohort", "s.zarr", "run", "p.csv"}
