@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fgscale._cores import _cgroup_cpu_quota, check_count, cpu_count  # noqa: F401 (public here)
+from fgscale._joined import PausedWatch, SchedulerLost, WorkersPaused
 from fgscale._progress import tqdm
 
 if TYPE_CHECKING:
@@ -228,10 +229,6 @@ async def _probe(address: str, timeout: float, security=None) -> None:
     await comm.close()
 
 
-class SchedulerLost(ConnectionError):
-    """The scheduler joined by :func:`connect` stopped answering while a command used it."""
-
-
 def _scheduler_file_address(path: Path) -> str:
     """The address a scheduler file holds (``dask scheduler --scheduler-file`` writes it)."""
     import json
@@ -270,7 +267,8 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
         If ``scheduler_file`` does not exist (ValueError: it holds no scheduler's address).
     ConnectionError
         If no Dask scheduler answers at the address within ``timeout``;
-        :class:`SchedulerLost` if it stops answering while the caller works with it.
+        :class:`SchedulerLost` if it stops answering while the caller works with it, or
+        :class:`~fgscale._joined.WorkersPaused` if every worker stays paused for memory.
     """
     if (scheduler is None) == (scheduler_file is None):
         raise ValueError("give one of scheduler and scheduler_file")
@@ -295,11 +293,13 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
         raise ConnectionError(f"cannot reach a Dask scheduler at {target} within {timeout:g} "
                               f"s ({type(exc).__name__}: {reason}); is it running, and is "
                               "this its address?") from None
-    with joined:
+    with joined, PausedWatch(joined, target) as watch:
         _log_dashboard(joined, f"joined the Dask cluster at {target}")
         try:
             yield joined
         except Exception as exc:
+            if watch.reason is not None:  # the watch cancelled the tasks: say why
+                raise WorkersPaused(watch.reason) from None
             # a scheduler gone mid-job surfaces as whatever the client was doing (a task
             # cancelled, a gather's stream closed): ask the scheduler, and say so in one line
             try:

@@ -99,3 +99,42 @@ def test_a_scheduler_killed_mid_job_is_one_line_and_the_same_command_goes_on(tmp
         _stop(scheduler, worker)
     assert again.returncode == 0, again.stderr
     assert {"bank": "reused", "train": "for 400 epochs"}[command] in again.stdout
+
+
+def test_workers_paused_for_memory_end_the_command_with_a_line_not_a_hang(tmp_path):
+    """A worker whose --memory-limit is below what the process itself takes is paused by Dask
+    for good (above distributed.worker.memory.pause): no task would ever run. The command
+    says so and stops, instead of waiting for ever."""
+    split = np.where(np.arange(40) % 5 == 0, "test", "train")
+    store = synthetic_store(tmp_path / "s.zarr", 40, 4, n_subjects=5, seed=0, split=split,
+                            block_rows=8)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    scheduler_file = tmp_path / "sched.json"
+    scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--dashboard-address", ":0", "--scheduler-file", scheduler_file],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not scheduler_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # paused at 80% of 60 MiB, less than a bare worker process takes; not restarted by its
+    # nanny at 95%, as it would be by default (which leaves it paused whenever it is there)
+    worker = subprocess.Popen([BIN / "dask", "worker", "--scheduler-file", scheduler_file,
+                               "--nthreads", "1", "--memory-limit", "60MiB"],
+                              env={**env, "DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE": "False"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "fgscale", "bank", str(store.path),
+                               "--n-groupings", "4", "--n-bootstrap", "8", "--n-clusters", "0.1",
+                               "--no-progress", "--scheduler-file", str(scheduler_file)],
+                              capture_output=True, text=True, timeout=240)
+        assert time.monotonic() - start < 120
+    finally:
+        _stop(scheduler, worker)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("fgscale")]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("fgscale bank: error: every worker of the Dask cluster at ")
+    assert "paused" in lines[0] and "MiB of its memory limit of 60 MiB" in lines[0]
+    assert "run the same command again" in lines[0]
