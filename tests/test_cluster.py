@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from functools import partial
@@ -332,6 +333,23 @@ def test_slurm_readme_names_the_script_options_and_python_is_one(capsys):
     assert table == options - {"--help", "--print-job-script"}
     assert script.main(["--python", "/opt/env/bin/python", "--print-job-script"]) == 0
     assert "/opt/env/bin/python -m distributed.cli.dask_worker" in capsys.readouterr().out
+
+
+def test_slurm_script_without_sbatch_says_so_and_leaves_nothing(tmp_path):
+    """On a machine without SLURM (this one), the script did not stop: it printed jobqueue's
+    tracebacks, then 'submitted 1 job(s)', and waited for workers for ever."""
+    pytest.importorskip("dask_jobqueue")
+    if shutil.which("sbatch") is not None:
+        pytest.skip("this machine has SLURM")
+    proc = subprocess.run([sys.executable, ROOT / "slurm" / "slurm_cluster.py", "--jobs", "1",
+                           "--scheduler-file", tmp_path / "sched.json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "slurm_cluster.py: error: sbatch not found on PATH: run this on a SLURM login node "
+        "(--print-job-script shows the worker job script without SLURM)"]
+    assert "submitted" not in proc.stdout
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_kubernetes_manifest():
