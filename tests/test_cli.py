@@ -338,11 +338,16 @@ def test_a_bar_written_to_a_log_file_is_redrawn_now_and_then(tmp_path):
         with open(log, "w") as err:
             done = subprocess.run([sys.executable, "-m", "fgscale", *command], stderr=err,
                                   stdout=subprocess.DEVNULL, timeout=300)
-        text = log.read_text()
+        text = log.read_bytes().decode()  # as written: read_text would turn \r into \n
         assert done.returncode == 0, text
         # drawn at 0%, then its last update and its close (training may stop early): no
         # redraw in between
         assert 2 <= text.count(f"{bar}:") <= 3 and f"{bar}:   0%|" in text, text
+        # each drawing on a line of its own, as tail -f and grep read a log: not carriage
+        # returns that glue every update, and any warning, into one line
+        assert "\r" not in text, text
+        lines = [line for line in text.splitlines() if f"{bar}:" in line]
+        assert all(line.startswith(f"{bar}:") and line.endswith("]") for line in lines), text
 
 
 def test_train_says_what_it_chose_and_the_refit(tiny_store, tmp_path, capsys):
