@@ -65,7 +65,21 @@ class Parser(argparse.ArgumentParser):
                              f"{namespace.command} ...)")
             command.error(f"unrecognized arguments: {' '.join(extras)}"
                           + (f"; did you mean {', '.join(hints)}?" if hints else ""))
+        # a quoted '~/...' (a batch script, a config file) reaches us unexpanded: it means the
+        # home folder, as for NIfTI paths, never a folder named '~' in the working directory
+        for name in _PATHS & set(vars(namespace)):
+            value = getattr(namespace, name)
+            if isinstance(value, str):
+                setattr(namespace, name, os.path.expanduser(value))
+            elif isinstance(value, list):
+                setattr(namespace, name, [os.path.expanduser(v) if isinstance(v, str) else v
+                                          for v in value])
         return namespace
+
+
+# the options and arguments that name files or folders
+_PATHS = {"store", "out", "run", "cohort", "inputs", "mask", "labels", "predictions", "npy",
+          "scheduler_file", "tls_ca_file", "tls_cert", "tls_key"}
 
 
 def add_progress_arg(p) -> None:

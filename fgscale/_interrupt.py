@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 
-__all__ = ["Terminated", "interrupted", "run_command", "settle_io"]
+__all__ = ["Terminated", "failed", "interrupted", "run_command", "settle_io"]
 
 _KEPT_DEFAULT = "Nothing it wrote is half-written (files are renamed into place when complete)."
 _KEPT = {  # what an interrupted command keeps, and how it goes on
@@ -62,6 +62,17 @@ def interrupted(command: str, exc: KeyboardInterrupt | None = None) -> int:
     how, status = _stopped(exc)
     print(f"fgscale {command}: {how}. {_KEPT.get(command, _KEPT_DEFAULT)}", file=sys.stderr)
     return status
+
+
+def failed(command: str, exc: Exception) -> int:
+    """Say on stderr why ``fgscale command`` failed, in one line, and return its exit status,
+    2; a joined cluster lost mid-job (:class:`fgscale._joined.SchedulerLost`) also gets what
+    the command kept and how to go on, as an interruption does."""
+    from fgscale._joined import SchedulerLost
+
+    kept = f". {_KEPT.get(command, _KEPT_DEFAULT)}" if isinstance(exc, SchedulerLost) else ""
+    print(f"fgscale {command}: error: {exc}{kept}", file=sys.stderr)
+    return 2
 
 
 def run_command(main) -> int:

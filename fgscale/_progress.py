@@ -29,4 +29,22 @@ def tqdm(*args, **kwargs):
     if not interactive:
         kwargs.setdefault("mininterval", LOG_INTERVAL)
         kwargs.setdefault("maxinterval", LOG_INTERVAL)  # else tqdm's monitor redraws after 10 s
+        kwargs["file"] = _Lines(stream)
     return _tqdm(*args, **kwargs)
+
+
+class _Lines:
+    """A log file as a bar's stream: each drawing on a line of its own. tqdm redraws in place
+    with a carriage return, which a terminal honours; in a file, ``tail -f``, ``grep`` and
+    editors would see one line holding every update, and any warning glued to it."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> None:
+        line = text.replace("\r", "").rstrip()  # the padding that overwrites a longer drawing
+        if line:  # not the bare line end tqdm writes on closing
+            self._stream.write(line + "\n")
+
+    def __getattr__(self, name):  # flush, encoding...: the stream's own
+        return getattr(self._stream, name)

@@ -35,7 +35,7 @@ from fgscale._cli_args import (
     security_from,
     warn_unused_cluster_options,
 )
-from fgscale._interrupt import interrupted, run_command
+from fgscale._interrupt import failed, interrupted, run_command
 
 log = logging.getLogger("fgscale")
 
@@ -391,9 +391,11 @@ def main(argv=None) -> int:
         # nor a task's failure, logged by its worker with a traceback: main reports it
         if "DASK_LOGGING" not in os.environ and "DASK_LOGGING__DISTRIBUTED" not in os.environ:
             os.environ["DASK_LOGGING"] = str({"distributed": "warning", "distributed.worker":
-                                              "critical", "distributed.worker.memory": "warning"})
+                                              "critical", "distributed.worker.memory": "warning",
+                                              "distributed.client": "critical"})
         logging.getLogger("distributed").setLevel(logging.WARNING)
         logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
+        logging.getLogger("distributed.client").setLevel(logging.CRITICAL)  # a lost scheduler
     # -v: fgscale's progress log (epochs, steps); -vv: its debug log and Dask's own
     logging.basicConfig(level=logging.INFO if args.verbose >= 2 else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")
@@ -407,8 +409,7 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except (ValueError, OSError) as exc:  # OSError: a missing file, a full disk, a scheduler
-        print(f"fgscale {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return failed(args.command, exc)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (fgscale._interrupt.Terminated)
         return interrupted(args.command, exc)
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import math
-import os
 import sys
 import time
 import warnings
@@ -26,6 +24,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fgscale._cores import _cgroup_cpu_quota, check_count, cpu_count  # noqa: F401 (public here)
+from fgscale._joined import PausedWatch, SchedulerLost, WorkersPaused
 from fgscale._progress import tqdm
 
 if TYPE_CHECKING:
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ThreadTasks", "active_client", "check_count", "connect", "cpu_count", "dashboard_link",
-           "deferred_cluster", "get_client", "run_tasks"]
+__all__ = ["SchedulerLost", "ThreadTasks", "active_client", "check_count", "connect", "cpu_count",
+           "dashboard_link", "deferred_cluster", "get_client", "run_tasks"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
@@ -72,43 +72,6 @@ def dashboard_link(client: Client) -> str | None:
         if host in ("127.0.0.1", "::1"):
             return f"http://{'[::1]' if host == '::1' else host}:{port}/status"
     return link
-
-
-def cpu_count() -> int:
-    """The cores this process may use, read now: the machine's, narrowed by its CPU affinity
-    (taskset, a SLURM allocation) and by a cgroup CPU quota (a container's limit, rounded up),
-    as Dask counts them, without importing dask (a small conversion never does)."""
-    try:
-        count = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        count = os.cpu_count() or 1
-    quota = _cgroup_cpu_quota()
-    if quota is not None:
-        count = min(count, math.ceil(quota))
-    return max(1, count)
-
-
-def _cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
-    """CPUs the cgroup's quota allows (cgroup v2 ``cpu.max``, else v1 CFS), None if unlimited."""
-    try:
-        quota, period = Path(root, "cpu.max").read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    for folder in ("cpu,cpuacct", "cpu"):
-        try:
-            quota = int(Path(root, folder, "cpu.cfs_quota_us").read_text())
-            period = int(Path(root, folder, "cpu.cfs_period_us").read_text())
-        except (OSError, ValueError):
-            continue
-        return quota / period if quota > 0 and period > 0 else None
-    return None
-
-
-def check_count(name: str, value) -> None:
-    """Raise ValueError unless ``value`` is a positive integer (a worker or thread count)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def active_client() -> Client | None:
@@ -266,6 +229,23 @@ async def _probe(address: str, timeout: float, security=None) -> None:
     await comm.close()
 
 
+def _scheduler_file_address(path: Path) -> str:
+    """The address a scheduler file holds (``dask scheduler --scheduler-file`` writes it)."""
+    import json
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such scheduler file (written by "
+                                "'dask scheduler --scheduler-file FILE')")
+    try:
+        address = json.loads(path.read_text()).get("address")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        address = None
+    if not isinstance(address, str) or "://" not in address:
+        raise ValueError(f"{path}: not a Dask scheduler file (JSON with the scheduler's "
+                         "\"address\", as 'dask scheduler --scheduler-file FILE' writes)")
+    return address
+
+
 @contextmanager
 def connect(scheduler: str | None = None, scheduler_file: str | Path | None = None, *,
             timeout: float = 10.0, security=None) -> Iterator[Client]:
@@ -284,41 +264,50 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
     ValueError
         If both or neither are given.
     FileNotFoundError
-        If ``scheduler_file`` does not exist.
+        If ``scheduler_file`` does not exist (ValueError: it holds no scheduler's address).
     ConnectionError
-        If no Dask scheduler answers at the address within ``timeout``.
+        If no Dask scheduler answers at the address within ``timeout``;
+        :class:`SchedulerLost` if it stops answering while the caller works with it, or
+        :class:`~fgscale._joined.WorkersPaused` if every worker stays paused for memory.
     """
     if (scheduler is None) == (scheduler_file is None):
         raise ValueError("give one of scheduler and scheduler_file")
+    target = scheduler
     if scheduler_file is not None:
-        scheduler_file = Path(scheduler_file)
-        if not scheduler_file.is_file():
-            raise FileNotFoundError(f"{scheduler_file}: no such scheduler file (written by "
-                                    "'dask scheduler --scheduler-file FILE')")
-    target = scheduler if scheduler is not None else scheduler_file
-    if str(scheduler or "").startswith("tls://") and security is None:
-        raise ValueError(f"{scheduler} is a TLS scheduler: give its CA and this client's "
+        scheduler = _scheduler_file_address(Path(scheduler_file))
+        target = f"{scheduler} (from {scheduler_file})"
+    if scheduler.startswith("tls://") and security is None:
+        raise ValueError(f"{target} is a TLS scheduler: give its CA and this client's "
                          "certificate and key (--tls-ca-file, --tls-cert, --tls-key)")
     from distributed import Client
 
     try:
-        if scheduler is not None:
-            # the comm handshake alone first: a port where something else listens fails it
-            # (with a MemoryError: its bytes read as a frame length) without leaving a
-            # half-built Client whose clean-up would time out and print
-            asyncio.run(_probe(scheduler, timeout, security))
-        joined = Client(scheduler, scheduler_file=None if scheduler_file is None
-                        else str(scheduler_file), set_as_default=False, timeout=timeout,
-                        security=security)
+        # the comm handshake alone first: a port where something else listens fails it
+        # (with a MemoryError: its bytes read as a frame length) without leaving a
+        # half-built Client whose clean-up would time out and print
+        asyncio.run(_probe(scheduler, timeout, security))
+        joined = Client(scheduler, set_as_default=False, timeout=timeout, security=security)
     except (OSError, TimeoutError, ValueError, MemoryError) as exc:
         reason = ("its answer is not Dask's protocol" if isinstance(exc, MemoryError)
                   else (str(exc).splitlines() or [""])[0][:200])
         raise ConnectionError(f"cannot reach a Dask scheduler at {target} within {timeout:g} "
                               f"s ({type(exc).__name__}: {reason}); is it running, and is "
                               "this its address?") from None
-    with joined:
+    with joined, PausedWatch(joined, target) as watch:
         _log_dashboard(joined, f"joined the Dask cluster at {target}")
-        yield joined
+        try:
+            yield joined
+        except Exception as exc:
+            if watch.reason is not None:  # the watch cancelled the tasks: say why
+                raise WorkersPaused(watch.reason) from None
+            # a scheduler gone mid-job surfaces as whatever the client was doing (a task
+            # cancelled, a gather's stream closed): ask the scheduler, and say so in one line
+            try:
+                asyncio.run(_probe(scheduler, min(timeout, 5.0), security))
+            except (OSError, TimeoutError, ValueError, MemoryError):
+                raise SchedulerLost(f"lost the Dask scheduler at {target} while working "
+                                    f"({type(exc).__name__})") from None
+            raise
 
 
 class ThreadTasks:

@@ -338,11 +338,16 @@ def test_a_bar_written_to_a_log_file_is_redrawn_now_and_then(tmp_path):
         with open(log, "w") as err:
             done = subprocess.run([sys.executable, "-m", "fgscale", *command], stderr=err,
                                   stdout=subprocess.DEVNULL, timeout=300)
-        text = log.read_text()
+        text = log.read_bytes().decode()  # as written: read_text would turn \r into \n
         assert done.returncode == 0, text
         # drawn at 0%, then its last update and its close (training may stop early): no
         # redraw in between
         assert 2 <= text.count(f"{bar}:") <= 3 and f"{bar}:   0%|" in text, text
+        # each drawing on a line of its own, as tail -f and grep read a log: not carriage
+        # returns that glue every update, and any warning, into one line
+        assert "\r" not in text, text
+        lines = [line for line in text.splitlines() if f"{bar}:" in line]
+        assert all(line.startswith(f"{bar}:") and line.endswith("]") for line in lines), text
 
 
 def test_train_says_what_it_chose_and_the_refit(tiny_store, tmp_path, capsys):
@@ -362,3 +367,25 @@ def test_train_says_what_it_chose_and_the_refit(tiny_store, tmp_path, capsys):
     assert lines[1] == (f"chosen on the validation split among 6 candidates: alpha "
                         f"{chosen['alpha']:g} (of 0, 0.1), n_clusters {chosen['n_clusters']} "
                         f"(of {', '.join(map(str, ks))})")
+
+
+def test_a_quoted_home_path_is_the_home_folder_never_a_folder_named_tilde(tmp_path,
+                                                                          monkeypatch, capsys):
+    """'~/x.zarr' quoted (a batch script, a config file) reaches fgscale unexpanded: it means
+    the home folder, as for NIfTI paths, not a folder named '~' in the working directory."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert main(["make-cohort", "~/cohort", "--n-samples", "24", "--n-classes", "2",
+                 "--grid", TINY]) == 0
+    assert main(["convert", "~/cohort/cohort.csv", "--out", "~/s.zarr", "--no-progress"]) == 0
+    assert main(["train", "~/s.zarr", "--out", "~/run", *TRAIN, "--no-progress"]) == 0
+    assert main(["bank", "~/s.zarr", "--list"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "~/run", "~/s.zarr", "--json", "--predictions", "~/p.csv",
+                 "--n-workers", "1", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] > 0
+    assert not (work / "~").exists()
+    assert {p.name for p in home.iterdir()} == {"cohort", "s.zarr", "run", "p.csv"}

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from functools import partial
@@ -252,6 +253,44 @@ def test_local_start_and_stop_scripts(tmp_path):
     assert not (tmp_path / "scheduler.json").exists()
 
 
+def test_local_start_refuses_a_running_cluster_and_a_scheduler_that_cannot_start(tmp_path):
+    """start.sh run again over a running cluster, or on a port already taken: exit 1 with a
+    message, nothing started, and stop.sh still stops the first cluster, leaving no process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DASK_", "MALLOC_"))}
+    env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", PORT="0", DASHBOARD="0",
+               SCHEDULER_FILE=str(tmp_path / "scheduler.json"), LOG_DIR=str(tmp_path / "logs"))
+    start, stop = ROOT / "local" / "start.sh", ROOT / "local" / "stop.sh"
+    first = subprocess.run([start, "1", "1GiB"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    pids = {name: tmp_path / "logs" / f"{name}.pid" for name in ("scheduler", "workers")}
+    recorded = {name: path.read_text() for name, path in pids.items()}
+    try:
+        assert first.returncode == 0, first.stderr
+        address = json.loads((tmp_path / "scheduler.json").read_text())["address"]
+        assert address in first.stdout  # the real address, not ":0"
+        again = subprocess.run([start, "1", "1GiB"], env=env, capture_output=True, text=True,
+                               timeout=60)
+        assert again.returncode == 1
+        assert "is running" in again.stderr and "stop.sh" in again.stderr
+        assert {name: path.read_text() for name, path in pids.items()} == recorded
+        assert json.loads((tmp_path / "scheduler.json").read_text())["address"] == address
+        # another LOG_DIR, on the port the first scheduler holds
+        taken = {**env, "PORT": address.rsplit(":", 1)[1], "LOG_DIR": str(tmp_path / "logs2"),
+                 "SCHEDULER_FILE": str(tmp_path / "s2.json")}
+        busy = subprocess.run([start, "1", "1GiB"], env=taken, capture_output=True, text=True,
+                              timeout=60)
+        assert busy.returncode == 1
+        assert "scheduler did not start" in busy.stderr and "scheduler.log" in busy.stderr
+        assert not (tmp_path / "logs2" / "workers.pid").exists()
+        assert not (tmp_path / "logs2" / "scheduler.pid").exists()
+    finally:
+        subprocess.run([stop], env=env, check=True, timeout=60)
+    # stop.sh returns once they have ended: the port is free for the next start.sh
+    for pid in recorded.values():
+        with pytest.raises(OSError):
+            os.kill(int(pid), 0)
+
+
 def _load_script(path: Path):
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
@@ -294,6 +333,23 @@ def test_slurm_readme_names_the_script_options_and_python_is_one(capsys):
     assert table == options - {"--help", "--print-job-script"}
     assert script.main(["--python", "/opt/env/bin/python", "--print-job-script"]) == 0
     assert "/opt/env/bin/python -m distributed.cli.dask_worker" in capsys.readouterr().out
+
+
+def test_slurm_script_without_sbatch_says_so_and_leaves_nothing(tmp_path):
+    """On a machine without SLURM (this one), the script did not stop: it printed jobqueue's
+    tracebacks, then 'submitted 1 job(s)', and waited for workers for ever."""
+    pytest.importorskip("dask_jobqueue")
+    if shutil.which("sbatch") is not None:
+        pytest.skip("this machine has SLURM")
+    proc = subprocess.run([sys.executable, ROOT / "slurm" / "slurm_cluster.py", "--jobs", "1",
+                           "--scheduler-file", tmp_path / "sched.json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "slurm_cluster.py: error: sbatch not found on PATH: run this on a SLURM login node "
+        "(--print-job-script shows the worker job script without SLURM)"]
+    assert "submitted" not in proc.stdout
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_kubernetes_manifest():

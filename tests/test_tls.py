@@ -2,8 +2,10 @@
 (made here by openssl), and a client without them refused; the embedded LocalCluster listens on
 this machine only."""
 
+import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,23 @@ def test_bank_and_training_over_tls_and_a_client_without_certificates_refused(
     # half the options is refused before any connection
     assert main(["bank", store, "--scheduler", address, "--tls-cert", str(cert)]) == 2
     assert "--tls-ca-file, --tls-cert and --tls-key together" in capsys.readouterr().err
+
+
+def test_a_tls_scheduler_file_joined_without_certificates_is_refused_in_one_line(
+        tls_cluster, tiny_store, tmp_path, capsys):
+    """The scheduler file of a TLS scheduler (cluster/tls's README starts the workers with
+    one) is checked as its address is: one line, no traceback, no wait."""
+    address = tls_cluster.scheduler_address
+    scheduler_file = tmp_path / "sched.json"
+    scheduler_file.write_text(json.dumps({"type": "Scheduler", "address": address}))
+    start = time.monotonic()
+    assert main(["bank", str(tiny_store.path), "--scheduler-file", str(scheduler_file),
+                 "--timeout", "3", "--no-progress"]) == 2
+    assert time.monotonic() - start < 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"fgscale bank: error: {address} (from {scheduler_file}) is a TLS "
+                          "scheduler: give its CA")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_plain_client_cannot_join_the_tls_scheduler(tls_cluster):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -112,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if not args.print_job_script and shutil.which("sbatch") is None:
+        # dask-jobqueue would log the failed submission, and this script wait for ever
+        print("slurm_cluster.py: error: sbatch not found on PATH: run this on a SLURM login "
+              "node (--print-job-script shows the worker job script without SLURM)",
+              file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from distributed import Client
 
