@@ -74,6 +74,11 @@ class Parser(argparse.ArgumentParser):
             elif isinstance(value, list):
                 setattr(namespace, name, [os.path.expanduser(v) if isinstance(v, str) else v
                                           for v in value])
+        if (getattr(namespace, "scheduler", "") is None
+                and getattr(namespace, "scheduler_file", "") is None):
+            # which a batch job sets for every Dask client, as distributed.Client() reads it
+            # (read here from the environment: a small convert imports no Dask)
+            namespace.scheduler = os.environ.get("DASK_SCHEDULER_ADDRESS") or None
         return namespace
 
 
@@ -257,7 +262,8 @@ def add_cv_args(p) -> None:
 
 def add_cluster_args(p) -> None:
     p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT) "
-                   "(default: none, start a LocalCluster)")
+                   "(default: $DASK_SCHEDULER_ADDRESS, as Dask's clients join it; without it, "
+                   "start a LocalCluster)")
     p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file "
                    "(default: none)")
     p.add_argument("--n-workers", type=positive(int), default=None,

@@ -115,6 +115,27 @@ def test_an_unreachable_or_foreign_scheduler_is_a_clear_error(not_dask, tiny_sto
     closed.close()
 
 
+def test_dask_scheduler_address_is_joined_as_dasks_client_joins_it(tiny_store, capsys,
+                                                                   monkeypatch):
+    """DASK_SCHEDULER_ADDRESS, which a batch job exports for every Dask client, was ignored:
+    the command started a LocalCluster on the login node."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    nobody = f"tcp://127.0.0.1:{closed.getsockname()[1]}"  # bound, never listening
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", nobody)
+    assert main(["bank", str(tiny_store.path), "--timeout", "1"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"fgscale bank: error: cannot reach a Dask scheduler at {nobody} within 1 s")
+    # --scheduler given still wins
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    given = f"tcp://127.0.0.1:{other.getsockname()[1]}"
+    assert main(["bank", str(tiny_store.path), "--scheduler", given, "--timeout", "1"]) == 2
+    assert f"at {given} within" in capsys.readouterr().err
+    other.close()
+    closed.close()
+
+
 def test_a_run_that_fails_before_its_first_epoch_does_not_block_the_corrected_one(
         tiny_store, tmp_path, capsys):
     run = tmp_path / "run"
