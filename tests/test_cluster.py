@@ -352,6 +352,40 @@ def test_slurm_script_without_sbatch_says_so_and_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_slurm_script_stopped_by_sigterm_cancels_its_worker_jobs(tmp_path):
+    """Run as a batch job of its own, the script stopped by SLURM (SIGTERM: its time limit,
+    scancel) left its worker jobs queued or running; it now cancels them as Ctrl-C does. A
+    fake sbatch and scancel on PATH stand for SLURM's."""
+    import os
+    import signal
+    import time
+
+    pytest.importorskip("dask_jobqueue")
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.txt"
+    bin_dir.mkdir()
+    for name, reply in (("sbatch", "Submitted batch job 4242"), ("scancel", "")):
+        tool = bin_dir / name
+        tool.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {calls}\necho {reply}\n")
+        tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen([sys.executable, ROOT / "slurm" / "slurm_cluster.py", "--jobs", "1",
+                             "--scheduler-file", tmp_path / "sched.json"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = [proc.stdout.readline() for _ in range(2)]  # the scheduler, then "submitted"
+        assert said[1].startswith("submitted 1 job(s)"), said
+        deadline = time.monotonic() + 60
+        while not (calls.exists() and "sbatch" in calls.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "scancel 4242" in calls.read_text().splitlines(), err
+
+
 def test_kubernetes_manifest():
     yaml = pytest.importorskip("yaml")
     docs = [d for d in yaml.safe_load_all((ROOT / "kubernetes" / "dask-cluster.yaml").read_text())

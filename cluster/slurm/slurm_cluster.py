@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -111,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if not args.print_job_script and shutil.which("sbatch") is None:
@@ -135,7 +140,12 @@ def main(argv=None) -> int:
             client.write_scheduler_file(args.scheduler_file)
             print(f"scheduler: {cluster.scheduler_address}  file: {args.scheduler_file}  "
                   f"dashboard: {cluster.dashboard_link}")
-            print(f"submitted {args.jobs} job(s); Ctrl-C to cancel them and stop the scheduler")
+            print(f"submitted {args.jobs} job(s); Ctrl-C to cancel them and stop the scheduler",
+                  flush=True)
+            # run as a batch job, SLURM stops it with SIGTERM (time limit, scancel); a closed
+            # login session sends SIGHUP: either cancels the worker jobs, as Ctrl-C does
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, _interrupt)
             try:
                 while True:
                     time.sleep(60)
