@@ -73,7 +73,7 @@ class RunFolder:
     """
 
     def __init__(self, path):
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
 
     def __truediv__(self, name: str) -> Path:
         return self.path / name

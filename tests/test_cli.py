@@ -389,3 +389,14 @@ def test_a_quoted_home_path_is_the_home_folder_never_a_folder_named_tilde(tmp_pa
     assert json.loads(capsys.readouterr().out)["n"] > 0
     assert not (work / "~").exists()
     assert {p.name for p in home.iterdir()} == {"cohort", "s.zarr", "run", "p.csv"}
+    # and in Python, as nilearn reads '~/x.nii.gz'
+    from fgscale import load_model, save_model
+    from fgscale.runs import load_run
+    from fgscale.store import convert, open_store
+
+    convert("~/cohort/cohort.csv", "~/py.zarr", n_workers=1, progress=False)
+    assert open_store("~/py.zarr").n_samples == 24
+    save_model(load_run("~/run"), "~/model")
+    assert load_model("~/model").n_features_in_ == open_store("~/s.zarr").n_features
+    assert not (work / "~").exists()
+    assert {"py.zarr", "model"} <= {p.name for p in home.iterdir()}

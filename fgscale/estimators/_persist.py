@@ -163,7 +163,7 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
     name = type(estimator).__name__
     if _estimators().get(name) is not type(estimator):
         raise TypeError(f"save_model saves {sorted(_estimators())}, got {name}")
-    folder = Path(folder)
+    folder = Path(folder).expanduser()
     doc = {"format": _FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
            "estimator": name}
     if hasattr(estimator, "classes_"):
@@ -349,7 +349,7 @@ def load_model(folder):
         Naming the file and what is wrong with it: missing, not JSON, a missing key, an array
         of another shape, a checksum that does not match.
     """
-    folder = Path(folder)
+    folder = Path(folder).expanduser()
     path = folder / MODEL_JSON
     doc = _read_json(path)
     name = _get(doc, "estimator", str, path, "the estimator's class name")

@@ -173,7 +173,7 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
     if columns and not is_table:
         raise ValueError("columns (--label-column, --target-column) name columns of a cohort "
                          "table; give one (.csv or .tsv)")
-    entries, has_labels = _read_table(Path(cohort), known, columns) if is_table else (
+    entries, has_labels = _read_table(Path(cohort).expanduser(), known, columns) if is_table else (
         _read_globs(cohort, labels), True)
     if not entries:
         raise ValueError(f"{cohort}: the cohort is empty")

@@ -261,7 +261,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                          "with the computed one: give the mask")
     if resample not in (None, "mask"):
         resample = float(resample)
-    out = Path(out)
+    out = Path(out).expanduser()
     if not out.exists():  # before the header pass: nowhere to write the store is said first
         check_writable(out, "; choose another --out; nothing converted")
     t0 = time.perf_counter()

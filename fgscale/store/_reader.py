@@ -270,7 +270,7 @@ def _images_hint(folder: Path) -> str:
 
 def open_group_checked(path, mode: str = "r") -> zarr.Group:
     """Open an fgscale store group and check its format version (complete or not)."""
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.exists():
         raise StoreError(f"{path}: no such store (create one with fgscale convert)")
     if path.is_file():
@@ -314,7 +314,7 @@ def open_store(path, mode: str = "r") -> Store:
     """
     if mode not in ("r", "r+"):
         raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
-    path = Path(path)
+    path = Path(path).expanduser()
     g = open_group_checked(path, mode)
     if not g.attrs.get("complete", False):
         done = g["done"][:]
