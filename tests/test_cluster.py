@@ -375,7 +375,8 @@ def test_slurm_script_stopped_by_sigterm_cancels_its_worker_jobs(tmp_path):
         said = [proc.stdout.readline() for _ in range(2)]  # the scheduler, then "submitted"
         assert said[1].startswith("submitted 1 job(s)"), said
         deadline = time.monotonic() + 60
-        while not (calls.exists() and "sbatch" in calls.read_text()):
+        while not (calls.exists() and any(
+                line.startswith("sbatch /") for line in calls.read_text().splitlines())):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
@@ -384,6 +385,34 @@ def test_slurm_script_stopped_by_sigterm_cancels_its_worker_jobs(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert "scancel 4242" in calls.read_text().splitlines(), err
+
+
+def test_slurm_script_refused_by_sbatch_says_why_and_submits_nothing(tmp_path):
+    """A job SLURM refuses (a partition that does not exist, an account without hours) made
+    jobqueue log a traceback, the script say 'submitted 1 job(s)' and wait for workers for
+    ever. The script now asks sbatch --test-only first and stops with its reason. A fake sbatch
+    on PATH refuses as SLURM's does."""
+    import os
+
+    pytest.importorskip("dask_jobqueue")
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.txt"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(f"#!/bin/sh\necho sbatch \"$@\" >> {calls}\n"
+                      "echo 'sbatch: error: invalid partition specified: nope' >&2\nexit 1\n")
+    sbatch.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, ROOT / "slurm" / "slurm_cluster.py", "--jobs", "1",
+                           "--partition", "nope", "--scheduler-file", tmp_path / "sched.json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "slurm_cluster.py: error: SLURM refuses the worker job (sbatch --test-only): sbatch: "
+        "error: invalid partition specified: nope; --print-job-script shows it")
+    assert "submitted" not in proc.stdout and "Traceback" not in proc.stderr
+    assert [line.split()[:2] for line in calls.read_text().splitlines()] == [
+        ["sbatch", "--test-only"]]
+    assert not (tmp_path / "sched.json").exists()
 
 
 def test_kubernetes_manifest():

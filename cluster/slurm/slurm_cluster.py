@@ -27,7 +27,9 @@ import argparse
 import logging
 import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -112,6 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _refused(job_script: str) -> str | None:
+    """SLURM's reason to refuse the worker job (a partition, account or limit it does not
+    have), asked of ``sbatch --test-only``, which submits nothing; None if it would take it.
+    A refusal met by jobqueue's own submission is only logged, and the script would wait for
+    workers for ever."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh") as script:
+        script.write(job_script)
+        script.flush()
+        done = subprocess.run(["sbatch", "--test-only", script.name], capture_output=True,
+                              text=True)
+    if done.returncode == 0:
+        return None
+    return " ".join((done.stderr or done.stdout).split()) or f"exit status {done.returncode}"
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -125,8 +142,6 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from distributed import Client
-
     with make_cluster(cores=args.cores, memory=args.memory, walltime=args.walltime,
                       partition=args.partition, account=args.account, processes=args.processes,
                       local_directory=args.local_directory, log_directory=args.log_directory,
@@ -135,24 +150,37 @@ def main(argv=None) -> int:
         if args.print_job_script:
             print(cluster.job_script())
             return 0
-        cluster.scale(jobs=args.jobs)
-        with Client(cluster) as client:
-            client.write_scheduler_file(args.scheduler_file)
-            print(f"scheduler: {cluster.scheduler_address}  file: {args.scheduler_file}  "
-                  f"dashboard: {cluster.dashboard_link}")
-            print(f"submitted {args.jobs} job(s); Ctrl-C to cancel them and stop the scheduler",
-                  flush=True)
-            # run as a batch job, SLURM stops it with SIGTERM (time limit, scancel); a closed
-            # login session sends SIGHUP: either cancels the worker jobs, as Ctrl-C does
-            for signum in (signal.SIGTERM, signal.SIGHUP):
-                signal.signal(signum, _interrupt)
-            try:
-                while True:
-                    time.sleep(60)
-                    log.info("%d workers connected", len(client.scheduler_info()["workers"]))
-            except KeyboardInterrupt:
-                pass
+        refused = _refused(cluster.job_script())
+        if refused is None:
+            _serve(cluster, args)
+    if refused is not None:  # said last, below the closing scheduler's log
+        print(f"slurm_cluster.py: error: SLURM refuses the worker job (sbatch --test-only): "
+              f"{refused}; --print-job-script shows it", file=sys.stderr)
+        return 2
     return 0
+
+
+def _serve(cluster, args) -> None:
+    """Submit the worker jobs and keep the scheduler up until Ctrl-C, SIGTERM or SIGHUP."""
+    from distributed import Client
+
+    cluster.scale(jobs=args.jobs)
+    with Client(cluster) as client:
+        client.write_scheduler_file(args.scheduler_file)
+        print(f"scheduler: {cluster.scheduler_address}  file: {args.scheduler_file}  "
+              f"dashboard: {cluster.dashboard_link}")
+        print(f"submitted {args.jobs} job(s); Ctrl-C to cancel them and stop the scheduler",
+              flush=True)
+        # run as a batch job, SLURM stops it with SIGTERM (time limit, scancel); a closed
+        # login session sends SIGHUP: either cancels the worker jobs, as Ctrl-C does
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _interrupt)
+        try:
+            while True:
+                time.sleep(60)
+                log.info("%d workers connected", len(client.scheduler_info()["workers"]))
+        except KeyboardInterrupt:
+            pass
 
 
 if __name__ == "__main__":
