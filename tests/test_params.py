@@ -64,6 +64,17 @@ def test_verbose_true_draws_the_progress_bar_as_verbose_1(rng, capfd):
     assert "epoch" in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+def test_a_client_given_with_arrays_is_warned_of_at_the_callers_line(Estimator, rng, client):
+    """fit(X, y, client=client) on arrays trained in this process with no word of it: the
+    cluster is used for a store only."""
+    X = rng.standard_normal((40, 6)).astype(np.float32)
+    estimator = Estimator(regularizer="none", max_epochs=2, random_state=0)
+    with pytest.warns(UserWarning, match="client is used by a fit on a store") as caught:
+        estimator.fit(X, np.arange(40) % 2, client=client)
+    assert [w.filename for w in caught] == [__file__]
+
+
 def test_cli_options_come_from_the_table():
     parser = build_parser()
     train = parser._subparsers._group_actions[0].choices["train"]

@@ -28,6 +28,7 @@ from fgscale.estimators._inputs import (
     refuse_table_of_images,
     resolve_graph,
     rows_of,
+    warn_unused_client,
     warn_unused_mask,
 )
 from fgscale.estimators._selection import candidates, check_groups, validation_split, warn_ignored
@@ -116,6 +117,7 @@ class FeatureGroupingBase(BaseEstimator):
                     raise ValueError(f"{'y' if y is not None else 'groups'} must be None when X is a "
                                      "store: the targets and groups come from the store")
                 return self._fit_store(X, client)
+            warn_unused_client(client, stacklevel=4)  # the caller of the subclass's fit
             mask_img = None
             if is_images(X):
                 X, mask_img = self._images_in(X)

@@ -51,6 +51,15 @@ def refuse_table_of_images(X) -> None:
                              f"column, X[{name!r}], for the images it names")
 
 
+def warn_unused_client(client, stacklevel: int) -> None:
+    """Warn that ``client`` has no effect on a fit on arrays or images, which trains in this
+    process: only a store's rows are read by the cluster's workers."""
+    if client is not None:
+        warnings.warn("client is used by a fit on a store; arrays and images are fitted in this "
+                      "process (fgscale.store.convert them to a store to train on the cluster)",
+                      UserWarning, stacklevel=stacklevel)
+
+
 def warn_unused_mask(mask, store, stacklevel: int) -> None:
     """Warn that ``mask`` (the parameter) has no effect on a fit on ``store``, whose features
     are its own mask's voxels; silent when it is that mask (as given to fgscale convert)."""
