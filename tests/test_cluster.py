@@ -365,7 +365,8 @@ def test_slurm_script_stopped_by_sigterm_cancels_its_worker_jobs(tmp_path):
     bin_dir.mkdir()
     for name, reply in (("sbatch", "Submitted batch job 4242"), ("scancel", "")):
         tool = bin_dir / name
-        tool.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {calls}\necho {reply}\n")
+        # the reply first: the call is recorded as the tool ends
+        tool.write_text(f"#!/bin/sh\necho {reply}\necho {name} \"$@\" >> {calls}\n")
         tool.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.Popen([sys.executable, ROOT / "slurm" / "slurm_cluster.py", "--jobs", "1",
@@ -379,6 +380,7 @@ def test_slurm_script_stopped_by_sigterm_cancels_its_worker_jobs(tmp_path):
                 line.startswith("sbatch /") for line in calls.read_text().splitlines())):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.2)
+        time.sleep(2)  # for jobqueue to read the job id the submission printed
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
