@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fgscale._cores import _cgroup_cpu_quota, check_count, cpu_count  # noqa: F401 (public here)
+from fgscale._cores import check_count, cpu_count  # noqa: F401 (public here)
 from fgscale._joined import PausedWatch, SchedulerLost, WorkersPaused
 from fgscale._progress import tqdm
 

@@ -102,7 +102,7 @@ def test_the_embedded_cluster_has_a_worker_per_core_this_process_may_use():
     ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.5),
 ], ids=["no-cgroup", "v2-unlimited", "v2-1.5-cpus", "v1-unlimited", "v1-half-a-cpu"])
 def test_cgroup_cpu_quota(tmp_path, files, expected):
-    from fgscale.cluster import _cgroup_cpu_quota
+    from fgscale._cores import _cgroup_cpu_quota
 
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
