@@ -19,6 +19,7 @@ from fgscale.images._nifti import (
     grid_mismatch,
     load_img,
     load_mask,
+    nonzero_voxels,
     read_data,
     read_header,
     read_image,
@@ -169,10 +170,7 @@ def compute_mask(imgs, *, resample: bool = False) -> nib.Nifti1Image:
         data = _on_grid(name, img, data, grid, resample, reference,
                         f" ({hint}resample=True resamples the images to the first one's grid, "
                         "or to the mask's with mask=)")
-        keep = np.isfinite(data) & (data != 0)
-        if not keep.any():  # a failed contrast would otherwise empty the mask unnamed
-            raise ValueError(f"{name}: no voxel is finite and non-zero (all zero or NaN), so "
-                             "no voxel is in every image: drop it, or give a mask")
+        keep = nonzero_voxels(name, data, "give a mask")
         mask = keep if mask is None else mask & keep
     if mask is None:
         raise ValueError("no image given to compute a mask from")

@@ -302,6 +302,17 @@ def load_mask(img) -> tuple[np.ndarray, np.ndarray]:
     return mask, img.affine
 
 
+def nonzero_voxels(name: str, data: np.ndarray, remedy: str) -> np.ndarray:
+    """Where ``data`` is finite and non-zero: the voxels a mask computed from the images keeps.
+    An image with none (a failed contrast) is refused by ``name``, with ``remedy``: it would
+    otherwise empty the mask unnamed."""
+    keep = np.isfinite(data) & (data != 0)
+    if not keep.any():
+        raise ValueError(f"{name}: no voxel is finite and non-zero (all zero or NaN), so no "
+                         f"voxel is in every image: drop it, or {remedy}")
+    return keep
+
+
 def space_codes(img) -> list[int]:
     """``[qform_code, sform_code]`` of an image's header: the space its affine maps to (1
     scanner, 2 aligned, 3 Talairach, 4 MNI; 0 unknown)."""

@@ -50,6 +50,7 @@ from fgscale.images._nifti import (
     grid_mismatch,
     load_img,
     load_mask,
+    nonzero_voxels,
     read_array,
     read_image,
     same_grid,
@@ -106,11 +107,7 @@ def _mask_block(sources, grid, resampled: bool) -> np.ndarray:
     """Dask task: voxels finite and non-zero in every given volume, shape grid_shape, bool."""
     mask = np.ones(grid[0], bool)
     for (path, volume), vol in zip(sources, _iter_volumes(sources, grid, resampled), strict=True):
-        keep = np.isfinite(vol) & (vol != 0)
-        if not keep.any():  # a failed contrast would otherwise empty the mask unnamed
-            raise ValueError(f"{path} (volume {volume}): no voxel is finite and non-zero (all "
-                             "zero or NaN), so no voxel is in every image: drop it, or give --mask")
-        mask &= keep
+        mask &= nonzero_voxels(f"{path} (volume {volume})", vol, "give --mask")
     return mask
 
 
