@@ -19,7 +19,7 @@ import numpy as np
 
 from fgscale._files import atomic_path
 from fgscale._progress import tqdm
-from fgscale.images._cohort import TABLE_SUFFIXES, read_cohort
+from fgscale.images._cohort import TABLE_SUFFIXES, named_columns, read_cohort
 from fgscale.images._masking import image_list, mask_images
 from fgscale.images._nifti import load_img, same_grid
 from fgscale.store._reader import Store, open_store
@@ -206,9 +206,7 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
     if rows not in ROWS:
         raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
     is_table = len(inputs) == 1 and inputs[0].suffix.lower() in TABLE_SUFFIXES
-    if any((columns or {}).values()) and not is_table:
-        raise ValueError("columns (--label-column, --target-column) name columns of a cohort "
-                         "table; give one (.csv or .tsv)")
+    named_columns(columns, is_table)  # a store or NIfTI files have none
     if len(inputs) == 1 and inputs[0].is_dir():
         if resample:  # else ignored: a store's rows are already the mask's voxels
             raise ValueError(f"{inputs[0]}: resample applies to images; a store's rows are "

@@ -17,7 +17,7 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["TABLE_SUFFIXES", "entry_headers", "entry_name", "read_cohort"]
+__all__ = ["TABLE_SUFFIXES", "entry_headers", "entry_name", "named_columns", "read_cohort"]
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,16 @@ def _read_globs(patterns, labels) -> list[dict]:
              "where": f} for f, lab in zip(files, labels, strict=True)]
 
 
+def named_columns(columns: dict | None, is_table: bool) -> dict:
+    """The columns given another name (``read_cohort``'s ``columns``, None values dropped);
+    refused unless the inputs are a cohort table, the only inputs with columns."""
+    columns = {k: v for k, v in (columns or {}).items() if v is not None}
+    if columns and not is_table:
+        raise ValueError("columns (--label-column, --target-column) name columns of a cohort "
+                         "table; give one (.csv or .tsv)")
+    return columns
+
+
 def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
                 columns: dict | None = None) -> list[dict]:
     """Parse and check a cohort: one entry per file (no file is opened).
@@ -169,10 +179,7 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
         without a ``target`` column), group, split, where (file and line, for messages).
     """
     is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in TABLE_SUFFIXES
-    columns = {k: v for k, v in (columns or {}).items() if v is not None}
-    if columns and not is_table:
-        raise ValueError("columns (--label-column, --target-column) name columns of a cohort "
-                         "table; give one (.csv or .tsv)")
+    columns = named_columns(columns, is_table)
     entries, has_labels = _read_table(Path(cohort).expanduser(), known, columns) if is_table else (
         _read_globs(cohort, labels), True)
     if not entries:
