@@ -223,8 +223,10 @@ def test_deferred_full_row_steps_match_autograd_and_sgd(model_name, regularizer,
         F.cross_entropy(reference(torch.as_tensor(batch.x)), torch.as_tensor(batch.y)).backward()
         assert reference.first.weight.grad.shape == (8 if model_name == "mlp" else 3, p)
         opt.step()
+    # atol: weights that cancel to near 0 keep the rounding of their terms (~1e-7 where
+    # AVX-512 sums in another order); three orders of magnitude below what the steps move
     for name, value in reference.state_dict().items():
-        np.testing.assert_allclose(deferred.state_dict()[name], value, rtol=1e-5, atol=1e-7,
+        np.testing.assert_allclose(deferred.state_dict()[name], value, rtol=1e-5, atol=1e-6,
                                    err_msg=name)
     moved = (deferred.first.weight.detach() - start).abs().max()
     assert moved > 1e-3  # the steps did move W0, far beyond the tolerance
