@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Bool", "Constraint", "Device", "Fraction", "Interval", "InvalidParameterError",
+__all__ = ["Bool", "ClassWeight", "Constraint", "Device", "Fraction", "Interval", "InvalidParameterError",
            "Mask", "Options", "RandomState", "Searchable", "Sizes", "Union", "check_device"]
 
 
@@ -175,6 +175,28 @@ class Sizes(Constraint):
 
     def parse(self, text):
         return tuple(int(v) for v in text.replace(",", " ").split())
+
+
+class ClassWeight(Constraint):
+    """None, ``"balanced"`` or a dict of class label -> weight > 0, as scikit-learn's
+    ``class_weight``; on the command line ``balanced``, ``none`` or ``label:weight,...``."""
+
+    def accepts(self, value):
+        if value is None or (isinstance(value, str) and value == "balanced"):
+            return True
+        return isinstance(value, dict) and len(value) >= 1 and all(
+            _is_real(w) and np.isfinite(w) and w > 0 for w in value.values())
+
+    def describe(self):
+        return "None, 'balanced' or a non-empty dict of class label -> weight > 0"
+
+    def parse(self, text):
+        if text in ("balanced", "none"):
+            return None if text == "none" else text
+        pairs = [item.rpartition(":") for item in text.split(",")]
+        if not all(label and sep for label, sep, _ in pairs):
+            raise ValueError(f"{text!r} is not label:weight,...")
+        return {label: float(weight) for label, _, weight in pairs}
 
 
 class Device(Constraint):

@@ -19,6 +19,7 @@ import numpy as np
 from fgscale._auto import auto_k_help
 from fgscale._constraints import (
     Bool,
+    ClassWeight,
     Constraint,
     Device,
     Fraction,
@@ -34,7 +35,7 @@ from fgscale._constraints import (
 )
 
 __all__ = ["PARAMS", "RUNTIME_PARAMS", "Param", "check_device", "check_prefetch",
-           "estimator_signature", "numpydoc", "params_to_json", "validate_params"]
+           "estimator_signature", "numpydoc", "params_of", "params_to_json", "validate_params"]
 
 
 # ------------------------------------------------------------------------- the table
@@ -56,6 +57,8 @@ class Param:
         An option of ``fgscale train``.
     runtime : bool
         Does not change what a fit computes: a run may resume with another value.
+    task : {"classification", "regression"} or None
+        The one estimator that has it; None: both.
     """
 
     name: str
@@ -65,6 +68,7 @@ class Param:
     type_doc: str
     cli: bool = True
     runtime: bool = False
+    task: str | None = None
 
 
 PARAMS: tuple[Param, ...] = (
@@ -94,6 +98,14 @@ PARAMS: tuple[Param, ...] = (
           "dropout rate: on the input and hidden layers with regularizer='dropout', on hidden "
           "layers only with 'feature_grouping' (the paper's MLP); 'auto' or a list: chosen on "
           "the validation split", 'float, list or "auto"'),
+    Param("class_weight", None, ClassWeight(),
+          "weight of each class in the loss (classification only), as scikit-learn's: None, "
+          "all 1; 'balanced', n / (n_classes * the class's rows) over the training rows; or a "
+          "dict of class label -> weight (1 for a class it omits); the weights are rescaled to "
+          "average 1 over the training rows, so they set the classes' relative weights and "
+          "leave alpha's strength as it is; the validation loss and accuracy that stop "
+          "training and choose among candidates are weighted alike; on the command line "
+          "balanced, none or label:weight,...", 'dict, "balanced" or None', task="classification"),
     Param("n_clusters", "auto", Searchable(Fraction()), "k, clusters per grouping; a float "
           f"in (0, 1) is a fraction of the features; 'auto': {auto_k_help()}; a list: chosen "
           "among its values", 'int, float, list or "auto"'),
@@ -172,18 +184,23 @@ def validate_params(params: dict, owner: str = "FeatureGroupingClassifier") -> N
                                         f"Got {value!r} instead.") from None
 
 
-def estimator_signature() -> inspect.Signature:
-    """``__init__``'s signature: every parameter keyword-only, with its default."""
+def params_of(task: str) -> tuple[Param, ...]:
+    """The parameters of the estimator of ``task`` ("classification" or "regression")."""
+    return tuple(p for p in PARAMS if p.task in (None, task))
+
+
+def estimator_signature(task: str) -> inspect.Signature:
+    """``__init__``'s signature for ``task``: every parameter keyword-only, with its default."""
     self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return inspect.Signature([self] + [
         inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
-        for p in PARAMS])
+        for p in params_of(task)])
 
 
-def numpydoc() -> str:
-    """The Parameters section of the estimators' docstrings."""
+def numpydoc(task: str) -> str:
+    """The Parameters section of the docstring of the estimator of ``task``."""
     lines = []
-    for p in PARAMS:
+    for p in params_of(task):
         # "k, clusters per grouping" keeps its symbol lower case; other lines start upper case
         text = p.help if p.help[1:2] == "," else p.help[0].upper() + p.help[1:]
         lines.append(f"    {p.name} : {p.type_doc}, default={p.default!r}")
@@ -193,10 +210,13 @@ def numpydoc() -> str:
 
 
 def params_to_json(params: dict) -> dict:
-    """Parameters as JSON values: tuples, 1-D arrays as lists; an image, mask or RandomState: repr."""
+    """Parameters as JSON values: tuples, 1-D arrays as lists; a dict (``class_weight``) with
+    its labels as str; an image, mask or RandomState: repr."""
     out = {}
     for name, value in params.items():
-        if isinstance(value, (tuple, np.generic)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+        if isinstance(value, dict):
+            value = {str(k): float(v) for k, v in value.items()}
+        elif isinstance(value, (tuple, np.generic)) or (isinstance(value, np.ndarray) and value.ndim == 1):
             value = list(value) if isinstance(value, tuple) else value.tolist()
         elif not (value is None or isinstance(value, (str, bool, int, float, list))):
             value = os.fspath(value) if isinstance(value, os.PathLike) else repr(value)

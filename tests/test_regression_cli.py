@@ -334,3 +334,32 @@ def test_predictions_named_tsv_are_tab_separated(regression_cohort, tmp_path):
     assert main(["evaluate", str(run), str(store), "--n-workers", "1", "--predictions",
                  str(evaluated), "--no-progress"]) == 0
     assert evaluated.read_text().splitlines()[0] == "row\tpath\tvolume\ttarget\tprediction"
+
+
+def test_class_weights_on_the_command_line(tiny_store, regression_cohort, tmp_path, capsys):
+    """``--class-weight`` trains a classifier with them and saves them in the run; given for
+    a regression store, it is refused before anything is written."""
+    run = tmp_path / "weighted"
+    assert main(["train", str(tiny_store.path), "--out", str(run), *TRAIN,
+                 "--class-weight", "class_1:3,class_2:0.5"]) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["params"]["class_weight"] == {"class_1": 3.0, "class_2": 0.5}
+    clf = load_run(run)
+    assert clf.class_weight == {"class_1": 3.0, "class_2": 0.5}
+    counts = np.bincount(tiny_store.y[tiny_store.train_rows()], minlength=4)
+    weights = np.array([1.0, 3.0, 0.5, 1.0])
+    np.testing.assert_allclose(clf.class_weight_, weights * counts.sum() / (counts @ weights))
+    assert main(["train", str(tiny_store.path), "--out", str(tmp_path / "b"), *TRAIN,
+                 "--class-weight", "balanced"]) == 0
+    capsys.readouterr()
+
+    with pytest.raises(SystemExit):
+        main(["train", str(tiny_store.path), "--out", str(tmp_path / "c"), "--class-weight", "3"])
+    assert "expected None, 'balanced' or a non-empty dict" in capsys.readouterr().err
+    store_path, regression_run = tmp_path / "ages.zarr", tmp_path / "ages_run"
+    assert main(["convert", str(regression_cohort), "--out", str(store_path), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert main(["train", str(store_path), "--out", str(regression_run), *TRAIN,
+                 "--class-weight", "balanced"]) == 2
+    assert "class_weight='balanced' applies to classification only" in capsys.readouterr().err
+    assert not regression_run.exists()

@@ -18,20 +18,21 @@ from sklearn.base import BaseEstimator, is_classifier
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
-from fgscale._params import PARAMS, estimator_signature, validate_params
+from fgscale._params import params_of, validate_params
 from fgscale.estimators._inputs import (
     check_not_empty,
     cnn_grid,
     images_to_rows,
     is_store,
     mask_image_of,
+    refuse_multioutput,
     refuse_table_of_images,
     resolve_graph,
     rows_of,
     warn_unused_client,
     warn_unused_mask,
 )
-from fgscale.estimators._selection import candidates, check_groups, validation_split, warn_ignored
+from fgscale.estimators._selection import candidates, check_groups, split_rows, warn_ignored
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
 from fgscale.training._loop import (
@@ -40,13 +41,13 @@ from fgscale.training._loop import (
     check_finite,
     cuda_device,
     fit,
-    lipschitz,
     make_optimizer,
     torch_threads,
 )
 from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
+from fgscale.training._sgd import lipschitz
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +56,21 @@ _BATCH_RANGE = (32, 200)  # batch_size="auto": a tenth of the rows, within this 
 
 
 class FeatureGroupingBase(BaseEstimator):
-    """The machinery of the estimators; subclasses set the targets and the outputs."""
+    """The machinery of the estimators; subclasses set the targets and the outputs, their
+    task (``_task``, which picks their parameters from the table) and ``__init__``'s signature."""
+
+    _task = "classification"
 
     def __init__(self, *args, **params):
         if args:  # else Python's error names this base class, not the estimator
             raise TypeError(f"{type(self).__name__} takes keyword arguments only, as scikit-learn's "
                             f"estimators: got {args[0]!r} by position")
-        unknown = sorted(set(params) - {p.name for p in PARAMS})
+        own = params_of(self._task)
+        unknown = sorted(set(params) - {p.name for p in own})
         if unknown:
             raise TypeError(f"{type(self).__name__} got unexpected parameter(s) {unknown}")
-        for p in PARAMS:
+        for p in own:
             setattr(self, p.name, params.get(p.name, p.default))
-
-    __init__.__signature__ = estimator_signature()
 
     def _check_params(self, warn_level: int = 0):
         """Check every parameter (the table's constraints), before any work; with
@@ -102,13 +105,7 @@ class FeatureGroupingBase(BaseEstimator):
                 self.__dict__.pop(name, None)
             check_not_empty(X, "fit on")
             refuse_table_of_images(X)
-            # object dtype: lists of lists of any length, as validate_data takes them
-            shape = y.shape if hasattr(y, "shape") else np.asarray(y, dtype=object).shape
-            if y is not None and len(shape) == 2 and shape[1] > 1:
-                wrapper = "Classifier" if self._is_classifier() else "Regressor"
-                raise ValueError(f"{type(self).__name__} fits one column of y, got y of shape "
-                                 f"{tuple(shape)}: wrap it in sklearn.multioutput.MultiOutput"
-                                 f"{wrapper} to fit one per column")
+            refuse_multioutput(self, y)
             if is_store(X):
                 if y is not None or groups is not None:
                     from fgscale.store._reader import open_group_checked
@@ -265,7 +262,12 @@ class FeatureGroupingBase(BaseEstimator):
         keep = 1.0 - (dropout if self.regularizer == "dropout" else 0.0)
         # half the squared error is twice as steep as the cross-entropy (training.batch_loss)
         steepness = (1.0 if self._is_classifier() else 2.0) / keep
-        return lambda x: 1.0 / (lipschitz(x) * steepness + alpha)
+        return lambda x, w=None: 1.0 / (lipschitz(x, weights=w) * steepness + alpha)
+
+    def _set_class_weights(self, y_idx: np.ndarray):
+        """The classes' weights in the loss for training targets ``y_idx``, set as a fitted
+        attribute by the classifier; None here."""
+        return None
 
     def _train(self, sources: dict, y_idx, rows, seed, history=_History, groups=None):
         """Train on ``sources`` (k -> (in-memory or streamed source, bank)) over ``rows``.
@@ -278,21 +280,10 @@ class FeatureGroupingBase(BaseEstimator):
         """
         validation = self._use_validation(y_idx[rows])
         grid = candidates(self, self.n_features_in_, validation)
-        val_rows = None
-        if validation:
-            train, val = validation_split(y_idx[rows], self.validation_fraction, seed,
-                                          None if groups is None else groups[rows],
-                                          stratify=self._is_classifier())
-            fit_rows, val_rows = rows[train], rows[val]
-        elif len(grid) > 1:
-            off = self.early_stopping is False
-            raise ValueError(
-                f"{len(grid)} candidate hyper-parameters to choose from, but "
-                + ("early_stopping=False leaves" if off else f"{len(rows)} training rows leave")
-                + " no validation split to choose on; give single values, or "
-                + ("early_stopping='auto'" if off else "more rows"))
-        else:
-            fit_rows = rows
+        # from all the training rows: every candidate, and the refit, weigh the classes alike
+        weights = self._set_class_weights(y_idx[rows])
+        fit_rows, val_rows = split_rows(self, y_idx, rows, seed, groups, validation=validation,
+                                        n_candidates=len(grid))
         self.batch_size_ = self._batch_size(len(fit_rows))
         gpu = cuda_device(self.device)
         widths = [self.n_features_in_ if k is None else k for k in sources]
@@ -310,7 +301,7 @@ class FeatureGroupingBase(BaseEstimator):
                 # a refit no candidate's weights are kept, so a search peaks as one fit does
                 self.model_ = None
                 run = self._phase(source, bank, fit_rows, val_rows, seed, history,
-                                  self.max_epochs, params, phase=phase)
+                                  self.max_epochs, params, weights, phase=phase)
                 stopper = run.stopper
                 epochs = stopper.best_epoch + 1 if stopper.best_epoch >= 0 else len(run.history)
                 score = stopper.best_loss if val_rows is not None else None
@@ -330,17 +321,18 @@ class FeatureGroupingBase(BaseEstimator):
                 source, bank = sources[chosen["n_clusters"]]
                 params = {name: chosen[name] for name in ("alpha", "dropout", "n_clusters")}
                 again = self._phase(source, bank, rows, None, seed, history, self.n_iter_,
-                                    params, stop=False, phase="refit")
+                                    params, weights, stop=False, phase="refit")
                 self.history_ = self.history_ + [dict(h, phase="refit") for h in again.history]
         check_finite(self.model_, self.n_iter_, self.learning_rate)
         self._set_outputs()
         return self
 
     def _phase(self, source, bank, rows, val_rows, seed, history, max_epochs, params,
-               stop=True, phase=""):
-        """Train a fresh model with ``params`` on ``rows`` for up to ``max_epochs``; return its
-        history hook (its stopper holds the best epoch and loss). ``phase`` names it for the
-        hook: each phase of a run folder has its own checkpoint."""
+               class_weight=None, stop=True, phase=""):
+        """Train a fresh model with ``params`` (and ``class_weight``: an array of the classes'
+        weights, or None) on ``rows`` for up to ``max_epochs``; return its history hook (its
+        stopper holds the best epoch and loss). ``phase`` names it for the hook: each phase
+        of a run folder has its own checkpoint."""
         alpha, dropout = params["alpha"], params["dropout"]
         self.model_ = build_model(self.model, self.n_features_in_, self._n_outputs(),
                                   regularizer=self.regularizer, dropout=dropout,
@@ -365,7 +357,7 @@ class FeatureGroupingBase(BaseEstimator):
                 stopper=stopper if stop else None, start_epoch=start_epoch,
                 on_epoch_end=run.epoch_end, progress=bool(self.verbose),
                 step_size=self._step_size(alpha, dropout), monitor=self.stop_on,
-                regression=not self._is_classifier())
+                regression=not self._is_classifier(), class_weight=class_weight)
             if stop and stopper.best_state is not None:
                 self.model_.load_state_dict(stopper.best_state)
         elif stopper.best_state is not None:

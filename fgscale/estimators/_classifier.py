@@ -8,7 +8,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from fgscale._params import numpydoc
+from fgscale._params import estimator_signature, numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
 
 __all__ = ["FeatureGroupingClassifier"]
@@ -27,7 +27,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
 
     Parameters
     ----------
-{numpydoc()}
+{numpydoc("classification")}
 
     Attributes
     ----------
@@ -38,6 +38,9 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         names; ``predict`` then checks them.
     n_clusters_ : int or None
         k as resolved from ``n_clusters``; None without feature grouping.
+    class_weight_ : ndarray of shape (n_classes,) or None
+        Each class's weight in the loss, in ``classes_``'s order: ``class_weight`` rescaled
+        to average 1 over the training rows; None with ``class_weight=None``.
     alpha_, dropout_ : float
         The values in effect (0 where they do not apply), chosen on the validation split
         where ``"auto"`` or a list.
@@ -87,6 +90,13 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     >>> bool(clf.score(X, y) > 0.9)
     True
     """
+
+    _task = "classification"
+
+    def __init__(self, *args, **params):
+        super().__init__(*args, **params)
+
+    __init__.__signature__ = estimator_signature("classification")
 
     def fit(self, X, y=None, *, groups=None, client=None):
         """Build the bank (with feature grouping) and train.
@@ -138,6 +148,25 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
                              "could never predict them (move some of their rows to the "
                              "training split)")
         self.classes_ = store.classes
+
+    def _set_class_weights(self, y_idx: np.ndarray):
+        """``class_weight_``: ``class_weight`` as one weight per class, rescaled to average 1
+        over the training rows ``y_idx`` (None with ``class_weight=None``)."""
+        self.class_weight_ = None
+        if self.class_weight is None:
+            return None
+        labels = self.classes_.tolist()
+        counts = np.bincount(y_idx, minlength=len(labels)).astype(np.float64)
+        if isinstance(self.class_weight, str):  # "balanced", as scikit-learn's
+            weights = len(y_idx) / (len(labels) * np.maximum(counts, 1))
+        else:
+            unknown = [k for k in self.class_weight if k not in labels]
+            if unknown:
+                raise ValueError(f"class_weight names {unknown}, which are not classes of the "
+                                 f"training rows: their classes are {labels}")
+            weights = np.array([float(self.class_weight.get(c, 1.0)) for c in labels])
+        self.class_weight_ = weights * (len(y_idx) / (counts @ weights))
+        return self.class_weight_
 
     def _store_targets(self, store) -> np.ndarray:
         return store.y.astype(np.int64)

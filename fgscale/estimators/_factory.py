@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from fgscale._params import PARAMS
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._regressor import FeatureGroupingRegressor
 
@@ -30,4 +31,12 @@ def make_estimator(store, params: dict | None = None, task: str = "auto"):
         raise ValueError(f"{store.path}: the store has no class labels (its cohort had a "
                          "target column only): classification needs them")
     cls = FeatureGroupingClassifier if task == "classification" else FeatureGroupingRegressor
-    return cls(**(params or {}))
+    params = dict(params or {})
+    # the command line has every option of both tasks: another task's is dropped at its default
+    for p in PARAMS:
+        if p.task not in (None, task) and p.name in params:
+            if params[p.name] != p.default:
+                raise ValueError(f"{p.name}={params.pop(p.name)!r} applies to {p.task} only, and "
+                                 f"{store.path} is fitted by {task}")
+            del params[p.name]
+    return cls(**params)

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 __all__ = ["check_not_empty", "cnn_grid", "images_to_rows", "is_store", "mask_image_of",
-           "refuse_table_of_images", "resolve_graph", "rows_of", "warn_unused_mask"]
+           "refuse_multioutput", "refuse_table_of_images", "resolve_graph", "rows_of", "warn_unused_mask"]
 
 
 def resolve_graph(mask, n_features: int):
@@ -49,6 +49,18 @@ def refuse_table_of_images(X) -> None:
         if dtype.kind == "O" and is_images(X[name].iloc[:1].tolist()):
             raise ValueError(f"X is a table whose column {name!r} holds NIfTI paths: give that "
                              f"column, X[{name!r}], for the images it names")
+
+
+def refuse_multioutput(estimator, y) -> None:
+    """Refuse a ``y`` of several columns, naming scikit-learn's wrapper that fits one
+    estimator per column."""
+    # object dtype: lists of lists of any length, as validate_data takes them
+    shape = y.shape if hasattr(y, "shape") else np.asarray(y, dtype=object).shape
+    if y is not None and len(shape) == 2 and shape[1] > 1:
+        wrapper = "Classifier" if hasattr(estimator, "predict_proba") else "Regressor"
+        raise ValueError(f"{type(estimator).__name__} fits one column of y, got y of shape "
+                         f"{tuple(shape)}: wrap it in sklearn.multioutput.MultiOutput"
+                         f"{wrapper} to fit one per column")
 
 
 def warn_unused_client(client, stacklevel: int) -> None:

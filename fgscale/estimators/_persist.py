@@ -4,8 +4,8 @@ and ``mask.nii.gz``.
 ::
 
     model.json    format version, fgscale/torch/numpy versions, the estimator's class and
-                  parameters, its fitted attributes (a classifier's classes_ and their dtype,
-                  n_features_in_, the selected alpha_, dropout_, n_clusters_, n_iter_,
+                  parameters, its fitted attributes (a classifier's classes_ and their dtype
+                  and class_weight_, n_features_in_, the selected alpha_, dropout_, n_clusters_, n_iter_,
                   batch_size_, a regressor's y_mean_ and y_scale_, cv_results_, history_) and
                   the SHA-256 of model.npz; written last, so that it marks a complete save
     model.npz     the torch model's state_dict (arrays ``model.<name>``), the
@@ -210,6 +210,7 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
                 "mask": mask is not None,
                 **{attr: getattr(estimator, attr) for attr in _SCALARS
                    if hasattr(estimator, attr)},
+                "class_weight_": getattr(estimator, "class_weight_", None),
                 "cv_results_": getattr(estimator, "cv_results_", []),
                 "history_": getattr(estimator, "history_", []),
                 "sha256": {MODEL_NPZ: _sha256(folder / MODEL_NPZ)}})
@@ -364,6 +365,11 @@ def load_model(folder):
     est = known[name](**_params(doc, mask_img, path, arrays))
     if "classes_" in doc or is_classifier(est):
         est.classes_ = _classes(doc, path)
+        if isinstance(est.class_weight, dict):  # JSON's keys are str: the labels themselves
+            labels = {str(c): c for c in est.classes_.tolist()}
+            est.class_weight = {labels.get(k, k): w for k, w in est.class_weight.items()}
+        weights = doc.get("class_weight_")
+        est.class_weight_ = None if weights is None else np.asarray(weights, np.float64)
     est.n_features_in_ = n_features
     if "feature_names_in_" in doc:
         est.feature_names_in_ = np.asarray(doc["feature_names_in_"], dtype=object)

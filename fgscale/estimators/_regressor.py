@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 from sklearn.base import RegressorMixin
 
-from fgscale._params import numpydoc
+from fgscale._params import estimator_signature, numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
 
 __all__ = ["FeatureGroupingRegressor"]
@@ -25,7 +25,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
 
     Parameters
     ----------
-{numpydoc()}
+{numpydoc("regression")}
 
     Attributes
     ----------
@@ -72,6 +72,13 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
     >>> bool(reg.score(X, y) > 0.8)
     True
     """
+
+    _task = "regression"
+
+    def __init__(self, *args, **params):
+        super().__init__(*args, **params)
+
+    __init__.__signature__ = estimator_signature("regression")
 
     def fit(self, X, y=None, *, groups=None, client=None):
         """Build the bank (with feature grouping) and train.

@@ -25,7 +25,8 @@ from fgscale._auto import searched_values
 from fgscale._params import PARAMS
 from fgscale.grouping._bank import resolve_n_clusters
 
-__all__ = ["candidates", "check_groups", "resolved", "validation_split", "warn_ignored"]
+__all__ = ["candidates", "check_groups", "resolved", "split_rows", "validation_split",
+           "warn_ignored"]
 
 _DEFAULTS = {p.name: p.default for p in PARAMS}
 
@@ -107,6 +108,26 @@ def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
     counts = np.bincount(y) if stratify else None
     strata = y if stratify and counts.min() >= 2 and n_val >= len(counts) else None
     return train_test_split(rows, test_size=n_val, random_state=seed, stratify=strata)
+
+
+def split_rows(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups=None, *,
+               validation: bool, n_candidates: int):
+    """The rows to fit on and the validation rows (None without a split) among ``rows``,
+    split by :func:`validation_split`; several candidates with no split to choose them on
+    are refused."""
+    if validation:
+        train, val = validation_split(y_idx[rows], estimator.validation_fraction, seed,
+                                      None if groups is None else groups[rows],
+                                      stratify=hasattr(estimator, "predict_proba"))
+        return rows[train], rows[val]
+    if n_candidates > 1:
+        off = estimator.early_stopping is False
+        raise ValueError(
+            f"{n_candidates} candidate hyper-parameters to choose from, but "
+            + ("early_stopping=False leaves" if off else f"{len(rows)} training rows leave")
+            + " no validation split to choose on; give single values, or "
+            + ("early_stopping='auto'" if off else "more rows"))
+    return rows, None
 
 
 def candidates(estimator, n_features: int, validation: bool = True) -> list[dict]:

@@ -7,7 +7,6 @@ from fgscale.training._loop import (
     EarlyStopping,
     evaluate,
     fit,
-    lipschitz,
     make_optimizer,
     predict_logits,
     train_epoch,
@@ -15,6 +14,7 @@ from fgscale.training._loop import (
 from fgscale.training._memory import MemorySource
 from fgscale.training._models import MLP, GroupedLinear, LogisticRegression, build_model
 from fgscale.training._plan import EpochPlan, epoch_plan
+from fgscale.training._sgd import lipschitz
 from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window
 
 __all__ = ["MLP", "PREFETCH_BYTES", "Batch", "EarlyStopping", "EpochPlan", "GroupedLinear",

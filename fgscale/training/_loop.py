@@ -28,7 +28,7 @@ from fgscale.training._models import GroupedLinear
 from fgscale.training._sgd import SGD
 
 __all__ = ["Batch", "EarlyStopping", "batch_loss", "check_finite", "cuda_device", "evaluate", "fit",
-           "lipschitz", "make_optimizer", "predict_logits", "torch_threads", "train_epoch"]
+           "make_optimizer", "predict_logits", "torch_threads", "train_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -58,62 +58,26 @@ def make_optimizer(model: nn.Module, learning_rate: float, weight_decay: float =
                 {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate)
 
 
-_GRAM_ROWS = 64  # up to this many rows, λmax comes from the m x m Gram matrix
-
-
-@torch.no_grad()
-def lipschitz(x: torch.Tensor, n_iter: int = 8) -> float:
-    """Smoothness constant of the softmax cross-entropy of a linear layer on the batch ``x``.
-
-    ``L = λmax(G) / 2`` with ``G = [x, 1] [x, 1]ᵀ / m`` (the input and the intercept's column):
-    the mean loss over the batch has an ``L``-Lipschitz gradient in the layer's weights, so a
-    step of ``1 / L`` decreases it whatever the data's units, ``p`` or ``m``. For up to 64
-    rows ``λmax`` is exact, from the eigenvalues of the m x m Gram matrix (one matrix product:
-    the cheapest way for the full rows of L2 and dropout); above, from ``n_iter`` power
-    iterations in the batch's m-dimensional space started from ones, at ``2 m d`` operations
-    each, in the batch's own precision. Both are deterministic: a resumed run takes the same
-    steps. The figures are in the README's performance section.
-
-    Parameters
-    ----------
-    x : Tensor of shape (m, d)
-        The inputs of the first layer: full rows, or rows reduced by a grouping.
-    n_iter : int, default=8
-
-    Returns
-    -------
-    L : float
-    """
-    m = max(x.shape[0], 1)
-    if x.shape[0] <= _GRAM_ROWS:
-        gram = (x @ x.T).double() + 1.0
-        return 0.5 * float(torch.linalg.eigvalsh(gram)[-1]) / m if x.shape[0] else 0.0
-    u = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
-    u /= u.norm()
-    lam = 0.0
-    for _ in range(n_iter):
-        v = x @ (x.T @ u) + u.sum()
-        lam = float(u @ v)  # the Rayleigh quotient of the unit vector u
-        norm = v.norm()
-        if norm == 0:
-            break
-        u = v / norm
-    return 0.5 * lam / m
-
-
 def batch_loss(out: torch.Tensor, y: torch.Tensor, regression: bool = False,
-               reduction: str = "mean") -> torch.Tensor:
+               reduction: str = "mean", class_weight: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax cross-entropy of class indices ``y``, or half the squared error of targets
     ``y`` (one output): half, so that the loss of a linear layer is λmax([x, 1][x, 1]ᵀ / m)-
-    smooth, twice :func:`lipschitz`'s constant, whatever the units."""
+    smooth, twice :func:`~fgscale.training._sgd.lipschitz`'s constant, whatever the units.
+    With ``class_weight`` (one weight per class), each row's cross-entropy is multiplied by
+    its class's weight, and "mean" divides by the rows, not by the weights: the minibatch's
+    loss is then an unbiased estimate of the training rows' weighted mean loss, whose
+    weights average 1."""
     if regression:
         return 0.5 * F.mse_loss(out[:, 0], y.to(out.dtype), reduction=reduction)
-    return F.cross_entropy(out, y.long(), reduction=reduction)
+    if class_weight is None:
+        return F.cross_entropy(out, y.long(), reduction=reduction)
+    losses = F.cross_entropy(out, y.long(), weight=class_weight.to(out.dtype), reduction="none")
+    return losses.mean() if reduction == "mean" else losses.sum()
 
 
 def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=None,
-                device="cpu", step_size: Callable[[torch.Tensor], float] | None = None,
-                regression: bool = False) -> float:
+                device="cpu", step_size: Callable[..., float] | None = None,
+                regression: bool = False, class_weight: torch.Tensor | None = None) -> float:
     """Run one pass of SGD steps; return the mean training loss over the samples seen.
 
     In regression the epoch ends at the average of its iterates (Polyak-Ruppert averaging):
@@ -126,10 +90,13 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     bank : Tensor of shape (n_groupings, n_features), int, on ``device``, optional
         Needed when batches carry a grouping index.
     step_size : callable, optional
-        ``step_size(x)`` gives the step of the batch whose first-layer input is ``x``; default
-        the optimizer's fixed learning rate.
+        ``step_size(x)`` gives the step of the batch whose first-layer input is ``x``
+        (``step_size(x, w)`` with ``class_weight``, ``w`` the rows' weights); default the
+        optimizer's fixed learning rate.
     regression : bool, default=False
         Squared error on float targets instead of cross-entropy on class indices.
+    class_weight : Tensor of shape (n_classes,), optional
+        Each class's weight in the loss (:func:`batch_loss`), on ``device``.
     """
     model.train()
     total, count = 0.0, 0
@@ -142,11 +109,11 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
             y = torch.as_tensor(batch.y, device=device)
             grouping = None if batch.grouping is None else bank[batch.grouping].long()
             if step_size is not None:
-                lr = step_size(x)
+                lr = step_size(x) if class_weight is None else step_size(x, class_weight[y])
                 for group in optimizer.param_groups:
                     group["lr"] = lr
             optimizer.zero_grad(set_to_none=True)
-            loss = batch_loss(model(x, grouping), y, regression)
+            loss = batch_loss(model(x, grouping), y, regression, class_weight=class_weight)
             loss.backward()
             # the graph is let go before the step: through it a grouped forward's W0_hat
             # (h x k) would stay alive until the next batch's forward is done
@@ -210,25 +177,34 @@ def predict_logits(model: nn.Module, blocks: Iterable[np.ndarray], *, device="cp
 
 @torch.no_grad()
 def evaluate(model: nn.Module, blocks: Iterable[tuple[np.ndarray, np.ndarray]], *,
-             device="cpu", regression: bool = False) -> dict:
+             device="cpu", regression: bool = False,
+             class_weight: torch.Tensor | None = None) -> dict:
     """Mean loss (:func:`batch_loss`) over ``(x, y)`` blocks of full rows, with the accuracy,
-    or with the R² of regression targets (``"score"``: either)."""
+    or with the R² of regression targets (``"score"``: either). With ``class_weight``, the
+    loss and the accuracy are means weighted by the rows' class weights."""
     model.eval()
-    loss, correct, count = 0.0, 0, 0
+    loss, correct, count, total_weight = 0.0, 0.0, 0, 0.0
     sum_y = sum_y2 = 0.0  # the targets' total sum of squares, for R²
     for x, y in blocks:
         out = model(torch.as_tensor(x, device=device))
         y_t = torch.as_tensor(y, device=device)
-        loss += float(batch_loss(out, y_t, regression, reduction="sum"))
+        loss += float(batch_loss(out, y_t, regression, reduction="sum", class_weight=class_weight))
         if regression:
             y64 = np.asarray(y, np.float64)
             # Python floats: a numpy scalar in the history would make the checkpoint one that
             # torch.load(weights_only=True) refuses, and the run impossible to resume
             sum_y, sum_y2 = sum_y + float(y64.sum()), sum_y2 + float(y64 @ y64)
         else:
-            correct += int((out.argmax(1) == y_t.long()).sum())
+            hits = out.argmax(1) == y_t.long()
+            if class_weight is None:
+                correct += int(hits.sum())
+            else:  # float64 sums: the same for any split of the rows into blocks
+                w = class_weight[y_t.long()].double()
+                correct, total_weight = correct + float(w[hits].sum()), total_weight + float(w.sum())
         count += len(y)
     n = max(count, 1)
+    if class_weight is not None and not regression:
+        n = total_weight or 1.0
     if not regression:
         return {"loss": loss / n, "accuracy": correct / n, "score": correct / n, "n": count}
     total = sum_y2 - sum_y * sum_y / n
@@ -322,8 +298,9 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         validation: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
         stopper: EarlyStopping | None = None, start_epoch: int = 0,
         on_epoch_end: Callable[[dict], None] | None = None, progress: bool = False,
-        step_size: Callable[[torch.Tensor], float] | None = None,
-        monitor: str = "loss", regression: bool = False) -> list[dict]:
+        step_size: Callable[..., float] | None = None,
+        monitor: str = "loss", regression: bool = False,
+        class_weight: torch.Tensor | None = None) -> list[dict]:
     """Train for up to ``max_epochs`` epochs; return one metrics dict per epoch (epoch,
     train_loss, val_loss and val_accuracy or val_r2 with validation, seconds).
 
@@ -350,7 +327,11 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         validation score.
     regression : bool, default=False
         Squared error on float targets (see :func:`batch_loss`).
+    class_weight : array-like of shape (n_classes,), optional
+        Each class's weight in the training and validation losses and accuracy.
     """
+    if class_weight is not None:
+        class_weight = torch.as_tensor(class_weight, dtype=torch.float32, device=device)
     history = []
     bar = tqdm(total=max_epochs, initial=start_epoch, desc="epochs", unit="epoch",
                disable=not progress)
@@ -359,10 +340,11 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         metrics = {"epoch": epoch,
                    "train_loss": train_epoch(model, optimizer, epoch_batches(epoch),
                                              bank=bank, device=device, step_size=step_size,
-                                             regression=regression)}
+                                             regression=regression, class_weight=class_weight)}
         monitored = metrics["train_loss"]
         if validation is not None:
-            val = evaluate(model, validation(), device=device, regression=regression)
+            val = evaluate(model, validation(), device=device, regression=regression,
+                           class_weight=class_weight)
             score = "val_r2" if regression else "val_accuracy"
             metrics.update({"val_loss": val["loss"], score: val["score"]})
             monitored = val["loss"] if monitor == "loss" else 1.0 - val["score"]

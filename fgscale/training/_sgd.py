@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["SGD", "sgd_update"]
+__all__ = ["SGD", "lipschitz", "sgd_update"]
 
 # the keys of torch.optim.SGD's parameter groups, written for its readers
 _TORCH_GROUP = {"momentum": 0, "dampening": 0, "nesterov": False, "maximize": False,
@@ -85,3 +85,53 @@ class SGD:
             raise ValueError("the saved optimizer has momentum buffers, which plain SGD has not")
         for group, s in zip(self.param_groups, saved, strict=True):
             group["lr"], group["weight_decay"] = float(s["lr"]), float(s["weight_decay"])
+
+
+_GRAM_ROWS = 64  # up to this many rows, λmax comes from the m x m Gram matrix
+
+
+@torch.no_grad()
+def lipschitz(x: torch.Tensor, n_iter: int = 8, weights: torch.Tensor | None = None) -> float:
+    """Smoothness constant of the softmax cross-entropy of a linear layer on the batch ``x``.
+
+    ``L = λmax(G) / 2`` with ``G = [x, 1] [x, 1]ᵀ / m`` (the input and the intercept's column):
+    the mean loss over the batch has an ``L``-Lipschitz gradient in the layer's weights, so a
+    step of ``1 / L`` decreases it whatever the data's units, ``p`` or ``m``. For up to 64
+    rows ``λmax`` is exact, from the eigenvalues of the m x m Gram matrix (one matrix product:
+    the cheapest way for the full rows of L2 and dropout); above, from ``n_iter`` power
+    iterations in the batch's m-dimensional space started from ones, at ``2 m d`` operations
+    each, in the batch's own precision. Both are deterministic: a resumed run takes the same
+    steps. The figures are in the README's performance section.
+
+    Parameters
+    ----------
+    x : Tensor of shape (m, d)
+        The inputs of the first layer: full rows, or rows reduced by a grouping.
+    n_iter : int, default=8
+    weights : Tensor of shape (m,), optional
+        The rows' weights in a weighted mean loss ``sum_i w_i loss_i / m`` (``class_weight``):
+        then ``G = sum_i w_i [x_i, 1] [x_i, 1]ᵀ / m``.
+
+    Returns
+    -------
+    L : float
+    """
+    m = max(x.shape[0], 1)
+    root = None if weights is None else weights.to(x.dtype).sqrt()
+    if root is not None:  # the rows, and the intercept's column, scaled by sqrt(w_i)
+        x = x * root[:, None]
+    if x.shape[0] <= _GRAM_ROWS:
+        ones = 1.0 if root is None else torch.outer(root, root).double()
+        gram = (x @ x.T).double() + ones
+        return 0.5 * float(torch.linalg.eigvalsh(gram)[-1]) / m if x.shape[0] else 0.0
+    u = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
+    u /= u.norm()
+    lam = 0.0
+    for _ in range(n_iter):
+        v = x @ (x.T @ u) + (u.sum() if root is None else root * (root @ u))
+        lam = float(u @ v)  # the Rayleigh quotient of the unit vector u
+        norm = v.norm()
+        if norm == 0:
+            break
+        u = v / norm
+    return 0.5 * lam / m
