@@ -120,6 +120,10 @@ def main(argv=None) -> None:
         markdown_row(name, "{:.2f} ± {:.2f}".format(*(100 * v for v in mean_se(s["balanced"]))),
                      "-" if name == ANCHOR else f"{100 * m:+.2f} ± {100 * se:.2f}",
                      f"{np.mean(s['seconds']):.1f}")
+    gain = np.array(scores["fgscale class_weight='balanced'"]["balanced"]) - np.array(
+        scores["fgscale default"]["balanced"])
+    print("\nfgscale class_weight='balanced' − fgscale default: "
+          "{:+.2f} ± {:.2f} points (paired)".format(*(100 * v for v in mean_se(gain))))
     print(f"\nTotal run time: {time.perf_counter() - started:.0f} s. Command: "
           f"scripts/bench_imbalanced.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     print(f"Versions: {stamp}")
