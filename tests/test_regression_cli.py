@@ -363,3 +363,13 @@ def test_class_weights_on_the_command_line(tiny_store, regression_cohort, tmp_pa
                  "--class-weight", "balanced"]) == 2
     assert "class_weight='balanced' applies to classification only" in capsys.readouterr().err
     assert not regression_run.exists()
+
+
+def test_a_class_weight_naming_no_class_of_the_store_is_refused_before_a_cluster(tiny_store,
+                                                                              tmp_path, capsys):
+    run = tmp_path / "r"
+    assert main(["train", str(tiny_store.path), "--out", str(run), *TRAIN,
+                 "--class-weight", "class_9:2"]) == 2
+    captured = capsys.readouterr()
+    assert "class_weight names ['class_9'], which are not classes" in captured.err
+    assert "Dask dashboard" not in captured.out + captured.err and not run.exists()

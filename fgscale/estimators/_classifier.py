@@ -148,6 +148,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
                              "could never predict them (move some of their rows to the "
                              "training split)")
         self.classes_ = store.classes
+        self._check_class_weight_labels()  # before any cluster starts
 
     def _set_class_weights(self, y_idx: np.ndarray):
         """``class_weight_``: ``class_weight`` as one weight per class, rescaled to average 1
@@ -160,13 +161,19 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         if isinstance(self.class_weight, str):  # "balanced", as scikit-learn's
             weights = len(y_idx) / (len(labels) * np.maximum(counts, 1))
         else:
-            unknown = [k for k in self.class_weight if k not in labels]
-            if unknown:
-                raise ValueError(f"class_weight names {unknown}, which are not classes of the "
-                                 f"training rows: their classes are {labels}")
+            self._check_class_weight_labels()
             weights = np.array([float(self.class_weight.get(c, 1.0)) for c in labels])
         self.class_weight_ = weights * (len(y_idx) / (counts @ weights))
         return self.class_weight_
+
+    def _check_class_weight_labels(self) -> None:
+        """Refuse a ``class_weight`` dict naming a label that is not in ``classes_``."""
+        labels = self.classes_.tolist()
+        unknown = [k for k in self.class_weight if k not in labels] \
+            if isinstance(self.class_weight, dict) else []
+        if unknown:
+            raise ValueError(f"class_weight names {unknown}, which are not classes of the "
+                             f"training rows: their classes are {labels}")
 
     def _store_targets(self, store) -> np.ndarray:
         return store.y.astype(np.int64)
