@@ -191,8 +191,8 @@ class ClassWeight(Constraint):
         return "None, 'balanced' or a non-empty dict of class label -> weight > 0"
 
     def parse(self, text):
-        if text in ("balanced", "none"):
-            return None if text == "none" else text
+        if text.lower() in ("balanced", "none"):  # "None", as --help shows the default
+            return None if text.lower() == "none" else "balanced"
         pairs = [item.rpartition(":") for item in text.split(",")]
         if not all(label and sep for label, sep, _ in pairs):
             raise ValueError(f"{text!r} is not label:weight,...")
