@@ -61,12 +61,21 @@ def load_img(img) -> nib.Nifti1Image:
             raise ValueError(f"{path}: not a readable NIfTI image ({exc})") from exc
     if not isinstance(img, nib.spatialimages.SpatialImage):
         raise ValueError(f"expected a NIfTI path or a nibabel image, got {type(img).__name__}")
-    if img.ndim not in (3, 4):
-        raise ValueError(f"{_name(img)}: expected a 3D or 4D image, got shape {img.shape}")
+    _check_shape(_name(img), img.shape)
     _check_values(_name(img), img.get_data_dtype(), img.affine)
     if not isinstance(img, nib.Nifti1Image):
         img = nib.Nifti1Image(img.dataobj, img.affine)
     return img
+
+
+def _check_shape(name: str, shape) -> None:
+    """Refuse what gives no row: another number of axes, or an axis of length 0 (a 4D file of
+    no volume, as an interrupted merge writes it, would otherwise add no row without a word)."""
+    if len(shape) not in (3, 4):
+        raise ValueError(f"{name}: expected a 3D or 4D image, got shape {shape}")
+    if 0 in shape:
+        raise ValueError(f"{name}: image of shape {shape} holds no voxel (an axis of length 0); "
+                         "expected a 3D image or a 4D one of at least one volume")
 
 
 def _check_values(name: str, dtype, affine) -> None:
@@ -136,6 +145,7 @@ def read_header(path) -> ImageHeader:
         return ImageHeader(str(path), img.shape, img.affine)
     header, shape = parsed
     affine = header.get_best_affine()
+    _check_shape(str(path), shape)
     _check_values(str(path), header.get_data_dtype(), affine)
     return ImageHeader(str(path), shape, affine)
 

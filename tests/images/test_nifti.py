@@ -195,3 +195,13 @@ def test_export_refuses_an_unbuilt_grouping(tiny_store, tmp_path):
         export_map(tiny_store, tmp_path / "g.nii", grouping=1)
     with pytest.raises(ValueError, match="incomplete"):
         export_map(tiny_store, tmp_path / "o.nii", omega=True)
+
+
+@pytest.mark.parametrize("load, suffix", [(load_img, ".nii"), (read_header, ".nii"),
+                                          (read_header, ".nii.gz")])
+def test_an_image_of_no_voxel_is_refused(tmp_path, load, suffix):
+    nib.save(nib.Nifti1Image(np.zeros((4, 5, 3, 0), np.float32), np.eye(4)),
+             tmp_path / f"empty{suffix}")
+    with pytest.raises(ValueError, match=rf"empty{suffix}: image of shape \(4, 5, 3, 0\) "
+                                         "holds no voxel"):
+        load(tmp_path / f"empty{suffix}")
