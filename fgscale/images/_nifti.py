@@ -154,10 +154,14 @@ def _single_file_header(head: bytes, *, check: bool):
     """``(header, shape)`` of a single-file NIfTI-1 3D or 4D image from its first bytes, or
     None for anything else (NIfTI-2, a truncated or foreign file, another number of axes)."""
     try:
-        header = nib.Nifti1Header(head[:348], check=check)
+        # checked only once known to be a NIfTI-1 header: checking the first bytes of a NIfTI-2
+        # file, or of an Analyze .img, logs nibabel's ERROR lines for a file that then loads
+        header = nib.Nifti1Header(head[:348], check=False)
         shape = tuple(int(n) for n in header.get_data_shape())
         if header["magic"].item() != b"n+1" or len(shape) not in (3, 4):
             return None
+        if check:
+            header.check_fix()
     except _READ_ERRORS:
         return None
     return header, shape

@@ -205,3 +205,15 @@ def test_an_image_of_no_voxel_is_refused(tmp_path, load, suffix):
     with pytest.raises(ValueError, match=rf"empty{suffix}: image of shape \(4, 5, 3, 0\) "
                                          "holds no voxel"):
         load(tmp_path / f"empty{suffix}")
+
+
+@pytest.mark.parametrize("name", ["a2.nii", "a2.nii.gz", "an.img", "an.hdr"])
+def test_read_header_of_other_formats_logs_no_nibabel_error(tmp_path, rng, caplog, name):
+    """The first bytes of a NIfTI-2 file or of an Analyze pair are not checked as a NIfTI-1
+    header: nibabel's ERROR lines ("data code 0 not supported") in a conversion that works
+    send users looking for a problem that is not there."""
+    kind = nib.Nifti2Image if name.startswith("a2") else nib.AnalyzeImage
+    nib.save(kind(rng.standard_normal((5, 6, 4)).astype(np.float32), np.eye(4)), tmp_path / name)
+    with caplog.at_level("INFO"):
+        assert read_header(tmp_path / name).shape == (5, 6, 4)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("nibabel")] == []
