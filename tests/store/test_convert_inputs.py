@@ -1,8 +1,13 @@
 """Conversion of what real cohorts hold: odd files, odd tables, files changed between runs."""
 
+import subprocess
+import sys
+import time
+
 import nibabel as nib
 import numpy as np
 import pytest
+import zarr
 
 from fgscale.store._convert import convert
 
@@ -33,3 +38,110 @@ def test_a_four_d_file_of_no_volume_is_refused_naming_it(tmp_path, rng):
                                          r"\(10, 12, 10, 0\) holds no voxel"):
         convert(table, tmp_path / "s.zarr", progress=False)
     assert not (tmp_path / "s.zarr").exists()
+
+
+def oracle(store):
+    """Rows recomputed with plain nibabel from the files as they are now."""
+    rows = []
+    for path, v in zip(store.source, store.volume, strict=True):
+        data = nib.load(path).get_fdata(dtype=np.float32)
+        rows.append((data if data.ndim == 3 else data[..., v])[store.mask])
+    return np.asarray(rows)
+
+
+def test_a_file_changed_before_resuming_is_converted_again(tmp_path, rng, caplog):
+    """An unfinished conversion (stopped by a NaN in its last file) resumed after a file of a
+    block already written was preprocessed again: that block is written again from the new
+    file, not kept with the former rows beside the others as they are now."""
+    names = [f"sub{i}.nii.gz" for i in range(6)]
+    images = dict(zip(names, volumes(rng, 6, 2), strict=True))  # 4D: 2 volumes each
+    images["sub5.nii.gz"][3, 4, 5, 1] = np.nan
+    table = write_cohort(tmp_path / "cohort", images)
+    mask = tmp_path / "mask.nii.gz"
+    nib.save(nib.Nifti1Image(np.ones(SHAPE, np.uint8), AFFINE), mask)
+    out = tmp_path / "s.zarr"
+    kwargs = dict(mask=mask, block_rows=4, progress=False)
+    with pytest.raises(ValueError, match="NaN/inf values inside the mask"):
+        convert(table, out, **kwargs)
+    nib.save(nib.Nifti1Image(volumes(rng, 1, 2)[0], AFFINE), tmp_path / "cohort" / names[2])
+    with caplog.at_level("WARNING"):
+        store = convert(table, out, nan="zero", **kwargs)
+    np.testing.assert_array_equal(store.X[:], np.nan_to_num(oracle(store)))
+    assert "sub2.nii.gz changed since this conversion began" in caplog.text
+    assert store.attrs["summary"]["blocks_skipped"] == 1  # block 0 (sub0, sub1) kept
+
+
+_DRIVER = """
+import sys, time
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
+from fgscale.store._convert import convert
+
+class Slow(WorkerPlugin):  # a slow worker, so that the test can kill the run mid-way
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "memory":
+            time.sleep(0.25)
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.register_plugin(Slow())
+        convert(sys.argv[1], sys.argv[2], client=client, block_rows=1, progress=False)
+"""
+
+
+def test_a_file_changed_before_resuming_a_computed_mask_starts_afresh(tmp_path, rng, caplog):
+    """The mask computed from the images may change with a file: the unfinished store is made
+    again, on the mask of the files as they are now."""
+    names = [f"sub{i}.nii.gz" for i in range(12)]
+    table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 12), strict=True)))
+    out = tmp_path / "s.zarr"
+    (tmp_path / "driver.py").write_text(_DRIVER)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(table), str(out)])
+    done, deadline = 0, time.monotonic() + 60
+    try:
+        while done < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            try:
+                done = int(zarr.open_group(out, mode="r")["done"][:].sum())
+            except Exception:  # not created yet, or a flag being written
+                continue
+    finally:
+        proc.kill()
+        proc.wait()
+    assert 2 <= zarr.open_group(out, mode="r")["done"][:].sum() < 12, "not killed mid-way"
+    changed = volumes(rng, 1)[0]
+    changed[0, 0, 0] = 0.0  # out of the mask now
+    nib.save(nib.Nifti1Image(changed, AFFINE), tmp_path / "cohort" / names[0])
+    with caplog.at_level("WARNING"):
+        store = convert(table, out, block_rows=1, progress=False)
+    assert store.n_features == np.prod(SHAPE) - 1 and not store.mask[0, 0, 0]
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+    assert "sub0.nii.gz changed since this conversion began" in caplog.text
+
+
+def test_a_store_made_afresh_in_the_same_process_is_written_on_its_own_mask(tmp_path, rng):
+    """The store's mask, cached by the process that converts, is the new store's (same out,
+    same fingerprint, another mask), not the one of the store it replaces."""
+    names = [f"sub{i}.nii.gz" for i in range(4)]
+    table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 4), strict=True)))
+    out = tmp_path / "s.zarr"
+    convert(table, out, block_rows=1, progress=False)
+    g = zarr.open_group(out, mode="r+")  # as a conversion stopped before its last block leaves it
+    g["done"][3], g.attrs["complete"] = 0, False
+    changed = volumes(rng, 1)[0]
+    changed[:2] = 0.0
+    nib.save(nib.Nifti1Image(changed, AFFINE), tmp_path / "cohort" / names[0])
+    store = convert(table, out, block_rows=1, progress=False)
+    assert store.n_features == np.prod(SHAPE) - 2 * 12 * 10
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+
+
+def test_a_complete_store_whose_files_changed_says_so(tmp_path, rng, caplog):
+    names = [f"sub{i}.nii.gz" for i in range(3)]
+    table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 3), strict=True)))
+    convert(table, tmp_path / "s.zarr", progress=False)
+    nib.save(nib.Nifti1Image(volumes(rng, 1)[0], AFFINE), tmp_path / "cohort" / names[1])
+    with caplog.at_level("WARNING"):
+        convert(table, tmp_path / "s.zarr", progress=False)
+    assert "sub1.nii.gz changed since the store was converted: it holds their former" in caplog.text
