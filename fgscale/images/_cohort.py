@@ -80,6 +80,11 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
             file = Path((rec["path"] or "").strip())
             file = str(file if file.is_absolute() else path.parent / file)
             where = f"{path}:{line}"
+            extra = [c for c in rec.get(None) or [] if c.strip()]  # beyond the header's columns
+            if extra:  # a comma inside an unquoted cell: every later cell is in the wrong column
+                raise ValueError(f"{where}: {len(reader.fieldnames) + len(rec[None])} cells for "
+                                 f"{len(reader.fieldnames)} columns (extra {extra}); quote a "
+                                 "cell that holds the delimiter")
             rows.append({"path": file,
                          "label": (rec.get(label) or "").strip(),
                          "target": (_parse_target(rec.get(target) or "", where, file)

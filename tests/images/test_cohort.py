@@ -135,3 +135,15 @@ def test_a_file_listed_twice_is_refused_naming_both_lines(tmp_path):
     with pytest.raises(ValueError, match=r"cohort.csv:4: .*a.nii is listed again \(first at "
                                          r".*cohort.csv:2\)"):
         read_cohort(table)
+
+
+def test_a_row_of_more_cells_than_columns_is_refused_naming_its_line(tmp_path):
+    """A comma inside an unquoted cell (a label "face, happy") shifts the cells after it: the
+    subject would be read from the wrong cell, the last cell dropped, without a word."""
+    table = tmp_path / "c.csv"
+    table.write_text('path,label,group\na.nii,"face, happy",s1\nb.nii,face, happy,s2\n')
+    with pytest.raises(ValueError, match=r"c.csv:3: 4 cells for 3 columns \(extra \['s2'\]\); "
+                                         "quote a cell that holds the delimiter"):
+        read_cohort(table)
+    table.write_text("path,label,group\na.nii,x,s1,\nb.nii,y,s2,,\n")  # empty trailing cells
+    assert [e["group"] for e in read_cohort(table)] == ["s1", "s2"]
