@@ -162,6 +162,7 @@ def _convert_block(out: str, key: str, block: int, sources, grid, resampled: boo
     start_time = time.perf_counter()
     mask, c_index, f_index = _store_mask(out, key)
     row = np.empty(c_index.size, np.float32)  # every row goes through it, hot in the cache
+    zero = []  # rows 0 in the whole mask: a failed contrast, or an image off the mask
 
     def rows():
         for (path, volume), vol in zip(sources, _iter_volumes(sources, grid, resampled),
@@ -174,12 +175,14 @@ def _convert_block(out: str, key: str, block: int, sources, grid, resampled: boo
                                      "values inside the mask; fix the file or convert with "
                                      "--nan zero")
                 row[bad] = 0.0
+            if not row.any():
+                zero.append((path, int(volume)))
             yield row
 
     with resumable_write(out, f"block {block} of X"):
         write_block_rows(out, block, rows())
     return {"block": block, "rows": len(sources), "bytes": len(sources) * row.nbytes,
-            "seconds": time.perf_counter() - start_time}
+            "seconds": time.perf_counter() - start_time, "zero": zero}
 
 
 # ---------------------------------------------------------------- the conversion
@@ -346,6 +349,10 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                             total=n_rows, unit="rows",
                             initial=already, weight=lambda result: result["rows"])
         n_workers_used = len(c.nthreads())
+    zero = sorted(z for r in results for z in r["zero"])
+    if zero:  # a computed mask refuses such an image; a given one took it without a word
+        log.warning("%s: %d row(s) are 0 at every voxel of the mask (a failed contrast, or an "
+                    "image off the mask), e.g. %s (volume %d)", out, len(zero), *zero[0])
     seconds = time.perf_counter() - t0
     n_features = int(g["X"].shape[1])
     written = sum(r["bytes"] for r in results)

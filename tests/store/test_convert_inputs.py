@@ -145,3 +145,26 @@ def test_a_complete_store_whose_files_changed_says_so(tmp_path, rng, caplog):
     with caplog.at_level("WARNING"):
         convert(table, tmp_path / "s.zarr", progress=False)
     assert "sub1.nii.gz changed since the store was converted: it holds their former" in caplog.text
+
+
+def test_a_row_of_zeros_in_the_whole_given_mask_is_named(tmp_path, rng, caplog):
+    """A computed mask refuses an all-zero image; a given mask took it, or an image resampled
+    from far off the mask's grid, as a row of zeros without a word."""
+    names = [f"sub{i}.nii.gz" for i in range(4)]
+    images = dict(zip(names, volumes(rng, 4), strict=True))
+    images["sub2.nii.gz"] = np.zeros(SHAPE, np.float32)  # a failed contrast
+    table = write_cohort(tmp_path / "cohort", images)
+    mask = tmp_path / "mask.nii.gz"
+    nib.save(nib.Nifti1Image(np.ones(SHAPE, np.uint8), AFFINE), mask)
+    with caplog.at_level("WARNING"):
+        store = convert(table, tmp_path / "s.zarr", mask=mask, progress=False)
+    assert not store.X[2].any()
+    assert "1 row(s) are 0 at every voxel of the mask" in caplog.text
+    assert "sub2.nii.gz (volume 0)" in caplog.text
+    caplog.clear()
+    far = AFFINE.copy()
+    far[:3, 3] += 500.0  # another space's origin: no overlap with the mask
+    nib.save(nib.Nifti1Image(volumes(rng, 1)[0], far), tmp_path / "cohort" / names[2])
+    with caplog.at_level("WARNING"):
+        convert(table, tmp_path / "r.zarr", mask=mask, resample="mask", progress=False)
+    assert "sub2.nii.gz (volume 0)" in caplog.text
