@@ -147,3 +147,12 @@ def test_a_row_of_more_cells_than_columns_is_refused_naming_its_line(tmp_path):
         read_cohort(table)
     table.write_text("path,label,group\na.nii,x,s1,\nb.nii,y,s2,,\n")  # empty trailing cells
     assert [e["group"] for e in read_cohort(table)] == ["s1", "s2"]
+
+
+def test_a_label_file_with_a_byte_order_mark_and_crlf_gives_its_labels(tmp_path):
+    """Windows Notepad's labels file: the mark made the first label a class of its own."""
+    for name in ("a.nii", "b.nii", "c.nii"):
+        (tmp_path / name).touch()
+    (tmp_path / "labels.txt").write_bytes(b"\xef\xbb\xbfface\r\nhouse\r\nface\r\n\r\n")
+    entries = read_cohort(str(tmp_path / "*.nii"), labels=tmp_path / "labels.txt")
+    assert [e["label"] for e in entries] == ["face", "house", "face"]
