@@ -140,9 +140,12 @@ def _read_globs(patterns, labels) -> list[dict]:
         label_file = Path(labels)
         if not label_file.is_file():
             raise FileNotFoundError(f"{label_file}: no such label file")
-        # utf-8-sig: a byte-order mark (Windows Notepad's) would be part of the first label
-        labels = [s.strip() for s in label_file.read_text(encoding="utf-8-sig").splitlines()
-                  if s.strip()]
+        try:  # utf-8-sig: a byte-order mark (Windows Notepad's) would be the first label's
+            text = label_file.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{label_file}: not a readable label file ({exc}); expected UTF-8 "
+                             "text, one label per line") from None
+        labels = [s.strip() for s in text.splitlines() if s.strip()]
     if len(labels) != len(files):
         raise ValueError(f"got {len(labels)} labels for {len(files)} files; expected one label "
                          "per file, in the files' sorted order")

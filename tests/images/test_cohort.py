@@ -156,3 +156,11 @@ def test_a_label_file_with_a_byte_order_mark_and_crlf_gives_its_labels(tmp_path)
     (tmp_path / "labels.txt").write_bytes(b"\xef\xbb\xbfface\r\nhouse\r\nface\r\n\r\n")
     entries = read_cohort(str(tmp_path / "*.nii"), labels=tmp_path / "labels.txt")
     assert [e["label"] for e in entries] == ["face", "house", "face"]
+
+
+def test_a_label_file_not_in_utf8_is_named(tmp_path):
+    (tmp_path / "a.nii").touch()
+    (tmp_path / "labels.txt").write_bytes("café\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"labels.txt: not a readable label file \(.*\); "
+                                         "expected UTF-8 text, one label per line"):
+        read_cohort(str(tmp_path / "*.nii"), labels=tmp_path / "labels.txt")
