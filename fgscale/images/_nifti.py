@@ -51,6 +51,7 @@ def load_img(img) -> nib.Nifti1Image:
     ValueError
         If the file is not a readable NIfTI image or the image is not 3D/4D.
     """
+    given = img
     if isinstance(img, (str, Path)):
         path = Path(img).expanduser()  # "~/betas/x.nii.gz", as nilearn reads it
         if not path.is_file():
@@ -64,7 +65,11 @@ def load_img(img) -> nib.Nifti1Image:
     _check_shape(_name(img), img.shape)
     _check_values(_name(img), img.get_data_dtype(), img.affine)
     if not isinstance(img, nib.Nifti1Image):
-        img = nib.Nifti1Image(img.dataobj, img.affine)
+        try:  # nibabel reads a voxel for the dtype: the .img of a .hdr, missing, fails here
+            img = nib.Nifti1Image(img.dataobj, img.affine)
+        except _READ_ERRORS as exc:  # named as given: the .hdr, not its .img
+            name = given if isinstance(given, (str, Path)) else _name(img)
+            raise ValueError(f"{name}: not a readable NIfTI image ({exc})") from exc
     return img
 
 

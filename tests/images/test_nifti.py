@@ -217,3 +217,12 @@ def test_read_header_of_other_formats_logs_no_nibabel_error(tmp_path, rng, caplo
     with caplog.at_level("INFO"):
         assert read_header(tmp_path / name).shape == (5, 6, 4)
     assert [r.getMessage() for r in caplog.records if r.name.startswith("nibabel")] == []
+
+
+@pytest.mark.parametrize("load", [load_img, read_header])
+def test_a_header_whose_data_file_is_missing_is_named(tmp_path, rng, load):
+    nib.save(nib.Nifti1Pair(rng.standard_normal((5, 6, 4)).astype(np.float32), np.eye(4)),
+             tmp_path / "pair.hdr")
+    (tmp_path / "pair.img").unlink()  # copied without it
+    with pytest.raises(ValueError, match=r"pair.hdr: not a readable NIfTI image \(.*pair.img"):
+        load(tmp_path / "pair.hdr")
