@@ -33,6 +33,12 @@ def _name(img) -> str:
     return str(img.get_filename() or "<in-memory image>")
 
 
+def _why(exc: BaseException) -> str:
+    """An error's text on one line (nibabel's "Expected N bytes, got M bytes from F\n - could
+    the file be damaged?" would break the one line a refused file gets)."""
+    return " ".join(str(exc).split())
+
+
 def load_img(img) -> nib.Nifti1Image:
     """Normalise a path or an image to a ``Nifti1Image`` (header only: data stays on disk).
 
@@ -59,7 +65,7 @@ def load_img(img) -> nib.Nifti1Image:
         try:
             img = nib.load(path)
         except _READ_ERRORS as exc:
-            raise ValueError(f"{path}: not a readable NIfTI image ({exc})") from exc
+            raise ValueError(f"{path}: not a readable NIfTI image ({_why(exc)})") from exc
     if not isinstance(img, nib.spatialimages.SpatialImage):
         raise ValueError(f"expected a NIfTI path or a nibabel image, got {type(img).__name__}")
     _check_shape(_name(img), img.shape)
@@ -69,7 +75,7 @@ def load_img(img) -> nib.Nifti1Image:
             img = nib.Nifti1Image(img.dataobj, img.affine)
         except _READ_ERRORS as exc:  # named as given: the .hdr, not its .img
             name = given if isinstance(given, (str, Path)) else _name(img)
-            raise ValueError(f"{name}: not a readable NIfTI image ({exc})") from exc
+            raise ValueError(f"{name}: not a readable NIfTI image ({_why(exc)})") from exc
     return img
 
 
@@ -194,7 +200,7 @@ def read_data(img) -> np.ndarray:
         return np.asarray(img.dataobj, dtype=np.float32)
     except _READ_ERRORS as exc:
         raise ValueError(f"{_name(img)}: cannot read the image data, the file is truncated or "
-                         f"corrupt ({type(exc).__name__}: {exc})") from exc
+                         f"corrupt ({type(exc).__name__}: {_why(exc)})") from exc
 
 
 def _inflate(path: Path) -> bytes | None:
@@ -208,7 +214,7 @@ def _inflate(path: Path) -> bytes | None:
         payload = inflater.decompress(raw)
     except _zlib.error as exc:
         raise ValueError(f"{path}: cannot read the image data, the file is truncated or corrupt "
-                         f"(zlib.error: {exc})") from exc
+                         f"(zlib.error: {_why(exc)})") from exc
     if not inflater.eof or inflater.unused_data:  # truncated, or several gzip members
         return None
     return payload
@@ -249,7 +255,7 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
     try:
         img = nib.Nifti1Image.from_bytes(payload)
     except _READ_ERRORS as exc:
-        raise ValueError(f"{path}: not a readable NIfTI image ({exc})") from exc
+        raise ValueError(f"{path}: not a readable NIfTI image ({_why(exc)})") from exc
     img = load_img(img)  # same checks as for a path (3D/4D)
     proxy = img.dataobj
     if proxy.dtype == np.float32 and proxy.slope == 1 and proxy.inter == 0:
@@ -259,7 +265,7 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
         return img, np.asarray(proxy, dtype=np.float32)
     except _READ_ERRORS as exc:  # the header asks for more bytes than the file holds...
         raise ValueError(f"{path}: cannot read the image data, the file is truncated or corrupt "
-                         f"({type(exc).__name__}: {exc})") from exc
+                         f"({type(exc).__name__}: {_why(exc)})") from exc
 
 
 def read_array(path) -> np.ndarray:

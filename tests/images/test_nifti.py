@@ -226,3 +226,15 @@ def test_a_header_whose_data_file_is_missing_is_named(tmp_path, rng, load):
     (tmp_path / "pair.img").unlink()  # copied without it
     with pytest.raises(ValueError, match=r"pair.hdr: not a readable NIfTI image \(.*pair.img"):
         load(tmp_path / "pair.hdr")
+
+
+@pytest.mark.parametrize("name", ["cut.nii", "cut.nii.gz"])
+def test_a_truncated_file_is_refused_on_one_line(tmp_path, rng, name):
+    nib.save(nib.Nifti1Image(rng.standard_normal((20, 20, 20)).astype(np.float32), np.eye(4)),
+             tmp_path / name)
+    data = (tmp_path / name).read_bytes()
+    (tmp_path / name).write_bytes(data[: len(data) // 2])
+    for read in (read_data, read_array):
+        with pytest.raises(ValueError, match=f"{name}: cannot read the image data") as info:
+            read(tmp_path / name)
+        assert "\n" not in str(info.value)
