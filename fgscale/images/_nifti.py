@@ -71,11 +71,11 @@ def load_img(img) -> nib.Nifti1Image:
     _check_shape(_name(img), img.shape)
     _check_values(_name(img), img.get_data_dtype(), img.affine)
     if not isinstance(img, nib.Nifti1Image):
-        try:  # nibabel reads a voxel for the dtype: the .img of a .hdr, missing, fails here
-            img = nib.Nifti1Image(img.dataobj, img.affine)
-        except _READ_ERRORS as exc:  # named as given: the .hdr, not its .img
-            name = given if isinstance(given, (str, Path)) else _name(img)
-            raise ValueError(f"{name}: not a readable NIfTI image ({_why(exc)})") from exc
+        data = getattr(img.file_map.get("image"), "filename", None)  # a pair's .img
+        if data and not Path(data).is_file():  # named as given: the .hdr of the table
+            raise ValueError(f"{given if isinstance(given, (str, Path)) else _name(img)}: not a "
+                             f"readable NIfTI image (its data file {data} is missing)")
+        img = nib.Nifti1Image.from_image(img)  # with its header: an MNI pair stays MNI
     return img
 
 

@@ -168,3 +168,19 @@ def test_a_row_of_zeros_in_the_whole_given_mask_is_named(tmp_path, rng, caplog):
     with caplog.at_level("WARNING"):
         convert(table, tmp_path / "r.zarr", mask=mask, resample="mask", progress=False)
     assert "sub2.nii.gz (volume 0)" in caplog.text
+
+
+def test_a_cohort_of_nifti_pairs_keeps_its_space(tmp_path, rng):
+    """The store records the first image's qform/sform codes, which its maps carry (MNI stays
+    MNI); a .hdr/.img pair's were dropped for nibabel's default ('aligned')."""
+    folder = tmp_path / "cohort"
+    folder.mkdir()
+    for i, data in enumerate(volumes(rng, 3)):
+        img = nib.Nifti1Pair(data, AFFINE)
+        img.set_sform(AFFINE, code=4)
+        img.set_qform(AFFINE, code=4)
+        nib.save(img, folder / f"sub{i}.hdr")
+    (folder / "cohort.csv").write_text("path,label\nsub0.hdr,a\nsub1.hdr,b\nsub2.hdr,a\n")
+    store = convert(folder / "cohort.csv", tmp_path / "s.zarr", progress=False)
+    assert store.attrs["space_codes"] == [4, 4]
+    np.testing.assert_array_equal(store.X[:], oracle(store))
