@@ -303,12 +303,14 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         elif made != fingerprint:
             raise StoreError(f"{out}: exists and was made from other inputs or arguments; remove "
                              "it or choose another --out")
+        # shards deleted or truncated since they were written are written again; then files
+        # changed since: a reopened block would otherwise be read from them beside the others
+        complete = g is not None and not reopen_damaged(out) and g.attrs.get("complete")
         if g is not None and not check_inputs(out, g, stats, [e["path"] for e in entries],
-                                              counts, mask is None or intersect_mask):
+                                              counts, mask is None or intersect_mask, complete):
             shutil.rmtree(out)
             g = None
-        # shards deleted or truncated since they were written are written again
-        if g is not None and not reopen_damaged(out) and g.attrs.get("complete"):
+        if g is not None and complete:
             log.info("%s is already complete; nothing to do", out)
             return open_store(out)
         if g is not None:

@@ -35,7 +35,8 @@ def file_stats(paths) -> list[list[int]]:
     return stats
 
 
-def check_inputs(out: Path, g, stats: list, paths: list, n_rows: list, computed_mask: bool) -> bool:
+def check_inputs(out: Path, g, stats: list, paths: list, n_rows: list, computed_mask: bool,
+                 complete: bool) -> bool:
     """Compare the files of a resumed conversion with those recorded in its store ``g``.
 
     A file changed since: in an unfinished store, the blocks holding its rows are converted
@@ -57,6 +58,8 @@ def check_inputs(out: Path, g, stats: list, paths: list, n_rows: list, computed_
         The rows of each file (volumes of a 4D file), in the same order.
     computed_mask : bool
         Whether the store's mask was computed from the images.
+    complete : bool
+        Whether the store is complete (no block reopened).
 
     Returns
     -------
@@ -71,7 +74,7 @@ def check_inputs(out: Path, g, stats: list, paths: list, n_rows: list, computed_
     if not changed:
         return True
     which = f"{paths[changed[0]]}" + (f" and {len(changed) - 1} other file(s)" if changed[1:] else "")
-    if g.attrs.get("complete"):
+    if complete:
         log.warning("%s: %s changed since the store was converted: it holds their former data; "
                     "remove it and convert again to take the new", out, which)
         return True

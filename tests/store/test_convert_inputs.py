@@ -184,3 +184,19 @@ def test_a_cohort_of_nifti_pairs_keeps_its_space(tmp_path, rng):
     store = convert(folder / "cohort.csv", tmp_path / "s.zarr", progress=False)
     assert store.attrs["space_codes"] == [4, 4]
     np.testing.assert_array_equal(store.X[:], oracle(store))
+
+
+def test_a_damaged_shard_and_a_changed_file_are_both_converted_again(tmp_path, rng):
+    """A complete store with a shard deleted since is converted again where damaged; a file
+    changed since, in another block, is then not kept with its former rows."""
+    names = [f"sub{i}.nii.gz" for i in range(6)]
+    table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 6), strict=True)))
+    mask = tmp_path / "mask.nii.gz"
+    nib.save(nib.Nifti1Image(np.ones(SHAPE, np.uint8), AFFINE), mask)
+    out = tmp_path / "s.zarr"
+    convert(table, out, mask=mask, block_rows=2, progress=False)
+    (out / "X" / "c" / "0" / "0").unlink()  # block 0's shard, deleted
+    nib.save(nib.Nifti1Image(volumes(rng, 1)[0], AFFINE), tmp_path / "cohort" / names[4])
+    store = convert(table, out, mask=mask, block_rows=2, progress=False)
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+    assert store.attrs["summary"]["blocks_skipped"] == 1
