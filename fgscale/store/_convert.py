@@ -331,11 +331,11 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                 out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),
                 y=y, classes=names, target=targets, source=[r[0] for r in rows],
                 volume=[r[1] for r in rows], groups=[r[3] for r in rows],
-                split=[r[4] for r in rows], block_rows=block_rows,
+                split=[r[4] for r in rows], block_rows=block_rows, extra={"inputs": stats},
                 attrs={"synthetic": synthetic, "params": {
                     "fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),
                     "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
-                    "n_files": len(entries)}, "inputs": stats,
+                    "n_files": len(entries)},
                     "space_codes": space_codes(load_img(headers[0].path))})  # of its first image
         n_rows, step = len(rows), g.attrs["block_rows"]
         done = g["done"][:]
