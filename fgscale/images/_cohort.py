@@ -66,6 +66,11 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
         columns = set(reader.fieldnames or [])
         names = _column_names(path, list(reader.fieldnames or []), given)
         label, target = names["label"], names["target"]
+        read = [c for c in reader.fieldnames or [] if c in {"path", *names.values()}]
+        twice = sorted({c for c in read if read.count(c) > 1})
+        if twice:  # csv keeps the last of them, without a word
+            raise ValueError(f"{path}: column(s) {twice} named twice in the header; expected "
+                             "each column once")
         if "path" not in columns:
             raise ValueError(f"{path}: cohort table lacks column(s) ['path']; expected "
                              f"{_EXPECTED}, got {reader.fieldnames}")

@@ -164,3 +164,11 @@ def test_a_label_file_not_in_utf8_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"labels.txt: not a readable label file \(.*\); "
                                          "expected UTF-8 text, one label per line"):
         read_cohort(str(tmp_path / "*.nii"), labels=tmp_path / "labels.txt")
+
+
+def test_a_column_named_twice_is_refused(tmp_path):
+    """Two 'label' columns (tables merged in a spreadsheet): the second was read silently."""
+    table = write_table(tmp_path / "c.csv", ["path", "label", "label"],
+                        [["a.nii", "x", "y"], ["b.nii", "y", "x"]])
+    with pytest.raises(ValueError, match=r"c.csv: column\(s\) \['label'\] named twice"):
+        read_cohort(table)
