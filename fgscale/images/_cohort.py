@@ -78,7 +78,8 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
             raise ValueError(f"{path}: cohort table has neither a 'label' nor a 'target' "
                              f"column; expected {_EXPECTED}, got {reader.fieldnames}")
         rows = []
-        for line, rec in enumerate(reader, start=2):
+        for rec in reader:
+            line = reader.line_num  # the file's line: csv skips blank lines, not counted here
             if not (rec["path"] or "").strip():  # else the table's folder, "missing label"
                 raise ValueError(f"{path}:{line}: missing path; expected the NIfTI file of the "
                                  "row (a row of empty cells: remove it)")

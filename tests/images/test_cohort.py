@@ -172,3 +172,12 @@ def test_a_column_named_twice_is_refused(tmp_path):
                         [["a.nii", "x", "y"], ["b.nii", "y", "x"]])
     with pytest.raises(ValueError, match=r"c.csv: column\(s\) \['label'\] named twice"):
         read_cohort(table)
+
+
+def test_lines_are_the_file_s_own_after_blank_lines(tmp_path):
+    """A blank line in the middle of a table (two tables pasted together): the rows after it
+    were named a line too early, the fix looked for at the wrong line."""
+    table = tmp_path / "c.csv"
+    table.write_text("path,label\na.nii,x\n\nb.nii,\n")
+    with pytest.raises(ValueError, match=r"c.csv:4: missing label for .*b.nii"):
+        read_cohort(table)
