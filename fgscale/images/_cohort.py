@@ -80,6 +80,9 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
         rows = []
         for rec in reader:
             line = reader.line_num  # the file's line: csv skips blank lines, not counted here
+            if any("\n" in v or "\r" in v for v in rec.values() if isinstance(v, str)):
+                raise ValueError(f"{path}:{line}: a cell runs over several lines, up to this one "
+                                 "(a '\"' not closed?); expected one row per line")
             if not (rec["path"] or "").strip():  # else the table's folder, "missing label"
                 raise ValueError(f"{path}:{line}: missing path; expected the NIfTI file of the "
                                  "row (a row of empty cells: remove it)")

@@ -181,3 +181,13 @@ def test_lines_are_the_file_s_own_after_blank_lines(tmp_path):
     table.write_text("path,label\na.nii,x\n\nb.nii,\n")
     with pytest.raises(ValueError, match=r"c.csv:4: missing label for .*b.nii"):
         read_cohort(table)
+
+
+def test_a_quote_not_closed_is_refused_on_one_line(tmp_path):
+    """The rest of the table became the first row's path: 'missing label for a.nii,x' and
+    the following lines, on as many lines of the message."""
+    table = tmp_path / "c.csv"
+    table.write_text('path,label\n"a.nii,x\nb.nii,y\nc.nii,z\n')
+    with pytest.raises(ValueError, match=r"c.csv:4: a cell runs over several lines") as info:
+        read_cohort(table)
+    assert "\n" not in str(info.value)
