@@ -86,7 +86,7 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
             if not (rec["path"] or "").strip():  # else the table's folder, "missing label"
                 raise ValueError(f"{path}:{line}: missing path; expected the NIfTI file of the "
                                  "row (a row of empty cells: remove it)")
-            file = Path((rec["path"] or "").strip())
+            file = Path((rec["path"] or "").strip()).expanduser()  # as load_img reads a path
             file = str(file if file.is_absolute() else path.parent / file)
             where = f"{path}:{line}"
             extra = [c for c in rec.get(None) or [] if c.strip()]  # beyond the header's columns

@@ -191,3 +191,9 @@ def test_a_quote_not_closed_is_refused_on_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"c.csv:4: a cell runs over several lines") as info:
         read_cohort(table)
     assert "\n" not in str(info.value)
+
+
+def test_a_path_from_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    table = write_table(tmp_path / "c.csv", ["path", "label"], [["~/betas/a.nii", "x"]])
+    assert read_cohort(table)[0]["path"] == str(tmp_path / "home" / "betas" / "a.nii")
