@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import shutil
 import time
@@ -59,7 +58,14 @@ from fgscale.images._nifti import (
     same_grid,
     space_codes,
 )
-from fgscale.store._inputs import check_inputs, describe, file_stats, is_synthetic
+from fgscale.store._inputs import (
+    changed,
+    check_inputs,
+    describe,
+    file_stats,
+    input_fingerprint,
+    is_synthetic,
+)
 from fgscale.store._layout import (
     block_range,
     create_whole,
@@ -200,17 +206,6 @@ def _block_rows(n_rows: int, n_features: int, client) -> int:
     return int(min(default_block_rows(n_features), max(floor, -(-n_rows // (4 * threads)))))
 
 
-def _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None) -> str:
-    mask_digest = None if mask is None else (
-        hashlib.sha256(Path(mask).read_bytes()).hexdigest() if isinstance(mask, (str, Path))
-        else hashlib.sha256(np.asarray(mask.dataobj).tobytes()).hexdigest())
-    key = [rows, mask_digest, resample, block_rows, intersect_mask]
-    # Targets only when there are some: a label-only cohort keeps the fingerprint it had before
-    # targets existed, so that its partial stores still resume. json writes floats exactly.
-    key = json.dumps(key if targets is None else [*key, targets])
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels=None,
             classes=None, columns=None, intersect_mask: bool = False, client=None,
             n_workers: int | None = None, block_rows: int | None = None,
@@ -282,7 +277,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     mask_img = None if mask is None else load_img(mask)
     grid, resampled = _target_grid(entries, headers, mask_img, resample)
     grid = (tuple(grid[0]), np.asarray(grid[1]).tolist())
-    fingerprint = _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
+    fingerprint = input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
 
     g = None
     if out.is_dir() and not any(out.iterdir()):  # made empty beforehand (a job script's mkdir)
@@ -296,12 +291,13 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         if made != fingerprint and made is not None and not g.attrs.get("complete"):
             # an unfinished conversion of other inputs (the command failed, the cohort was then
             # corrected): its blocks can serve nothing, and keeping it would block the command
-            log.warning("%s: an unfinished conversion of other inputs is there; starting "
-                        "afresh", out)
+            log.warning("%s: an unfinished conversion of other inputs%s is there; starting "
+                        "afresh", out, changed(g, rows, targets, describe(mask), resample))
             shutil.rmtree(out)
             g = None
         elif made != fingerprint:
-            raise StoreError(f"{out}: exists and was made from other inputs or arguments; remove "
+            raise StoreError(f"{out}: exists and was made from other inputs or arguments"
+                             f"{changed(g, rows, targets, describe(mask), resample)}; remove "
                              "it or choose another --out")
         # shards deleted or truncated since they were written are written again; then files
         # changed since: a reopened block would otherwise be read from them beside the others

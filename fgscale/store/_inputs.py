@@ -8,6 +8,7 @@ word of it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
+_FIELDS = ("file", "volume", "label", "group", "split")  # of a row, as convert lists them
 _PAIRS = {".hdr": ".img", ".img": ".hdr"}  # an Analyze/NIfTI pair: the data is in the .img
 
 
@@ -116,3 +118,39 @@ def is_synthetic(cohort) -> bool:
         return bool(json.loads(sidecar.read_text()).get("synthetic", False))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None) -> str:
+    """The digest of what a conversion makes its store of: the rows (file, volume, label,
+    group, split), the mask's bytes, the arguments and the targets."""
+    mask_digest = None if mask is None else (
+        hashlib.sha256(Path(mask).read_bytes()).hexdigest() if isinstance(mask, (str, Path))
+        else hashlib.sha256(np.asarray(mask.dataobj).tobytes()).hexdigest())
+    key = [rows, mask_digest, resample, block_rows, intersect_mask]
+    # Targets only when there are some: a label-only cohort keeps the fingerprint it had before
+    # targets existed, so that its partial stores still resume. json writes floats exactly.
+    key = json.dumps(key if targets is None else [*key, targets])
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def changed(g, rows, targets, mask, resample) -> str:
+    """What differs between the store ``g`` and the conversion asked for now, in words (the
+    first difference found), or "" where the records cannot tell (the mask file's contents,
+    --block-rows): a refusal after hours of conversion should say which change it is about."""
+    params = g.attrs.get("params", {})
+    for name, now in (("mask", mask), ("resample", resample)):
+        if params.get(name) != now:
+            return f" ({name} {params.get(name)} there, {now} now)"
+    if g["source"].shape[0] != len(rows):
+        return f" ({g['source'].shape[0]} rows there, {len(rows)} now: files added or removed)"
+    classes = g["classes"][:]
+    there = zip(g["source"][:], g["volume"][:], classes[g["y"][:]] if classes.size else
+                [""] * len(rows), g["group"][:], g["split"][:], strict=True)
+    for i, (old, new) in enumerate(zip(there, rows, strict=True)):
+        for field, a, b in zip(_FIELDS, old, new, strict=True):
+            if str(a) != str(b):
+                return f" (row {i}: {field} {str(a)!r} there, {str(b)!r} now)"
+    old = g["target"][:].tolist() if "target" in g else None
+    if old != targets:
+        return " (the targets)"
+    return ""

@@ -211,3 +211,26 @@ def test_the_record_of_the_files_is_an_array_not_an_attribute(tmp_path, rng):
     g = zarr.open_group(store.path, mode="r")
     assert g["inputs"].shape == (3, 2) and "inputs" not in g.attrs
     assert g["inputs"][1, 0] == (tmp_path / "cohort" / names[1]).stat().st_size
+
+
+def test_a_store_of_other_inputs_is_refused_saying_what_differs(tmp_path, rng):
+    """Hours after a conversion, a corrected command on its store: the refusal names the
+    change, not only that there is one."""
+    from fgscale.store import StoreError
+
+    names = [f"sub{i}.nii.gz" for i in range(3)]
+    table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 3), strict=True)))
+    out = tmp_path / "s.zarr"
+    convert(table, out, progress=False)
+    mask = tmp_path / "mask.nii.gz"
+    nib.save(nib.Nifti1Image(np.ones(SHAPE, np.uint8), AFFINE), mask)
+    with pytest.raises(StoreError, match=r"other inputs or arguments \(mask None there, "
+                                         r".*mask.nii.gz now\); remove it"):
+        convert(table, out, mask=mask, progress=False)
+    table.write_text("path,label\nsub0.nii.gz,c0\nsub1.nii.gz,c0\nsub2.nii.gz,c0\n")
+    with pytest.raises(StoreError, match=r"\(row 1: label 'c1' there, 'c0' now\)"):
+        convert(table, out, progress=False)
+    nib.save(nib.Nifti1Image(volumes(rng, 1)[0], AFFINE), tmp_path / "cohort" / "sub3.nii.gz")
+    table.write_text("path,label\n" + "".join(f"sub{i}.nii.gz,c{i % 2}\n" for i in range(4)))
+    with pytest.raises(StoreError, match=r"\(3 rows there, 4 now: files added or removed\)"):
+        convert(table, out, progress=False)
