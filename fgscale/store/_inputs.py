@@ -39,7 +39,7 @@ def file_stats(paths) -> np.ndarray:
     return np.array(stats, np.int64).reshape(-1, 2)
 
 
-def check_inputs(out: Path, g, stats: list, paths: list, n_rows: list, computed_mask: bool,
+def check_inputs(out: Path, g, stats: np.ndarray, paths: list, n_rows: list, computed_mask: bool,
                  complete: bool) -> bool:
     """Compare the files of a resumed conversion with those recorded in its store ``g``.
 
@@ -72,10 +72,10 @@ def check_inputs(out: Path, g, stats: list, paths: list, n_rows: list, computed_
     """
     if "inputs" not in g or g["inputs"].shape != stats.shape:  # a store of an earlier fgscale
         return True
-    changed = np.flatnonzero((g["inputs"][:] != stats).any(axis=1)).tolist()
-    if not changed:
+    files = np.flatnonzero((g["inputs"][:] != stats).any(axis=1)).tolist()
+    if not files:
         return True
-    which = f"{paths[changed[0]]}" + (f" and {len(changed) - 1} other file(s)" if changed[1:] else "")
+    which = f"{paths[files[0]]}" + (f" and {len(files) - 1} other file(s)" if files[1:] else "")
     if complete:
         log.warning("%s: %s changed since the store was converted: it holds their former data; "
                     "remove it and convert again to take the new", out, which)
@@ -86,12 +86,12 @@ def check_inputs(out: Path, g, stats: list, paths: list, n_rows: list, computed_
         return False
     starts = np.concatenate([[0], np.cumsum(n_rows)])
     step = int(g.attrs["block_rows"])
-    blocks = sorted({b for i in changed
+    blocks = sorted({b for i in files
                      for b in range(starts[i] // step, (starts[i + 1] - 1) // step + 1)})
-    done = g["done"]
+    done = g["done"][:]
     redo = [b for b in blocks if done[b]]
     for b in redo:
-        done[b] = 0
+        g["done"][b] = 0
     g["inputs"][:] = stats
     if redo:
         log.warning("%s: %s changed since this conversion began: converting again the %d "
