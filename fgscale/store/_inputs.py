@@ -77,12 +77,13 @@ def check_inputs(out: Path, g, stats: np.ndarray, paths: list, n_rows: list, com
         return True
     which = f"{paths[files[0]]}" + (f" and {len(files) - 1} other file(s)" if files[1:] else "")
     if complete:
-        log.warning("%s: %s changed since the store was converted: it holds their former data; "
-                    "remove it and convert again to take the new", out, which)
+        log.warning("%s: %s changed (size or modification time) since the store was converted:"
+                    " it holds their former data; remove it and convert again to take the new",
+                    out, which)
         return True
     if computed_mask:
-        log.warning("%s: %s changed since this conversion began, and the mask was computed from "
-                    "the images: starting afresh", out, which)
+        log.warning("%s: %s changed (size or modification time) since this conversion began, "
+                    "and the mask was computed from the images: starting afresh", out, which)
         return False
     starts = np.concatenate([[0], np.cumsum(n_rows)])
     step = int(g.attrs["block_rows"])
@@ -94,8 +95,9 @@ def check_inputs(out: Path, g, stats: np.ndarray, paths: list, n_rows: list, com
         g["done"][b] = 0
     g["inputs"][:] = stats
     if redo:
-        log.warning("%s: %s changed since this conversion began: converting again the %d "
-                    "block(s) that hold their rows", out, which, len(redo))
+        log.warning("%s: %s changed (size or modification time) since this conversion began: "
+                    "converting again the %d block(s) that hold their rows", out, which,
+                    len(redo))
     return True
 
 

@@ -67,7 +67,7 @@ def test_a_file_changed_before_resuming_is_converted_again(tmp_path, rng, caplog
     with caplog.at_level("WARNING"):
         store = convert(table, out, nan="zero", **kwargs)
     np.testing.assert_array_equal(store.X[:], np.nan_to_num(oracle(store)))
-    assert "sub2.nii.gz changed since this conversion began" in caplog.text
+    assert "sub2.nii.gz changed (size or modification time) since this conversion began" in caplog.text
     assert store.attrs["summary"]["blocks_skipped"] == 1  # block 0 (sub0, sub1) kept
 
 
@@ -117,7 +117,7 @@ def test_a_file_changed_before_resuming_a_computed_mask_starts_afresh(tmp_path, 
         store = convert(table, out, block_rows=1, progress=False)
     assert store.n_features == np.prod(SHAPE) - 1 and not store.mask[0, 0, 0]
     np.testing.assert_array_equal(store.X[:], oracle(store))
-    assert "sub0.nii.gz changed since this conversion began" in caplog.text
+    assert "sub0.nii.gz changed (size or modification time) since this conversion began" in caplog.text
 
 
 def test_a_store_made_afresh_in_the_same_process_is_written_on_its_own_mask(tmp_path, rng):
@@ -144,7 +144,8 @@ def test_a_complete_store_whose_files_changed_says_so(tmp_path, rng, caplog):
     nib.save(nib.Nifti1Image(volumes(rng, 1)[0], AFFINE), tmp_path / "cohort" / names[1])
     with caplog.at_level("WARNING"):
         convert(table, tmp_path / "s.zarr", progress=False)
-    assert "sub1.nii.gz changed since the store was converted: it holds their former" in caplog.text
+    assert ("sub1.nii.gz changed (size or modification time) since the store was converted: it "
+            "holds their former data" in caplog.text)
 
 
 def test_a_row_of_zeros_in_the_whole_given_mask_is_named(tmp_path, rng, caplog):
