@@ -66,6 +66,11 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
         columns = set(reader.fieldnames or [])
         names = _column_names(path, list(reader.fieldnames or []), given)
         label, target = names["label"], names["target"]
+        read = [c for c in reader.fieldnames or [] if c in {"path", *names.values()}]
+        twice = sorted({c for c in read if read.count(c) > 1})
+        if twice:  # csv keeps the last of them, without a word
+            raise ValueError(f"{path}: column(s) {twice} named twice in the header; expected "
+                             "each column once")
         if "path" not in columns:
             raise ValueError(f"{path}: cohort table lacks column(s) ['path']; expected "
                              f"{_EXPECTED}, got {reader.fieldnames}")
@@ -73,13 +78,22 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
             raise ValueError(f"{path}: cohort table has neither a 'label' nor a 'target' "
                              f"column; expected {_EXPECTED}, got {reader.fieldnames}")
         rows = []
-        for line, rec in enumerate(reader, start=2):
+        for rec in reader:
+            line = reader.line_num  # the file's line: csv skips blank lines, not counted here
+            if any("\n" in v or "\r" in v for v in rec.values() if isinstance(v, str)):
+                raise ValueError(f"{path}:{line}: a cell runs over several lines, up to this one "
+                                 "(a '\"' not closed?); expected one row per line")
             if not (rec["path"] or "").strip():  # else the table's folder, "missing label"
                 raise ValueError(f"{path}:{line}: missing path; expected the NIfTI file of the "
                                  "row (a row of empty cells: remove it)")
-            file = Path((rec["path"] or "").strip())
+            file = Path((rec["path"] or "").strip()).expanduser()  # as load_img reads a path
             file = str(file if file.is_absolute() else path.parent / file)
             where = f"{path}:{line}"
+            extra = [c for c in rec.get(None) or [] if c.strip()]  # beyond the header's columns
+            if extra:  # a comma inside an unquoted cell: every later cell is in the wrong column
+                raise ValueError(f"{where}: {len(reader.fieldnames) + len(rec[None])} cells for "
+                                 f"{len(reader.fieldnames)} columns (extra {extra}); quote a "
+                                 "cell that holds the delimiter")
             rows.append({"path": file,
                          "label": (rec.get(label) or "").strip(),
                          "target": (_parse_target(rec.get(target) or "", where, file)
@@ -135,7 +149,12 @@ def _read_globs(patterns, labels) -> list[dict]:
         label_file = Path(labels)
         if not label_file.is_file():
             raise FileNotFoundError(f"{label_file}: no such label file")
-        labels = [s.strip() for s in label_file.read_text().splitlines() if s.strip()]
+        try:  # utf-8-sig: a byte-order mark (Windows Notepad's) would be the first label's
+            text = label_file.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{label_file}: not a readable label file ({exc}); expected UTF-8 "
+                             "text, one label per line") from None
+        labels = [s.strip() for s in text.splitlines() if s.strip()]
     if len(labels) != len(files):
         raise ValueError(f"got {len(labels)} labels for {len(files)} files; expected one label "
                          "per file, in the files' sorted order")

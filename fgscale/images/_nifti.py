@@ -33,6 +33,12 @@ def _name(img) -> str:
     return str(img.get_filename() or "<in-memory image>")
 
 
+def _why(exc: BaseException) -> str:
+    """An error's text on one line (nibabel's "Expected N bytes, got M bytes from F\n - could
+    the file be damaged?" would break the one line a refused file gets)."""
+    return " ".join(str(exc).split())
+
+
 def load_img(img) -> nib.Nifti1Image:
     """Normalise a path or an image to a ``Nifti1Image`` (header only: data stays on disk).
 
@@ -51,6 +57,7 @@ def load_img(img) -> nib.Nifti1Image:
     ValueError
         If the file is not a readable NIfTI image or the image is not 3D/4D.
     """
+    given = img
     if isinstance(img, (str, Path)):
         path = Path(img).expanduser()  # "~/betas/x.nii.gz", as nilearn reads it
         if not path.is_file():
@@ -58,15 +65,28 @@ def load_img(img) -> nib.Nifti1Image:
         try:
             img = nib.load(path)
         except _READ_ERRORS as exc:
-            raise ValueError(f"{path}: not a readable NIfTI image ({exc})") from exc
+            raise ValueError(f"{path}: not a readable NIfTI image ({_why(exc)})") from exc
     if not isinstance(img, nib.spatialimages.SpatialImage):
         raise ValueError(f"expected a NIfTI path or a nibabel image, got {type(img).__name__}")
-    if img.ndim not in (3, 4):
-        raise ValueError(f"{_name(img)}: expected a 3D or 4D image, got shape {img.shape}")
+    _check_shape(_name(img), img.shape)
     _check_values(_name(img), img.get_data_dtype(), img.affine)
     if not isinstance(img, nib.Nifti1Image):
-        img = nib.Nifti1Image(img.dataobj, img.affine)
+        data = getattr(img.file_map.get("image"), "filename", None)  # a pair's .img
+        if data and not Path(data).is_file():  # named as given: the .hdr of the table
+            raise ValueError(f"{given if isinstance(given, (str, Path)) else _name(img)}: not a "
+                             f"readable NIfTI image (its data file {data} is missing)")
+        img = nib.Nifti1Image.from_image(img)  # with its header: an MNI pair stays MNI
     return img
+
+
+def _check_shape(name: str, shape) -> None:
+    """Refuse what gives no row: another number of axes, or an axis of length 0 (a 4D file of
+    no volume, as an interrupted merge writes it, would otherwise add no row without a word)."""
+    if len(shape) not in (3, 4):
+        raise ValueError(f"{name}: expected a 3D or 4D image, got shape {shape}")
+    if 0 in shape:
+        raise ValueError(f"{name}: image of shape {shape} holds no voxel (an axis of length 0); "
+                         "expected a 3D image or a 4D one of at least one volume")
 
 
 def _check_values(name: str, dtype, affine) -> None:
@@ -136,6 +156,7 @@ def read_header(path) -> ImageHeader:
         return ImageHeader(str(path), img.shape, img.affine)
     header, shape = parsed
     affine = header.get_best_affine()
+    _check_shape(str(path), shape)
     _check_values(str(path), header.get_data_dtype(), affine)
     return ImageHeader(str(path), shape, affine)
 
@@ -144,10 +165,14 @@ def _single_file_header(head: bytes, *, check: bool):
     """``(header, shape)`` of a single-file NIfTI-1 3D or 4D image from its first bytes, or
     None for anything else (NIfTI-2, a truncated or foreign file, another number of axes)."""
     try:
-        header = nib.Nifti1Header(head[:348], check=check)
+        # checked only once known to be a NIfTI-1 header: checking the first bytes of a NIfTI-2
+        # file, or of an Analyze .img, logs nibabel's ERROR lines for a file that then loads
+        header = nib.Nifti1Header(head[:348], check=False)
         shape = tuple(int(n) for n in header.get_data_shape())
         if header["magic"].item() != b"n+1" or len(shape) not in (3, 4):
             return None
+        if check:
+            header.check_fix()
     except _READ_ERRORS:
         return None
     return header, shape
@@ -175,7 +200,7 @@ def read_data(img) -> np.ndarray:
         return np.asarray(img.dataobj, dtype=np.float32)
     except _READ_ERRORS as exc:
         raise ValueError(f"{_name(img)}: cannot read the image data, the file is truncated or "
-                         f"corrupt ({type(exc).__name__}: {exc})") from exc
+                         f"corrupt ({type(exc).__name__}: {_why(exc)})") from exc
 
 
 def _inflate(path: Path) -> bytes | None:
@@ -189,7 +214,7 @@ def _inflate(path: Path) -> bytes | None:
         payload = inflater.decompress(raw)
     except _zlib.error as exc:
         raise ValueError(f"{path}: cannot read the image data, the file is truncated or corrupt "
-                         f"(zlib.error: {exc})") from exc
+                         f"(zlib.error: {_why(exc)})") from exc
     if not inflater.eof or inflater.unused_data:  # truncated, or several gzip members
         return None
     return payload
@@ -230,7 +255,7 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
     try:
         img = nib.Nifti1Image.from_bytes(payload)
     except _READ_ERRORS as exc:
-        raise ValueError(f"{path}: not a readable NIfTI image ({exc})") from exc
+        raise ValueError(f"{path}: not a readable NIfTI image ({_why(exc)})") from exc
     img = load_img(img)  # same checks as for a path (3D/4D)
     proxy = img.dataobj
     if proxy.dtype == np.float32 and proxy.slope == 1 and proxy.inter == 0:
@@ -240,7 +265,7 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
         return img, np.asarray(proxy, dtype=np.float32)
     except _READ_ERRORS as exc:  # the header asks for more bytes than the file holds...
         raise ValueError(f"{path}: cannot read the image data, the file is truncated or corrupt "
-                         f"({type(exc).__name__}: {exc})") from exc
+                         f"({type(exc).__name__}: {_why(exc)})") from exc
 
 
 def read_array(path) -> np.ndarray:

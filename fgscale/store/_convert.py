@@ -23,17 +23,19 @@ store; on a complete store it does nothing. Zarr's LocalStore writes every objec
 (temporary file, then rename) and a flag is set only after its shard, so a killed run leaves
 whole shards and true flags only; a block interrupted mid-way has no flag and is rewritten
 whole. The empty store itself is written under a temporary name and renamed into place, so a
-run killed while creating it leaves no half-made store for the re-run to refuse. Different
-inputs (a changed label or target too) on an existing store are refused rather than
-overwritten. The NaN policy is not part of the fingerprint: a block written under either
-policy had no NaN, so after fixing a file (or choosing ``nan="zero"``) the re-run resumes.
+run killed while creating it leaves no half-made store for the re-run to refuse. A file
+changed since the store was created (its size or modification time, :mod:`._inputs`) has the
+blocks of its rows written again, or, with a mask computed from the images, the unfinished
+store is made afresh. Different inputs (a changed label or target too) on an existing store
+are refused rather than overwritten. The NaN policy is not part of the fingerprint: a block
+written under either policy had no NaN, so after fixing a file (or choosing ``nan="zero"``)
+the re-run resumes.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import shutil
 import time
@@ -55,6 +57,14 @@ from fgscale.images._nifti import (
     read_image,
     same_grid,
     space_codes,
+)
+from fgscale.store._inputs import (
+    changed,
+    check_inputs,
+    describe,
+    file_stats,
+    input_fingerprint,
+    is_synthetic,
 )
 from fgscale.store._layout import (
     block_range,
@@ -128,9 +138,10 @@ def _iter_volumes(sources, grid, resampled: bool):
 
 
 @functools.lru_cache(maxsize=4)
-def _store_mask(out: str, fingerprint: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The mask of the store being written (read once per worker process and conversion), and
-    the flat positions of its voxels, in the mask's C order, in a C- and an F-ordered volume."""
+def _store_mask(out: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mask of the store being written (read once per worker process and store: ``key`` is
+    the fingerprint and the mask's digest), and the flat positions of its voxels, in the mask's
+    C order, in a C- and an F-ordered volume."""
     import zarr
 
     mask = zarr.open_group(out, mode="r")["mask"][:]
@@ -151,12 +162,13 @@ def _masked(vol: np.ndarray, mask, c_index, f_index, out: np.ndarray) -> np.ndar
     return out
 
 
-def _convert_block(out: str, fingerprint: str, block: int, sources, grid, resampled: bool,
+def _convert_block(out: str, key: str, block: int, sources, grid, resampled: bool,
                    nan: str) -> dict:
     """Dask task: convert the files of one block into its shard of ``X``, a row at a time."""
     start_time = time.perf_counter()
-    mask, c_index, f_index = _store_mask(out, fingerprint)
+    mask, c_index, f_index = _store_mask(out, key)
     row = np.empty(c_index.size, np.float32)  # every row goes through it, hot in the cache
+    zero = []  # rows 0 in the whole mask: a failed contrast, or an image off the mask
 
     def rows():
         for (path, volume), vol in zip(sources, _iter_volumes(sources, grid, resampled),
@@ -169,12 +181,14 @@ def _convert_block(out: str, fingerprint: str, block: int, sources, grid, resamp
                                      "values inside the mask; fix the file or convert with "
                                      "--nan zero")
                 row[bad] = 0.0
+            if not row.any():
+                zero.append((path, int(volume)))
             yield row
 
     with resumable_write(out, f"block {block} of X"):
         write_block_rows(out, block, rows())
     return {"block": block, "rows": len(sources), "bytes": len(sources) * row.nbytes,
-            "seconds": time.perf_counter() - start_time}
+            "seconds": time.perf_counter() - start_time, "zero": zero}
 
 
 # ---------------------------------------------------------------- the conversion
@@ -190,17 +204,6 @@ def _block_rows(n_rows: int, n_features: int, client) -> int:
     threads = max(1, sum(client.nthreads().values()))
     floor = -(-_MIN_SHARD_BYTES // (4 * max(n_features, 1)))
     return int(min(default_block_rows(n_features), max(floor, -(-n_rows // (4 * threads)))))
-
-
-def _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None) -> str:
-    mask_digest = None if mask is None else (
-        hashlib.sha256(Path(mask).read_bytes()).hexdigest() if isinstance(mask, (str, Path))
-        else hashlib.sha256(np.asarray(mask.dataobj).tobytes()).hexdigest())
-    key = [rows, mask_digest, resample, block_rows, intersect_mask]
-    # Targets only when there are some: a label-only cohort keeps the fingerprint it had before
-    # targets existed, so that its partial stores still resume. json writes floats exactly.
-    key = json.dumps(key if targets is None else [*key, targets])
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels=None,
@@ -264,8 +267,9 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     t0 = time.perf_counter()
     entries = read_cohort(cohort, labels, classes, columns=columns)
     headers = entry_headers(entries)
+    stats, counts = file_stats([e["path"] for e in entries]), [_n_rows(h) for h in headers]
     per_row = [(e, v) for e, img in zip(entries, headers, strict=True)
-               for v in range(img.shape[3] if img.ndim == 4 else 1)]
+               for v in range(_n_rows(img))]
     rows = [(str(Path(e["path"]).resolve()), v, e["label"], e["group"], e["split"])
             for e, v in per_row]
     has_labels = any(e["label"] for e in entries)  # a table without a label column has none
@@ -273,7 +277,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     mask_img = None if mask is None else load_img(mask)
     grid, resampled = _target_grid(entries, headers, mask_img, resample)
     grid = (tuple(grid[0]), np.asarray(grid[1]).tolist())
-    fingerprint = _fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
+    fingerprint = input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
 
     g = None
     if out.is_dir() and not any(out.iterdir()):  # made empty beforehand (a job script's mkdir)
@@ -287,15 +291,22 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         if made != fingerprint and made is not None and not g.attrs.get("complete"):
             # an unfinished conversion of other inputs (the command failed, the cohort was then
             # corrected): its blocks can serve nothing, and keeping it would block the command
-            log.warning("%s: an unfinished conversion of other inputs is there; starting "
-                        "afresh", out)
+            log.warning("%s: an unfinished conversion of other inputs%s is there; starting "
+                        "afresh", out, changed(g, rows, targets, describe(mask), resample))
             shutil.rmtree(out)
             g = None
         elif made != fingerprint:
-            raise StoreError(f"{out}: exists and was made from other inputs or arguments; remove "
+            raise StoreError(f"{out}: exists and was made from other inputs or arguments"
+                             f"{changed(g, rows, targets, describe(mask), resample)}; remove "
                              "it or choose another --out")
-        # shards deleted or truncated since they were written are written again
-        if g is not None and not reopen_damaged(out) and g.attrs.get("complete"):
+        # shards deleted or truncated since they were written are written again; then files
+        # changed since: a reopened block would otherwise be read from them beside the others
+        complete = g is not None and not reopen_damaged(out) and g.attrs.get("complete")
+        if g is not None and not check_inputs(out, g, stats, [e["path"] for e in entries],
+                                              counts, mask is None or intersect_mask, complete):
+            shutil.rmtree(out)
+            g = None
+        if g is not None and complete:
             log.info("%s is already complete; nothing to do", out)
             return open_store(out)
         if g is not None:
@@ -311,22 +322,24 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
             if has_labels:
                 names = list(classes) if classes is not None else sorted({r[2] for r in rows})
                 y = np.array([names.index(r[2]) for r in rows])
-            synthetic = _is_synthetic(cohort)
+            synthetic = is_synthetic(cohort)
             g = create_whole(
                 out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),
                 y=y, classes=names, target=targets, source=[r[0] for r in rows],
                 volume=[r[1] for r in rows], groups=[r[3] for r in rows],
-                split=[r[4] for r in rows], block_rows=block_rows,
+                split=[r[4] for r in rows], block_rows=block_rows, extra={"inputs": stats},
                 attrs={"synthetic": synthetic, "params": {
-                    "fingerprint": fingerprint, "cohort": str(cohort), "mask": _describe(mask),
+                    "fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),
                     "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
                     "n_files": len(entries)},
                     "space_codes": space_codes(load_img(headers[0].path))})  # of its first image
         n_rows, step = len(rows), g.attrs["block_rows"]
         done = g["done"][:]
         todo = np.flatnonzero(done == 0)
+        # the mask in the key: a store made afresh under the same fingerprint may have another
+        key = f"{fingerprint}:{hashlib.sha256(g['mask'][:].tobytes()).hexdigest()}"
         # absolute, as the sources: workers of a cluster joined by address run elsewhere
-        args = [(str(out.resolve()), fingerprint, int(b),
+        args = [(str(out.resolve()), key, int(b),
                  sources[slice(*block_range(b, step, n_rows))],
                  grid, resampled, nan) for b in todo]
         already = n_rows - sum(len(a[3]) for a in args)
@@ -334,6 +347,10 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                             total=n_rows, unit="rows",
                             initial=already, weight=lambda result: result["rows"])
         n_workers_used = len(c.nthreads())
+    zero = sorted(z for r in results for z in r["zero"])
+    if zero:  # a computed mask refuses such an image; a given one took it without a word
+        log.warning("%s: %d row(s) are 0 at every voxel of the mask (a failed contrast, or an "
+                    "image off the mask), e.g. %s (volume %d)", out, len(zero), *zero[0])
     seconds = time.perf_counter() - t0
     n_features = int(g["X"].shape[1])
     written = sum(r["bytes"] for r in results)
@@ -379,7 +396,7 @@ def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress)
             img = nib.Nifti1Image(given.astype(np.float32), affine)
             given = resample_from_to(img, grid, order=0).get_fdata() > 0.5
             if not given.any():
-                raise ValueError(f"{_describe(mask_img)}: the mask is empty on the target grid")
+                raise ValueError(f"{describe(mask_img)}: the mask is empty on the target grid")
         if not intersect:
             return given
     step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
@@ -394,20 +411,5 @@ def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress)
     return final
 
 
-def _describe(mask) -> str | None:
-    if mask is None:
-        return None
-    if isinstance(mask, (str, Path)):
-        return str(mask)
-    return str(mask.get_filename() or "<in-memory mask image>")
-
-
-def _is_synthetic(cohort) -> bool:
-    """True when the cohort table comes from :func:`fgscale.images.make_cohort`."""
-    if not isinstance(cohort, (str, Path)):
-        return False
-    sidecar = Path(cohort).with_suffix(".json")
-    try:
-        return bool(json.loads(sidecar.read_text()).get("synthetic", False))
-    except (OSError, ValueError, AttributeError):
-        return False
+def _n_rows(header) -> int:
+    return header.shape[3] if header.ndim == 4 else 1

@@ -14,6 +14,8 @@ Layout of a store (a directory ``STORE.zarr``, one Zarr v3 group)::
     group    str     (n_samples,)             subject / study ("" when none)
     split    str     (n_samples,)             "train", "test" or "" (unassigned)
     done     uint8   (n_blocks,)              1 once row block i of X is written
+    inputs   int64   (n_files, 2)             of a converted store: each file's size and
+                                              modification time (ns), as converted
     bank     int32   (b, n_features)          added later by the bank step (not written here)
 
 A store carries class labels, a target, or both: one without labels (a regression cohort) keeps
@@ -134,7 +136,7 @@ def _target_array(target, n: int) -> np.ndarray | None:
 def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, y=None,
                  classes: Sequence[str] | None = None, target=None, source=None, volume=None,
                  groups=None, split=None, attrs: dict | None = None,
-                 block_rows: int | None = None) -> zarr.Group:
+                 block_rows: int | None = None, extra: dict | None = None) -> zarr.Group:
     """Create an empty, not yet complete store: all metadata arrays, ``X`` unwritten.
 
     Parameters
@@ -156,6 +158,8 @@ def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, 
         Extra group attributes (``params``, ``synthetic``...).
     block_rows : int, optional
         Rows per shard of ``X``; default :func:`default_block_rows`.
+    extra : dict of str to ndarray, optional
+        Further small arrays, each one chunk (a conversion's record of its files).
 
     Returns
     -------
@@ -193,6 +197,7 @@ def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, 
     }
     if target is not None:
         small["target"] = target
+    small.update(extra or {})
     for name, data in small.items():
         chunks = (1,) if name == "done" else data.shape  # one flag per chunk: writers never share
         g.create_array(name, data=data, chunks=tuple(max(c, 1) for c in chunks))

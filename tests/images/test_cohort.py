@@ -135,3 +135,65 @@ def test_a_file_listed_twice_is_refused_naming_both_lines(tmp_path):
     with pytest.raises(ValueError, match=r"cohort.csv:4: .*a.nii is listed again \(first at "
                                          r".*cohort.csv:2\)"):
         read_cohort(table)
+
+
+def test_a_row_of_more_cells_than_columns_is_refused_naming_its_line(tmp_path):
+    """A comma inside an unquoted cell (a label "face, happy") shifts the cells after it: the
+    subject would be read from the wrong cell, the last cell dropped, without a word."""
+    table = tmp_path / "c.csv"
+    table.write_text('path,label,group\na.nii,"face, happy",s1\nb.nii,face, happy,s2\n')
+    with pytest.raises(ValueError, match=r"c.csv:3: 4 cells for 3 columns \(extra \['s2'\]\); "
+                                         "quote a cell that holds the delimiter"):
+        read_cohort(table)
+    table.write_text("path,label,group\na.nii,x,s1,\nb.nii,y,s2,,\n")  # empty trailing cells
+    assert [e["group"] for e in read_cohort(table)] == ["s1", "s2"]
+
+
+def test_a_label_file_with_a_byte_order_mark_and_crlf_gives_its_labels(tmp_path):
+    """Windows Notepad's labels file: the mark made the first label a class of its own."""
+    for name in ("a.nii", "b.nii", "c.nii"):
+        (tmp_path / name).touch()
+    (tmp_path / "labels.txt").write_bytes(b"\xef\xbb\xbfface\r\nhouse\r\nface\r\n\r\n")
+    entries = read_cohort(str(tmp_path / "*.nii"), labels=tmp_path / "labels.txt")
+    assert [e["label"] for e in entries] == ["face", "house", "face"]
+
+
+def test_a_label_file_not_in_utf8_is_named(tmp_path):
+    (tmp_path / "a.nii").touch()
+    (tmp_path / "labels.txt").write_bytes("café\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"labels.txt: not a readable label file \(.*\); "
+                                         "expected UTF-8 text, one label per line"):
+        read_cohort(str(tmp_path / "*.nii"), labels=tmp_path / "labels.txt")
+
+
+def test_a_column_named_twice_is_refused(tmp_path):
+    """Two 'label' columns (tables merged in a spreadsheet): the second was read silently."""
+    table = write_table(tmp_path / "c.csv", ["path", "label", "label"],
+                        [["a.nii", "x", "y"], ["b.nii", "y", "x"]])
+    with pytest.raises(ValueError, match=r"c.csv: column\(s\) \['label'\] named twice"):
+        read_cohort(table)
+
+
+def test_lines_are_the_file_s_own_after_blank_lines(tmp_path):
+    """A blank line in the middle of a table (two tables pasted together): the rows after it
+    were named a line too early, the fix looked for at the wrong line."""
+    table = tmp_path / "c.csv"
+    table.write_text("path,label\na.nii,x\n\nb.nii,\n")
+    with pytest.raises(ValueError, match=r"c.csv:4: missing label for .*b.nii"):
+        read_cohort(table)
+
+
+def test_a_quote_not_closed_is_refused_on_one_line(tmp_path):
+    """The rest of the table became the first row's path: 'missing label for a.nii,x' and
+    the following lines, on as many lines of the message."""
+    table = tmp_path / "c.csv"
+    table.write_text('path,label\n"a.nii,x\nb.nii,y\nc.nii,z\n')
+    with pytest.raises(ValueError, match=r"c.csv:4: a cell runs over several lines") as info:
+        read_cohort(table)
+    assert "\n" not in str(info.value)
+
+
+def test_a_path_from_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    table = write_table(tmp_path / "c.csv", ["path", "label"], [["~/betas/a.nii", "x"]])
+    assert read_cohort(table)[0]["path"] == str(tmp_path / "home" / "betas" / "a.nii")

@@ -195,3 +195,46 @@ def test_export_refuses_an_unbuilt_grouping(tiny_store, tmp_path):
         export_map(tiny_store, tmp_path / "g.nii", grouping=1)
     with pytest.raises(ValueError, match="incomplete"):
         export_map(tiny_store, tmp_path / "o.nii", omega=True)
+
+
+@pytest.mark.parametrize("load, suffix", [(load_img, ".nii"), (read_header, ".nii"),
+                                          (read_header, ".nii.gz")])
+def test_an_image_of_no_voxel_is_refused(tmp_path, load, suffix):
+    nib.save(nib.Nifti1Image(np.zeros((4, 5, 3, 0), np.float32), np.eye(4)),
+             tmp_path / f"empty{suffix}")
+    with pytest.raises(ValueError, match=rf"empty{suffix}: image of shape \(4, 5, 3, 0\) "
+                                         "holds no voxel"):
+        load(tmp_path / f"empty{suffix}")
+
+
+@pytest.mark.parametrize("name", ["a2.nii", "a2.nii.gz", "an.img", "an.hdr"])
+def test_read_header_of_other_formats_logs_no_nibabel_error(tmp_path, rng, caplog, name):
+    """The first bytes of a NIfTI-2 file or of an Analyze pair are not checked as a NIfTI-1
+    header: nibabel's ERROR lines ("data code 0 not supported") in a conversion that works
+    send users looking for a problem that is not there."""
+    kind = nib.Nifti2Image if name.startswith("a2") else nib.AnalyzeImage
+    nib.save(kind(rng.standard_normal((5, 6, 4)).astype(np.float32), np.eye(4)), tmp_path / name)
+    with caplog.at_level("INFO"):
+        assert read_header(tmp_path / name).shape == (5, 6, 4)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("nibabel")] == []
+
+
+@pytest.mark.parametrize("load", [load_img, read_header])
+def test_a_header_whose_data_file_is_missing_is_named(tmp_path, rng, load):
+    nib.save(nib.Nifti1Pair(rng.standard_normal((5, 6, 4)).astype(np.float32), np.eye(4)),
+             tmp_path / "pair.hdr")
+    (tmp_path / "pair.img").unlink()  # copied without it
+    with pytest.raises(ValueError, match=r"pair.hdr: not a readable NIfTI image \(.*pair.img"):
+        load(tmp_path / "pair.hdr")
+
+
+@pytest.mark.parametrize("name", ["cut.nii", "cut.nii.gz"])
+def test_a_truncated_file_is_refused_on_one_line(tmp_path, rng, name):
+    nib.save(nib.Nifti1Image(rng.standard_normal((20, 20, 20)).astype(np.float32), np.eye(4)),
+             tmp_path / name)
+    data = (tmp_path / name).read_bytes()
+    (tmp_path / name).write_bytes(data[: len(data) // 2])
+    for read in (read_data, read_array):
+        with pytest.raises(ValueError, match=f"{name}: cannot read the image data") as info:
+            read(tmp_path / name)
+        assert "\n" not in str(info.value)
