@@ -63,6 +63,8 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
     delimiter = "\t" if path.suffix.lower() in TABLE_SUFFIXES[1:] else ","
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
+        if reader.fieldnames:  # "path, label": the names, not the spaces typed around them
+            reader.fieldnames = [name.strip() for name in reader.fieldnames]
         columns = set(reader.fieldnames or [])
         names = _column_names(path, list(reader.fieldnames or []), given)
         label, target = names["label"], names["target"]

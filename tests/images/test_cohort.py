@@ -197,3 +197,13 @@ def test_a_path_from_the_home_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     table = write_table(tmp_path / "c.csv", ["path", "label"], [["~/betas/a.nii", "x"]])
     assert read_cohort(table)[0]["path"] == str(tmp_path / "home" / "betas" / "a.nii")
+
+
+def test_spaces_around_the_header_names_are_not_part_of_them(tmp_path):
+    """``path, label`` (typed by hand, or written by a spreadsheet): ``' label'`` was no
+    'label' column, and the table was refused as having neither a label nor a target."""
+    table = tmp_path / "c.csv"
+    table.write_text("path, label ,group\na.nii,x,s1\nb.nii,y,s2\n")
+    entries = read_cohort(table)
+    assert [e["label"] for e in entries] == ["x", "y"]
+    assert [e["group"] for e in entries] == ["s1", "s2"]
