@@ -25,8 +25,9 @@ __all__ = ["Terminated", "failed", "interrupted", "run_command", "settle_io"]
 
 _KEPT_DEFAULT = "Nothing it wrote is half-written (files are renamed into place when complete)."
 _KEPT = {  # what an interrupted command keeps, and how it goes on
-    "convert": "The blocks converted so far are kept in the store: run the same command again "
-               "to convert the rest.",
+    # interrupted while the mask is computed, there is no store yet: nothing to keep
+    "convert": "The blocks converted so far, if any (none before the mask is computed), are "
+               "kept in the store: run the same command again to convert the rest.",
     "bank": "The groupings built so far are kept in the store: run the same command again to "
             "build the rest.",
     "train": "The run folder keeps the checkpoint of the last finished epoch: run the same "

@@ -208,8 +208,9 @@ def test_ctrl_c_during_conversion_exits_130_and_the_same_command_finishes(tmp_pa
                "--n-workers", "1", "--block-rows", "4", "--no-progress"]
     # once the store is made, blocks are being converted
     lines = _interrupt(command, (store / "done").exists, "convert")
-    assert lines == ["fgscale convert: interrupted. The blocks converted so far are kept in the "
-                     "store: run the same command again to convert the rest."]
+    assert lines == ["fgscale convert: interrupted. The blocks converted so far, if any (none "
+                     "before the mask is computed), are kept in the store: run the same command "
+                     "again to convert the rest."]
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert open_store(store).attrs["complete"]
