@@ -151,15 +151,19 @@ _SCORE_NAMES = {"n": "rows", "r2": "R²", "mae": "mean absolute error", "rmse": 
                 "(cross-entropy)", "balanced_accuracy": "balanced accuracy"}
 
 
+_NA = "n/a"
+
+
 def _scores(test: dict, run: Path) -> str:
     out = ["<h2>Test scores</h2>"]
     if not test.get("n"):
         return out[0] + "\n<p>The store has no test rows: no scores.</p>"
-    scalars = {_SCORE_NAMES.get(k, k): v for k, v in test.items()
+    # a score without rows to define it is n/a, as fgscale evaluate prints it
+    scalars = {_SCORE_NAMES.get(k, k): _NA if v is None else v for k, v in test.items()
                if not isinstance(v, (dict, list))}
     out.append(_kv_table(scalars))
     if "r2" in test:
-        out.append("<p>Errors in the target's units; R² is not defined (–) where the test "
+        out.append("<p>Errors in the target's units; R² is not defined (n/a) where the test "
                    "targets do not vary.</p>")
         table = run / PREDICTIONS
         if table.is_file():
@@ -168,8 +172,12 @@ def _scores(test: dict, run: Path) -> str:
                                f"({PREDICTIONS}); the line is a perfect prediction"))
     if test.get("per_class"):
         header = ["class", "precision", "recall", "f1", "support"]
-        rows = [[c, *(test["per_class"][c][k] for k in header[1:])] for c in test["classes"]]
+        rows = [[c, *(_NA if test["per_class"][c][k] is None else test["per_class"][c][k]
+                      for k in header[1:])] for c in test["classes"]]
         out.append(_table(header, rows))
+        if any(_NA in row for row in rows):
+            out.append("<p>n/a: undefined, the class has no true row among the test rows "
+                       "(recall) or is never predicted (precision).</p>")
     if test.get("confusion_matrix"):
         out.append(_figure(_confusion_figure(test["classes"], test["confusion_matrix"]),
                            "Confusion matrix of the test rows (rows: true class, columns: "

@@ -260,7 +260,9 @@ def classification_report(labels, proba: np.ndarray, classes) -> dict:
         ``n``, ``loss`` (mean cross-entropy), ``accuracy``, ``balanced_accuracy``,
         ``classes`` (as strings), ``per_class`` (class -> precision, recall, f1, support)
         and ``confusion_matrix`` (rows: true class, columns: predicted, in class order);
-        the scores are None without rows.
+        the scores are None without rows. A class's recall is None when it has no true row,
+        its precision when it is never predicted, its F1 (2 TP / (2 TP + FP + FN)) when
+        neither: undefined, where scikit-learn's ``zero_division=0`` would say 0.
     """
     from sklearn import metrics
 
@@ -277,18 +279,27 @@ def classification_report(labels, proba: np.ndarray, classes) -> dict:
     pred = np.asarray(names)[proba.argmax(axis=1)]
     # the probability of the true class, floored where float64 rounds it to 0
     picked = np.maximum(proba[np.arange(len(true_idx)), true_idx], np.finfo(float).tiny)
-    precision, recall, f1, support = metrics.precision_recall_fscore_support(
-        y_true, pred, labels=names, zero_division=0)
+    confusion = metrics.confusion_matrix(y_true, pred, labels=names)
+    hits, support, predicted = np.diag(confusion), confusion.sum(axis=1), confusion.sum(axis=0)
     with warnings.catch_warnings():  # a class predicted but absent from the labels
         warnings.simplefilter("ignore", UserWarning)
         balanced = metrics.balanced_accuracy_score(y_true, pred)
     return {"n": int(y_true.size), "loss": float(-np.log(picked).mean()),
             "accuracy": float(metrics.accuracy_score(y_true, pred)),
             "balanced_accuracy": float(balanced), "classes": names,
-            "per_class": {c: {"precision": float(precision[i]), "recall": float(recall[i]),
-                              "f1": float(f1[i]), "support": int(support[i])}
+            # F1 = 2 TP / (2 TP + FP + FN) = 2 TP / (support + predicted)
+            "per_class": {c: {"precision": _ratio(hits[i], predicted[i]),
+                              "recall": _ratio(hits[i], support[i]),
+                              "f1": _ratio(2 * hits[i], support[i] + predicted[i]),
+                              "support": int(support[i])}
                           for i, c in enumerate(names)},
-            "confusion_matrix": metrics.confusion_matrix(y_true, pred, labels=names).tolist()}
+            "confusion_matrix": confusion.tolist()}
+
+
+def _ratio(part, whole) -> float | None:
+    """``part / whole``, None when there is nothing to divide by: a recall without true rows,
+    a precision without predicted rows is undefined, not 0 (a model failing on the class)."""
+    return float(part / whole) if whole else None
 
 
 def regression_report(targets, predictions) -> dict:
@@ -314,6 +325,11 @@ def _columns(rows: list[list[str]]) -> list[str]:
                       enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
 
 
+def _shown(value, spec: str) -> str:
+    """A score as printed: ``n/a`` where it is undefined (None)."""
+    return "n/a" if value is None else format(value, spec)
+
+
 def format_report(report: dict) -> str:
     """A :func:`classification_report` as lines of text: the scores, a table per class and the
     confusion matrix."""
@@ -321,14 +337,17 @@ def format_report(report: dict) -> str:
         return "no rows to score"
     if "r2" in report:  # as the accuracy's line below
         return f"{report['n']} rows: " + ", ".join(
-            f"{k} {'n/a' if report[k] is None else format(report[k], '.4f')}"
+            f"{k} {_shown(report[k], '.4f')}"
             for k in ("r2", "mae", "rmse", "correlation"))
     lines = [f"{report['n']} rows: accuracy {report['accuracy']:.4f}, balanced accuracy "
              f"{report['balanced_accuracy']:.4f}, loss {report['loss']:.4f}", ""]
     classes = report["classes"]
     lines += _columns([["class", "precision", "recall", "f1", "support"]] + [
-        [c, *(f"{report['per_class'][c][k]:.3f}" for k in ("precision", "recall", "f1")),
+        [c, *(_shown(report["per_class"][c][k], ".3f") for k in ("precision", "recall", "f1")),
          str(report["per_class"][c]["support"])] for c in classes])
+    if any(v is None for scores in report["per_class"].values() for v in scores.values()):
+        lines.append("n/a: undefined, the class has no true row (recall) or no prediction "
+                     "(precision)")
     lines += ["", "confusion matrix (rows: true class, columns: predicted)"]
     lines += _columns([["", *classes]] + [[c, *map(str, counts)] for c, counts in
                                           zip(classes, report["confusion_matrix"], strict=True)])
