@@ -163,12 +163,14 @@ def _scores(test: dict, run: Path) -> str:
                if not isinstance(v, (dict, list))}
     out.append(_kv_table(scalars))
     if "r2" in test:
-        out.append("<p>Errors in the target's units; R² is not defined (n/a) where the test "
-                   "targets do not vary.</p>")
+        target = test.get("target", "target")  # the cohort table's column
+        units = "the target's units" if target == "target" else f"the units of {_esc(target)}"
+        out.append(f"<p>Errors in {units}; R² is not defined (n/a) where the test targets do "
+                   "not vary.</p>")
         table = run / PREDICTIONS
         if table.is_file():
-            out.append(_figure(_predictions_figure(table),
-                               f"Predicted against true target of each test row "
+            out.append(_figure(_predictions_figure(table, target),
+                               f"Predicted against true {target} of each test row "
                                f"({PREDICTIONS}); the line is a perfect prediction"))
     if test.get("per_class"):
         header = ["class", "precision", "recall", "f1", "support"]
@@ -308,7 +310,7 @@ def _confusion_figure(classes: list[str], matrix: list[list[int]]):
     return fig
 
 
-def _predictions_figure(table: Path):
+def _predictions_figure(table: Path, target: str = "target"):
     import csv
 
     with open(table, newline="") as f:
@@ -320,8 +322,8 @@ def _predictions_figure(table: Path):
     ax.scatter(true, pred, s=12, alpha=0.7)
     ends = [min(true.min(), pred.min()), max(true.max(), pred.max())]
     ax.plot(ends, ends, color="0.5", linewidth=1)
-    ax.set_xlabel("true target")
-    ax.set_ylabel("predicted target")
+    ax.set_xlabel(f"true {target}")
+    ax.set_ylabel(f"predicted {target}")
     return fig
 
 

@@ -25,7 +25,8 @@ from fgscale.images._nifti import load_img, same_grid
 from fgscale.store._reader import Store, open_store
 
 __all__ = ["ROWS", "check_store", "classification_report", "format_report", "predict_inputs",
-           "proba_matrix", "regression_report", "score_store", "write_table"]
+           "proba_matrix", "regression_report", "score_store", "target_name",
+           "write_table"]
 
 ROWS = ("all", "train", "test")
 
@@ -145,7 +146,8 @@ def score_store(clf, store: Store, client, rows, *, progress: bool = False) -> t
 
     table = _proba_columns(clf, blocks(), progress=progress, total=int(rows.size))
     if not hasattr(clf, "classes_"):
-        return regression_report(table["target"], table["prediction"]), table
+        return regression_report(table["target"], table["prediction"],
+                                 target_name(store)), table
     return classification_report(table["label"], proba_matrix(table, clf.classes_),
                                  clf.classes_), table
 
@@ -302,18 +304,28 @@ def _ratio(part, whole) -> float | None:
     return float(part / whole) if whole else None
 
 
-def regression_report(targets, predictions) -> dict:
+def target_name(store: Store) -> str:
+    """The name of a store's target: the cohort table's column it was converted from
+    (``--target-column``), else "target" (a store written from arrays, or by an fgscale that
+    did not keep it)."""
+    return store.attrs.get("target_name") or "target"
+
+
+def regression_report(targets, predictions, target: str = "target") -> dict:
     """Scores of predicted against true targets: ``n``, ``r2`` (as scikit-learn's
     ``r2_score``), ``mae``, ``rmse`` and Pearson's ``correlation`` (None without rows, or
-    where undefined: R² on targets that do not vary, where ``r2_score`` would say 1 or 0)."""
+    where undefined: R² on targets that do not vary, where ``r2_score`` would say 1 or 0),
+    and ``target``, the name of what is scored (:func:`target_name`)."""
     from sklearn import metrics
 
     y, pred = np.asarray(targets, float), np.asarray(predictions, float)
     if y.size == 0:
-        return {"n": 0, "r2": None, "mae": None, "rmse": None, "correlation": None}
+        return {"target": target, "n": 0, "r2": None, "mae": None, "rmse": None,
+                "correlation": None}
     varies = y.size > 1 and y.std() > 0
     defined = varies and pred.std() > 0
-    return {"n": int(y.size), "r2": float(metrics.r2_score(y, pred)) if varies else None,
+    return {"target": target, "n": int(y.size),
+            "r2": float(metrics.r2_score(y, pred)) if varies else None,
             "mae": float(metrics.mean_absolute_error(y, pred)),
             "rmse": float(np.sqrt(metrics.mean_squared_error(y, pred))),
             "correlation": float(np.corrcoef(y, pred)[0, 1]) if defined else None}
@@ -335,8 +347,8 @@ def format_report(report: dict) -> str:
     confusion matrix."""
     if not report["n"]:
         return "no rows to score"
-    if "r2" in report:  # as the accuracy's line below
-        return f"{report['n']} rows: " + ", ".join(
+    if "r2" in report:  # as the accuracy's line below, naming the target scored
+        return f"{report.get('target', 'target')} on {report['n']} rows: " + ", ".join(
             f"{k} {_shown(report[k], '.4f')}"
             for k in ("r2", "mae", "rmse", "correlation"))
     lines = [f"{report['n']} rows: accuracy {report['accuracy']:.4f}, balanced accuracy "

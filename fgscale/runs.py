@@ -144,7 +144,7 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
     """What ``fgscale train`` says of a run's summary (``final.json``): its epochs and the
     refit's, the test score, the values chosen among candidates, the run folder and its maps."""
     test = summary["test"]
-    name = "R²" if "r2" in test else "accuracy"
+    name = f"R² of {test.get('target', 'target')}" if "r2" in test else "accuracy"
     score = test.get("r2", test.get("accuracy"))
     score = "n/a" if score is None else f"{score:.4f}"
     refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
