@@ -43,7 +43,7 @@ import torch
 
 from fgscale._files import atomic_path, read_json
 from fgscale._params import RUNTIME_PARAMS, params_to_json
-from fgscale.estimators._persist import load_model, save_model
+from fgscale.estimators._persist import load_model, write_model
 from fgscale.maps import MAPS_IMAGE, write_maps
 from fgscale.reports import write_table
 from fgscale.training._loop import _History, cuda_device
@@ -178,8 +178,9 @@ class RunFolder:
         return _Checkpoints(self, estimator, optimizer, stopper, phase, params)
 
     def write_estimator(self, clf, store) -> None:
-        """``model.json``, ``model.npz`` and the store's mask (:func:`save_model`)."""
-        save_model(clf, self.path, mask_img=store.mask_img())
+        """``model.json``, ``model.npz`` and the store's mask
+        (:func:`fgscale.estimators._persist.write_model`)."""
+        write_model(clf, self.path, mask_img=store.mask_img())
 
     def read_estimator(self):
         if not (self / "model.json").exists() and not (self / "config.json").exists():

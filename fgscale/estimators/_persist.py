@@ -38,13 +38,14 @@ import torch
 from sklearn.base import is_classifier
 from sklearn.utils.validation import check_is_fitted
 
-from fgscale._files import atomic_path
+from fgscale._files import atomic_path, replaced_folder
 from fgscale._params import PARAMS, params_to_json, validate_params
 from fgscale.images._masking import as_mask_image
 from fgscale.images._nifti import space_codes, with_space_codes
 from fgscale.training._models import build_model
 
-__all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model"]
+__all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model",
+           "write_model"]
 
 FORMAT_VERSION = 1
 MODEL_JSON, MODEL_NPZ, MASK = "model.json", "model.npz", "mask.nii.gz"
@@ -139,7 +140,7 @@ def _saved_mask_param(arrays: dict, n_features: int, path: Path):
     return csr_matrix((data, (row, col)), shape=(n_features, n_features))
 
 
-def save_model(estimator, folder, *, mask_img=None) -> Path:
+def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> Path:
     """Save a fitted estimator into ``folder`` as data (see the module docstring).
 
     Parameters
@@ -150,15 +151,35 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
         Created if needed. A previous save there is replaced file by file, each file written
         under a temporary name then renamed; ``model.json`` comes last and records the
         checksum of ``model.npz``, so a save killed midway is refused at load, never mixed.
+        A run folder of ``fgscale train`` (it has a ``config.json``) is refused: its
+        configuration, maps and scores would describe its own model beside this one.
     mask_img : nibabel image, optional
         The mask to save when the estimator has no ``mask_img_`` (a run folder passes its
         store's).
+    overwrite : bool, default=False
+        Replace a run folder whole: the model is saved into a new folder, which then takes
+        the run folder's place, every file of the run removed; a save that fails leaves the
+        run folder as it was.
 
     Returns
     -------
     path : Path
         The ``model.json`` written.
     """
+    folder = Path(folder).expanduser()
+    if not (folder / "config.json").is_file():
+        return write_model(estimator, folder, mask_img=mask_img)
+    if not overwrite:
+        raise FileExistsError(f"{folder}: a run folder of fgscale train (config.json), whose "
+                              "configuration, maps and scores are of its own model: save into "
+                              "another folder, or pass overwrite=True to replace it whole")
+    with replaced_folder(folder) as new:
+        write_model(estimator, new, mask_img=mask_img)
+    return folder / MODEL_JSON
+
+
+def write_model(estimator, folder, *, mask_img=None) -> Path:
+    """:func:`save_model` into any folder, a run folder's own model included."""
     check_is_fitted(estimator, "model_")
     name = type(estimator).__name__
     if _estimators().get(name) is not type(estimator):

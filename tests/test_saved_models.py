@@ -1,0 +1,46 @@
+"""save_model and load_model on the folders a researcher has: a run folder of ``fgscale train``
+saved into, estimators with array parameters, and models saved by an older fgscale (SYNTHETIC
+data, real folders on disk)."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from fgscale import load_model, save_model
+from fgscale.runs import load_run
+
+
+def _contents(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_saving_into_a_run_folder_is_refused_unless_it_is_replaced_whole(tiny_runs, tmp_path):
+    run = tmp_path / "fg"
+    shutil.copytree(tiny_runs["logreg"], run)
+    before = _contents(run)
+    other = load_run(tiny_runs["mlp"])
+    # its config.json, maps and scores would describe the logreg beside the MLP's model
+    with pytest.raises(FileExistsError, match=rf"^{run}: a run folder of fgscale train .*"
+                                              r"overwrite=True"):
+        save_model(other, run)
+    assert _contents(run) == before
+    # a save that fails midway (labels that cannot be saved) loses nothing either
+    broken = load_run(tiny_runs["mlp"])
+    broken.classes_ = np.array([1.5, "a", None, 2], dtype=object)
+    with pytest.raises(ValueError, match="cannot be saved"):
+        save_model(broken, run, overwrite=True)
+    assert _contents(run) == before and sorted(p.name for p in tmp_path.iterdir()) == ["fg"]
+
+    assert save_model(other, run, overwrite=True) == run / "model.json"
+    # the folder is the MLP's model alone: nothing of the logreg's run is left to mislead
+    assert sorted(p.name for p in run.iterdir()) == ["mask.nii.gz", "model.json", "model.npz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fg"]
+    assert json.loads((run / "model.json").read_text())["params"]["model"] == "mlp"
+    X = tiny_runs["store"].read_rows(np.arange(8))
+    np.testing.assert_array_equal(load_model(run).predict_proba(X), other.predict_proba(X))
+    # a folder of saved models only is replaced file by file, as before
+    save_model(load_run(tiny_runs["logreg"]), run)
+    assert load_model(run).model == "logreg"
