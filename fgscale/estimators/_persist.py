@@ -32,7 +32,6 @@ import os
 import zipfile
 from pathlib import Path
 
-import nibabel as nib
 import numpy as np
 import torch
 from sklearn.base import is_classifier
@@ -40,22 +39,27 @@ from sklearn.utils.validation import check_is_fitted
 
 from fgscale._files import atomic_path, replaced_folder
 from fgscale._params import PARAMS, params_to_json, validate_params
-from fgscale.images._masking import as_mask_image
-from fgscale.images._nifti import space_codes, with_space_codes
+from fgscale.estimators._saved_mask import (
+    MASK,
+    MASK_PARAM,
+    MODEL_NPZ,
+    NPZ_MASK_PARAM,
+    mask_arrays_of,
+    mask_to_save,
+    read_mask,
+    saved_mask_param,
+)
 from fgscale.training._models import build_model
 
 __all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model",
            "write_model"]
 
 FORMAT_VERSION = 1
-MODEL_JSON, MODEL_NPZ, MASK = "model.json", "model.npz", "mask.nii.gz"
+MODEL_JSON = "model.json"
 _FORMAT = "fgscale-model"
 _SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_")
 _CLASS_KINDS = "Uiubf"  # the dtypes of labels that JSON gives back as they were (and "O")
 _PREFIX = "model."  # state_dict arrays in model.npz, apart from mean_ and scale_
-_MASK_PARAM = {"saved": MASK}  # an image ``mask`` parameter: the saved mask
-_NPZ_MASK_PARAM = {"saved": MODEL_NPZ}  # an array, or a sparse adjacency: its arrays
-_COO = ("mask.row", "mask.col", "mask.data")
 
 
 def _plain(value):
@@ -92,52 +96,6 @@ def _versions() -> dict:
     from fgscale import __version__
 
     return {"fgscale": __version__, "torch": torch.__version__, "numpy": np.__version__}
-
-
-def _mask_to_save(estimator, mask_img, in_npz: bool):
-    """The fitted ``mask_img_``, else ``mask_img``, else an image ``mask`` parameter (a path
-    parameter is kept as a path in the parameters; arrays go to model.npz, ``in_npz``:
-    :func:`_mask_arrays`, and give no image: a grid array has no affine to place it)."""
-    for mask in (getattr(estimator, "mask_img_", None), mask_img):
-        if mask is not None:
-            return as_mask_image(mask)
-    if estimator.mask is None or isinstance(estimator.mask, (str, os.PathLike)) or in_npz:
-        return None
-    return as_mask_image(estimator.mask)
-
-
-def _mask_arrays(mask) -> dict:
-    """A ``mask`` parameter given as an array, as arrays of model.npz: a boolean grid (3D,
-    the CNN's 2D grid, a 1D chain) as it was, or a sparse adjacency as COO."""
-    if hasattr(mask, "tocsr"):
-        coo = mask.tocoo()
-        return dict(zip(_COO, (coo.row.astype(np.int64), coo.col.astype(np.int64),
-                               coo.data.astype(np.float64)), strict=True))
-    if isinstance(mask, np.ndarray):
-        return {"mask": mask != 0}
-    return {}
-
-
-def _saved_mask_param(arrays: dict, n_features: int, path: Path):
-    """The ``mask`` parameter that :func:`_mask_arrays` saved, its arrays popped from
-    ``arrays``."""
-    if "mask" in arrays:
-        mask = arrays.pop("mask")
-        if mask.dtype != bool or int(mask.sum()) != n_features:
-            raise ValueError(f"{path}: array 'mask' must be a boolean grid with "
-                             f"{n_features} cells set, got {mask.dtype} {mask.shape}")
-        return mask
-    row, col, data = (arrays.pop(name, None) for name in _COO)
-    if any(a is None or a.ndim != 1 for a in (row, col, data)) or not (
-            row.dtype.kind == col.dtype.kind == "i" and data.dtype.kind == "f"
-            and len(row) == len(col) == len(data)
-            and (len(row) == 0 or 0 <= min(row.min(), col.min())
-                 and max(row.max(), col.max()) < n_features)):
-        raise ValueError(f"{path}: the mask parameter must be saved as a boolean array 'mask' "
-                         f"or as a sparse adjacency of {n_features} features ({', '.join(_COO)})")
-    from scipy.sparse import csr_matrix
-
-    return csr_matrix((data, (row, col)), shape=(n_features, n_features))
 
 
 def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> Path:
@@ -196,15 +154,8 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
                              "be strings, integers, floats or booleans")
         doc.update(classes_=classes.tolist(),
                    classes_dtype="object" if kind == "O" else classes.dtype.str)
-    mask_arrays = _mask_arrays(estimator.mask)
-    mask = _mask_to_save(estimator, mask_img, bool(mask_arrays))
-    if mask is not None:
-        data = np.asarray(mask.dataobj)
-        mask = with_space_codes(nib.Nifti1Image((np.isfinite(data) & (data != 0)).astype(
-            np.uint8), mask.affine), space_codes(mask))
-        if int(mask.get_fdata().sum()) != estimator.n_features_in_:
-            raise ValueError(f"the mask has {int(mask.get_fdata().sum())} voxels, the "
-                             f"estimator {estimator.n_features_in_} features")
+    mask_arrays = mask_arrays_of(estimator.mask)
+    mask = mask_to_save(estimator, mask_img, bool(mask_arrays))
 
     arrays = {_PREFIX + k: v.detach().cpu().numpy()
               for k, v in estimator.model_.state_dict().items()}
@@ -224,9 +175,9 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
     if isinstance(estimator.mask, (str, os.PathLike)):  # found again from any working folder
         params["mask"] = os.path.abspath(os.path.expanduser(estimator.mask))
     if mask_arrays:
-        params["mask"] = _NPZ_MASK_PARAM
+        params["mask"] = NPZ_MASK_PARAM
     elif mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):
-        params["mask"] = _MASK_PARAM
+        params["mask"] = MASK_PARAM
     doc.update({"params": params, "n_features_in_": estimator.n_features_in_,
                 "mask": mask is not None,
                 **{attr: getattr(estimator, attr) for attr in _SCALARS
@@ -282,30 +233,15 @@ def _read_npz(path: Path, expected_sha: str) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: not a plain numeric .npz ({exc})") from None
 
 
-def _read_mask(path: Path, n_features: int) -> nib.Nifti1Image:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file ({MODEL_JSON} says the model has a mask)")
-    try:
-        img = nib.load(path)
-        data = np.asarray(img.dataobj)
-    except Exception as exc:  # nibabel raises several types for a damaged file
-        raise ValueError(f"{path}: not a readable NIfTI mask ({exc})") from None
-    if data.ndim != 3 or int((data != 0).sum()) != n_features:
-        raise ValueError(f"{path}: expected a 3D mask of {n_features} voxels, got shape "
-                         f"{data.shape} with {int((data != 0).sum())}")
-    return with_space_codes(nib.Nifti1Image((data != 0).astype(np.uint8), img.affine),
-                            space_codes(img))
-
-
 def _params(doc: dict, mask_img, path: Path, arrays: dict) -> dict:
     params = dict(_get(doc, "params", dict, path, "a dict of the estimator's parameters"))
     unknown = sorted(set(params) - {p.name for p in PARAMS})
     if unknown:
         raise ValueError(f"{path}: unknown parameter(s) {unknown} (a newer fgscale's model?)")
-    if params.get("mask") == _MASK_PARAM:
+    if params.get("mask") == MASK_PARAM:
         params["mask"] = mask_img
-    elif params.get("mask") == _NPZ_MASK_PARAM:
-        params["mask"] = _saved_mask_param(arrays, doc["n_features_in_"], path.parent / MODEL_NPZ)
+    elif params.get("mask") == NPZ_MASK_PARAM:
+        params["mask"] = saved_mask_param(arrays, doc["n_features_in_"], path.parent / MODEL_NPZ)
     elif params.get("mask") is not None and not isinstance(params["mask"], str):
         params["mask"] = None
     if not (params.get("random_state") is None or isinstance(params["random_state"], int)):
@@ -379,7 +315,7 @@ def load_model(folder):
         raise ValueError(f"{path}: unknown estimator {name!r}; expected one of {sorted(known)}")
     n_features = _get(doc, "n_features_in_", int, path, "an int")
     has_mask = _get(doc, "mask", bool, path, "true or false")
-    mask_img = _read_mask(folder / MASK, n_features) if has_mask else None
+    mask_img = read_mask(folder / MASK, n_features) if has_mask else None
     sha = _get(doc, "sha256", dict, path, "the checksums of the other files").get(MODEL_NPZ)
     arrays = _read_npz(folder / MODEL_NPZ, sha)
     est = known[name](**_params(doc, mask_img, path, arrays))
