@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import smooth_problem
 
 from fgscale import load_model, save_model
 from fgscale.runs import load_run
@@ -44,3 +45,41 @@ def test_saving_into_a_run_folder_is_refused_unless_it_is_replaced_whole(tiny_ru
     # a folder of saved models only is replaced file by file, as before
     save_model(load_run(tiny_runs["logreg"]), run)
     assert load_model(run).model == "logreg"
+
+
+def _same_params(a: dict, b: dict) -> bool:
+    """Equal parameters, of the same types (an array equal to an array of the same dtype)."""
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        if type(a[k]) is not type(b[k]):
+            return False
+        if isinstance(a[k], np.ndarray):
+            if a[k].dtype != b[k].dtype or not np.array_equal(a[k], b[k]):
+                return False
+        elif a[k] != b[k]:
+            return False
+    return True
+
+
+def test_array_and_tuple_parameters_come_back_as_they_were_given(tmp_path):
+    from sklearn.base import clone
+
+    from fgscale import FeatureGroupingClassifier
+
+    X, y, _ = smooth_problem(np.random.default_rng(0), n=60)
+    clf = FeatureGroupingClassifier(regularizer="l2", alpha=np.logspace(-4, 0, 5),
+                                    n_clusters=(0.1, 0.2), max_epochs=3, batch_size=30,
+                                    random_state=0).fit(X, y)
+    save_model(clf, tmp_path)
+    loaded = load_model(tmp_path)
+    assert isinstance(loaded.alpha, np.ndarray) and isinstance(loaded.n_clusters, tuple)
+    assert _same_params(loaded.get_params(), clf.get_params())
+    assert _same_params(clone(loaded).get_params(), clone(clf).get_params())
+    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
+    # a model.json whose types are edited to anything but plain numbers is refused, named
+    doc = json.loads((tmp_path / "model.json").read_text())
+    doc["sequences"]["alpha"] = "O"
+    (tmp_path / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"model.json: 'sequences' says alpha is an array of 'O'"):
+        load_model(tmp_path)

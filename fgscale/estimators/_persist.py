@@ -4,7 +4,8 @@ and ``mask.nii.gz``.
 ::
 
     model.json    format version, fgscale/torch/numpy versions, the estimator's class and
-                  parameters, its fitted attributes (a classifier's classes_ and their dtype,
+                  parameters (tuples and 1-D arrays as lists, their types in "sequences",
+                  so that they load as given), its fitted attributes (a classifier's classes_ and their dtype,
                   n_features_in_, the selected alpha_, dropout_, n_clusters_, n_iter_,
                   batch_size_, a regressor's y_mean_ and y_scale_, cv_results_, history_) and
                   the SHA-256 of model.npz; written last, so that it marks a complete save
@@ -178,7 +179,8 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
         params["mask"] = NPZ_MASK_PARAM
     elif mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):
         params["mask"] = MASK_PARAM
-    doc.update({"params": params, "n_features_in_": estimator.n_features_in_,
+    doc.update({"params": params, "sequences": _sequences(estimator.get_params()),
+                "n_features_in_": estimator.n_features_in_,
                 "mask": mask is not None,
                 **{attr: getattr(estimator, attr) for attr in _SCALARS
                    if hasattr(estimator, attr)},
@@ -190,6 +192,32 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
     with atomic_path(folder / MODEL_JSON) as tmp:
         tmp.write_text(json.dumps(_plain(doc), indent=2) + "\n")
     return folder / MODEL_JSON
+
+
+def _sequences(params: dict) -> dict:
+    """The type of each parameter that JSON keeps as a list: "tuple", or an array's dtype (a
+    1-D array of candidates, such as ``np.logspace(-4, 0, 5)``), so that it loads as given."""
+    return {k: "tuple" if isinstance(v, tuple) else v.dtype.str for k, v in params.items()
+            if k != "mask" and (isinstance(v, tuple) or isinstance(v, np.ndarray)
+                                and v.ndim == 1 and v.dtype.kind in "biuf")}
+
+
+def _as_given(params: dict, sequences, path: Path) -> None:
+    """Lists of ``params`` back to the tuples and arrays :func:`_sequences` says they were."""
+    for name, kind in (sequences.items() if isinstance(sequences, dict) else ()):
+        if not isinstance(params.get(name), list):
+            continue
+        if kind == "tuple":
+            params[name] = tuple(params[name])
+            continue
+        try:
+            dtype = np.dtype(kind)
+        except TypeError:
+            dtype = None
+        if dtype is None or dtype.kind not in "biuf":
+            raise ValueError(f"{path}: 'sequences' says {name} is an array of {kind!r}, not of "
+                             "a plain numeric dtype")
+        params[name] = np.asarray(params[name], dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -246,8 +274,9 @@ def _params(doc: dict, mask_img, path: Path, arrays: dict) -> dict:
         params["mask"] = None
     if not (params.get("random_state") is None or isinstance(params["random_state"], int)):
         params["random_state"] = None  # a RandomState was saved as its repr: not restorable
-    if isinstance(params.get("hidden_layer_sizes"), list):
+    if isinstance(params.get("hidden_layer_sizes"), list):  # a save without "sequences"
         params["hidden_layer_sizes"] = tuple(params["hidden_layer_sizes"])
+    _as_given(params, doc.get("sequences", {}), path)
     try:  # the device is checked where the model is used: a GPU run loads on a CPU node
         validate_params({k: v for k, v in params.items() if k not in ("device", "mask")})
     except ValueError as exc:
