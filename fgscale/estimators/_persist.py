@@ -47,6 +47,7 @@ from fgscale.estimators._saved_mask import (
     NPZ_MASK_PARAM,
     mask_arrays_of,
     mask_to_save,
+    placed_mask,
     read_mask,
     saved_mask_param,
 )
@@ -313,12 +314,17 @@ def _check_arrays(arrays: dict, expected: dict, path: Path) -> None:
                              f"got {arrays[name].dtype} {arrays[name].shape}")
 
 
-def load_model(folder):
+def load_model(folder, *, affine=None):
     """Load an estimator saved by :func:`save_model`, ready to predict.
 
     Parameters
     ----------
     folder : str or Path
+    affine : array-like of shape (4, 4), optional
+        The affine of the saved mask image, in place of the one in ``mask.nii.gz``: for a
+        model that an older fgscale saved with a 3D boolean array as mask, written with the
+        identity affine (a warning says so), the images' affine places its maps
+        (``coef_img_``) on their grid. Default the file's.
 
     Returns
     -------
@@ -345,6 +351,11 @@ def load_model(folder):
     n_features = _get(doc, "n_features_in_", int, path, "an int")
     has_mask = _get(doc, "mask", bool, path, "true or false")
     mask_img = read_mask(folder / MASK, n_features) if has_mask else None
+    if mask_img is not None or affine is not None:
+        if mask_img is None:
+            raise ValueError(f"{folder}: affine places the saved {MASK}; this model has none "
+                             "(a mask given as an array is kept as it was, with no affine)")
+        mask_img = placed_mask(mask_img, affine, folder / MASK, doc)
     sha = _get(doc, "sha256", dict, path, "the checksums of the other files").get(MODEL_NPZ)
     arrays = _read_npz(folder / MODEL_NPZ, sha)
     est = known[name](**_params(doc, mask_img, path, arrays))

@@ -5,6 +5,7 @@ arrays of ``model.npz``."""
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import nibabel as nib
@@ -14,7 +15,7 @@ from fgscale.images._masking import as_mask_image
 from fgscale.images._nifti import space_codes, with_space_codes
 
 __all__ = ["MASK", "MASK_PARAM", "MODEL_NPZ", "NPZ_MASK_PARAM", "mask_arrays_of", "mask_to_save",
-           "read_mask", "saved_mask_param"]
+           "placed_mask", "read_mask", "saved_mask_param"]
 
 MODEL_NPZ, MASK = "model.npz", "mask.nii.gz"
 MASK_PARAM = {"saved": MASK}  # an image ``mask`` parameter: the saved mask
@@ -91,3 +92,28 @@ def read_mask(path: Path, n_features: int) -> nib.Nifti1Image:
                          f"{data.shape} with {int((data != 0).sum())}")
     return with_space_codes(nib.Nifti1Image((data != 0).astype(np.uint8), img.affine),
                             space_codes(img))
+
+
+def placed_mask(mask_img, affine, path: Path, doc: dict):
+    """The saved mask image ``mask_img`` (of ``path``), on ``affine`` when one is given.
+
+    An older fgscale saved a ``mask`` parameter given as a 3D boolean array (which has no
+    affine) as an image with the identity affine, 1 mm voxels from the origin, where
+    ``coef_img_`` then put the maps: such a save (an identity affine, the mask parameter that
+    file) is warned of, naming the file and ``affine``, which places it on the images' grid.
+    """
+    if affine is not None:
+        affine = np.asarray(affine, dtype=float)
+        if affine.shape != (4, 4):
+            raise ValueError(f"affine must be a 4x4 array (the images' affine), got shape "
+                             f"{affine.shape}")
+        return nib.Nifti1Image(np.asarray(mask_img.dataobj), affine)
+    if doc.get("params", {}).get("mask") == MASK_PARAM and np.array_equal(mask_img.affine,
+                                                                          np.eye(4)):
+        version = doc.get("versions", {}).get("fgscale", "?")
+        warnings.warn(f"{path}: an identity affine (1 mm voxels from the origin), as fgscale "
+                      f"{version} saved a mask given as a boolean array, which has none: "
+                      "coef_img_ puts the maps there; if the images were on another grid, pass "
+                      "load_model(folder, affine=<the images' affine>)", UserWarning,
+                      stacklevel=3)
+    return mask_img
