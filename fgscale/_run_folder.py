@@ -182,7 +182,15 @@ class RunFolder:
         (:func:`fgscale.estimators._persist.write_model`)."""
         write_model(clf, self.path, mask_img=store.mask_img())
 
+    def check_not_a_store(self) -> None:
+        """Refuse a store given where a run folder is expected (arguments swapped)."""
+        if (self / "zarr.json").is_file():
+            raise FileNotFoundError(f"{self.path}: a store (fgscale convert writes them), not a "
+                                    "run folder; the run folder (fgscale train --out) comes "
+                                    "first: fgscale evaluate RUN STORE, predict RUN INPUT...")
+
     def read_estimator(self):
+        self.check_not_a_store()
         if not (self / "model.json").exists() and not (self / "config.json").exists():
             raise FileNotFoundError(f"{self.path}: not a run folder (no config.json or "
                                     "model.json); expected the --out folder of fgscale train")
