@@ -3,7 +3,8 @@
 
 A run folder holds::
 
-    config.json      the estimator's parameters and task, the store (path, identity), the versions
+    config.json      the estimator's parameters and task (a regression's target: the name of its
+                     column), the store (path, identity), the versions
     checkpoint.pt    model, optimiser, early-stopping and RNG state after the last epoch
                      (tensors, numbers and strings only: it loads with ``weights_only=True``)
     metrics.jsonl    one JSON line per epoch (train loss, validation loss and accuracy)
@@ -45,7 +46,7 @@ from fgscale._files import atomic_path, read_json
 from fgscale._params import RUNTIME_PARAMS, params_to_json
 from fgscale.estimators._persist import load_model, write_model
 from fgscale.maps import MAPS_IMAGE, write_maps
-from fgscale.reports import write_table
+from fgscale.reports import target_name, write_table
 from fgscale.training._loop import _History, cuda_device
 
 __all__ = ["PREDICTIONS", "UNSEEN_PARAMS", "RunFolder", "versions"]
@@ -142,11 +143,21 @@ class RunFolder:
             raise OSError(exc.errno, f"{self.path}: the run folder cannot be created "
                                      f"({exc.strerror or exc}): choose another --out, or make its "
                                      "parent folder writable") from None
-        self._write_json({"params": params, "task": task, "store": str(store.path.resolve()),
+        self._write_json({"params": params, "task": task,
+                          # a regression's target, by the cohort table's column (scores name it)
+                          "target": target_name(store) if task == "regression" else None,
+                          "store": str(store.path.resolve()),
                           "store_id": identity,
                           "synthetic": bool(store.attrs.get("synthetic", False)),
                           "versions": versions()}, "config.json")
         return None
+
+    def target(self) -> str:
+        """The name of the run's target (config.json's, else "target": a run of an fgscale
+        that did not keep it)."""
+        config = self / "config.json"
+        saved = read_json(config, "run configuration") if config.is_file() else {}
+        return (saved.get("target") if isinstance(saved, dict) else None) or "target"
 
     def _saved_params(self) -> dict | None:
         config = self / "config.json"

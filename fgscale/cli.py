@@ -136,14 +136,12 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_predict(args) -> int:
-    from fgscale.runs import predict_run
+    from fgscale.runs import predict_line, predict_run
 
     summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
                           resample=args.resample, device=args.device, columns=columns_of(args),
                           progress=not args.no_progress)
-    detail = (", ".join(f"{label} {n}" for label, n in summary["counts"].items()) if "counts"
-              in summary else ", ".join(f"{k} {summary[k]:.4g}" for k in ("min", "mean", "max")))
-    print(f"{summary['n']} predictions written to {summary['out']} ({detail})")
+    print(predict_line(summary))
     return 0
 
 

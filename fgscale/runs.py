@@ -20,8 +20,8 @@ from fgscale.maps import has_maps
 from fgscale.reports import check_store, predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
-__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "summary_lines",
-           "train_run"]
+__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_line", "predict_run",
+           "summary_lines", "train_run"]
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,8 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
     -------
     summary : dict
         ``n`` predictions, ``out``; the ``counts`` of each predicted class, or a regressor's
-        ``min``, ``mean`` and ``max`` prediction.
+        ``target`` (the name of its column) and ``min``, ``mean`` and ``max`` prediction
+        (:func:`predict_line` says it).
     """
     clf = load_run(run_dir, device=device)
     check_writable(out, "; choose another --out; nothing predicted")
@@ -251,6 +252,18 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
     summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])
     summary["n"] = len(predicted)
     if not isinstance(clf, FeatureGroupingClassifier):
-        return {**summary, **{f.__name__: float(f(predicted)) for f in (np.min, np.mean, np.max)}}
+        return {**summary, "target": RunFolder(run_dir).target(),
+                **{f.__name__: float(f(predicted)) for f in (np.min, np.mean, np.max)}}
     labels, counts = np.unique(predicted.astype(str), return_counts=True)
     return {**summary, "counts": dict(zip(labels.tolist(), counts.tolist(), strict=True))}
+
+
+def predict_line(summary: dict) -> str:
+    """What ``fgscale predict`` says of :func:`predict_run`'s summary: how many predictions (of
+    which target) went where, and the count of each class or the predictions' range."""
+    if "counts" in summary:
+        return (f"{summary['n']} predictions written to {summary['out']} ("
+                + ", ".join(f"{label} {n}" for label, n in summary["counts"].items()) + ")")
+    return (f"{summary['n']} predictions of {summary.get('target', 'target')} written to "
+            f"{summary['out']} (" + ", ".join(f"{k} {summary[k]:.4g}" for k in ("min", "mean",
+                                                                              "max")) + ")")

@@ -73,7 +73,7 @@ def test_regression_from_a_target_column_to_predictions(regression_cohort, tmp_p
     np.testing.assert_allclose(from_images, pred, rtol=1e-5)
     # numbers summed up by their range, not counted as if each were a class
     assert capsys.readouterr().out.strip() == (
-        f"{len(pred)} predictions written to {out} (min {from_images.min():.4g}, mean "
+        f"{len(pred)} predictions of target written to {out} (min {from_images.min():.4g}, mean "
         f"{from_images.mean():.4g}, max {from_images.max():.4g})")
 
     # new images, whose targets are what is sought: a table of paths, or some targets unknown
@@ -361,3 +361,20 @@ def test_the_scores_name_the_target_column_the_user_gave(regression_cohort, tmp_
     assert lines[-1].startswith("2-fold cross-validation of age, ")
     page = write_report(run, tmp_path / "r.html", nilearn=False).read_text()
     assert "Errors in the units of age" in page and "<tr><td>target</td><td>age</td></tr>" in page
+
+
+def test_predict_names_the_target_column_of_the_run(regression_cohort, tmp_path, capsys):
+    """The run keeps the name of its target (config.json), and predict says what it predicted."""
+    rows = _read(regression_cohort)
+    table = tmp_path / "participants.csv"
+    table.write_text("path,age,split\n" + "".join(f"{r['path']},{r['target']},{r['split']}\n"
+                                                  for r in rows))
+    store, run = tmp_path / "p.zarr", tmp_path / "run"
+    assert main(["convert", str(table), "--out", str(store), "--target-column", "age",
+                 "--n-workers", "1", "--no-progress"]) == 0
+    assert main(["train", str(store), "--out", str(run), *TRAIN]) == 0
+    assert json.loads((run / "config.json").read_text())["target"] == "age"
+    capsys.readouterr()
+    assert main(["predict", str(run), str(store), "--out", str(tmp_path / "p.csv"),
+                 "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith(f"{len(rows)} predictions of age written to ")
