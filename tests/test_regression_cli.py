@@ -378,3 +378,26 @@ def test_predict_names_the_target_column_of_the_run(regression_cohort, tmp_path,
     assert main(["predict", str(run), str(store), "--out", str(tmp_path / "p.csv"),
                  "--no-progress"]) == 0
     assert capsys.readouterr().out.startswith(f"{len(rows)} predictions of age written to ")
+
+
+def test_evaluate_says_when_the_store_has_another_target_than_the_run(regression_cohort, tmp_path,
+                                                                      capsys, caplog):
+    """A run trained on age scored on a store of another column: said, then scored."""
+    rows = _read(regression_cohort)
+    for column in ("age", "score"):
+        table = tmp_path / f"{column}.csv"
+        table.write_text(f"path,{column},split\n" + "".join(
+            f"{r['path']},{r['target']},{r['split']}\n" for r in rows))
+        assert main(["convert", str(table), "--out", str(tmp_path / f"{column}.zarr"),
+                     "--target-column", column, "--n-workers", "1", "--no-progress"]) == 0
+    run = tmp_path / "run"
+    assert main(["train", str(tmp_path / "age.zarr"), "--out", str(run), *TRAIN]) == 0
+    caplog.clear()
+    assert main(["evaluate", str(run), str(tmp_path / "age.zarr"), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert "trained on" not in caplog.text
+    assert main(["evaluate", str(run), str(tmp_path / "score.zarr"), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert (f"{tmp_path / 'score.zarr'}: its target is score, the run was trained on age: the "
+            "scores compare predictions of age with score" in caplog.text)
+    assert capsys.readouterr().out.splitlines()[-1].startswith("score on ")
