@@ -49,7 +49,7 @@ def replaced_folder(folder) -> Iterator[Path]:
     is renamed away (``.old-<name>-...``, beside it) before the new one is renamed into place,
     so a process killed between the two renames loses nothing.
     """
-    folder = Path(folder)
+    folder = Path(folder).resolve()  # "." or "run/..": a folder with a name and a parent
     new = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
     try:
         os.chmod(new, folder.stat().st_mode & 0o7777)  # mkdtemp's 0700 would hide it

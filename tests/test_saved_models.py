@@ -47,6 +47,17 @@ def test_saving_into_a_run_folder_is_refused_unless_it_is_replaced_whole(tiny_ru
     assert load_model(run).model == "logreg"
 
 
+def test_a_run_folder_given_as_the_working_folder_is_replaced_in_place(tiny_runs, tmp_path,
+                                                                      monkeypatch):
+    run = tmp_path / "fg"
+    shutil.copytree(tiny_runs["logreg"], run)
+    monkeypatch.chdir(run)
+    save_model(load_run(tiny_runs["mlp"]), ".", overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fg"]
+    assert sorted(p.name for p in run.iterdir()) == ["mask.nii.gz", "model.json", "model.npz"]
+    assert load_model(run).model == "mlp"
+
+
 def _same_params(a: dict, b: dict) -> bool:
     """Equal parameters, of the same types (an array equal to an array of the same dtype)."""
     if a.keys() != b.keys():
