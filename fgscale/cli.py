@@ -35,6 +35,7 @@ from fgscale._cli_args import (
     security_from,
     warn_unused_cluster_options,
 )
+from fgscale._cli_runs import add_runs_command
 from fgscale._interrupt import failed, interrupted, run_command
 
 log = logging.getLogger("fgscale")
@@ -377,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw the maps with nilearn.plotting.plot_stat_map or matplotlib alone; "
                         "auto: nilearn when it is installed")
     p.set_defaults(func=_cmd_report)
-
+    add_runs_command(sub)  # fgscale runs [FOLDER]: the run folders, a line each
     return parser
 
 
