@@ -100,6 +100,10 @@ class RunFolder:
         then), else None.
         """
         config, identity = self / "config.json", store.identity()
+        if not config.exists() and (self / "model.json").exists():
+            # until the run ends, that model would pass for the run's (evaluate, predict)
+            raise ValueError(f"{self.path}: holds a saved model (model.json) and no run: choose "
+                             "another --out, or move the model away")
         if config.exists():
             if not resume:
                 raise ValueError(f"{self.path}: a run already exists there; pass --resume to "

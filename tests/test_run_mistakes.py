@@ -28,3 +28,18 @@ def test_a_store_where_a_run_folder_is_expected_is_named_as_a_store(command, tin
             "predict": [command, store, run, "--out", tmp_path / "p.csv"]}[command]
     refused(argv, capsys, rf"{store}: a store \(fgscale convert writes them\), not a run folder; "
                           r"the run folder \(fgscale train --out\) comes first")
+
+
+def test_a_run_is_not_started_in_a_folder_holding_a_saved_model(tiny_runs, tmp_path, capsys):
+    """Until the run ends, that model.json would pass for the run's model (evaluate, predict)."""
+    from fgscale import load_model, save_model
+    from fgscale.runs import load_run
+
+    folder = tmp_path / "models"
+    save_model(load_run(tiny_runs["mlp"]), folder)
+    before = sorted(p.name for p in folder.iterdir())
+    refused(["train", tiny_runs["store"].path, "--out", folder, "--max-epochs", "1",
+             "--no-progress"], capsys,
+            rf"{folder}: holds a saved model \(model.json\) and no run: choose another --out")
+    assert sorted(p.name for p in folder.iterdir()) == before
+    assert load_model(folder).model == "mlp"
