@@ -1,18 +1,21 @@
 """Files written whole or not at all (:func:`atomic_path`), shared by every writer of a run
 folder or a saved model; JSON read back with the file named in its errors (:func:`read_json`);
 whether a folder takes a new file, tried for real (:func:`can_write`, :func:`check_writable`);
-one command at a time on a folder (:func:`exclusive`)."""
+one command at a time on a folder (:func:`exclusive`); a folder replaced whole
+(:func:`replaced_folder`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "read_json"]
+__all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "read_json",
+           "replaced_folder"]
 
 
 @contextmanager
@@ -35,6 +38,32 @@ def atomic_path(path) -> Iterator[Path]:
                                  "version, if any, is kept") from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def replaced_folder(folder) -> Iterator[Path]:
+    """Yield a new empty folder beside ``folder``; on success it takes the place of ``folder``,
+    whose files are then removed.
+
+    A failure while writing leaves ``folder`` as it was and removes the new one. The old folder
+    is renamed away (``.old-<name>-...``, beside it) before the new one is renamed into place,
+    so a process killed between the two renames loses nothing.
+    """
+    folder = Path(folder).resolve()  # "." or "run/..": a folder with a name and a parent
+    new = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
+    try:
+        os.chmod(new, folder.stat().st_mode & 0o7777)  # mkdtemp's 0700 would hide it
+        yield new
+        old = new.with_name(new.name.replace(".tmp-", ".old-", 1))
+        os.rename(folder, old)
+        try:
+            os.rename(new, folder)
+        except OSError:
+            os.rename(old, folder)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
 
 
 def can_write(folder) -> bool:

@@ -3,7 +3,8 @@
 
 A run folder holds::
 
-    config.json      the estimator's parameters and task, the store (path, identity), the versions
+    config.json      the estimator's parameters and task (a regression's target: the name of its
+                     column), the store (path, identity), the versions
     checkpoint.pt    model, optimiser, early-stopping and RNG state after the last epoch
                      (tensors, numbers and strings only: it loads with ``weights_only=True``)
     metrics.jsonl    one JSON line per epoch (train loss, validation loss and accuracy)
@@ -43,9 +44,9 @@ import torch
 
 from fgscale._files import atomic_path, read_json
 from fgscale._params import RUNTIME_PARAMS, params_to_json
-from fgscale.estimators._persist import load_model, save_model
+from fgscale.estimators._persist import load_model, write_model
 from fgscale.maps import MAPS_IMAGE, write_maps
-from fgscale.reports import write_table
+from fgscale.reports import target_name, write_table
 from fgscale.training._loop import _History, cuda_device
 
 __all__ = ["PREDICTIONS", "UNSEEN_PARAMS", "RunFolder", "versions"]
@@ -99,6 +100,10 @@ class RunFolder:
         then), else None.
         """
         config, identity = self / "config.json", store.identity()
+        if not config.exists() and (self / "model.json").exists():
+            # until the run ends, that model would pass for the run's (evaluate, predict)
+            raise ValueError(f"{self.path}: holds a saved model (model.json) and no run: choose "
+                             "another --out, or move the model away")
         if config.exists():
             if not resume:
                 raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
@@ -142,11 +147,21 @@ class RunFolder:
             raise OSError(exc.errno, f"{self.path}: the run folder cannot be created "
                                      f"({exc.strerror or exc}): choose another --out, or make its "
                                      "parent folder writable") from None
-        self._write_json({"params": params, "task": task, "store": str(store.path.resolve()),
+        self._write_json({"params": params, "task": task,
+                          # a regression's target, by the cohort table's column (scores name it)
+                          "target": target_name(store) if task == "regression" else None,
+                          "store": str(store.path.resolve()),
                           "store_id": identity,
                           "synthetic": bool(store.attrs.get("synthetic", False)),
                           "versions": versions()}, "config.json")
         return None
+
+    def target(self) -> str:
+        """The name of the run's target (config.json's, else "target": a run of an fgscale
+        that did not keep it)."""
+        config = self / "config.json"
+        saved = read_json(config, "run configuration") if config.is_file() else {}
+        return (saved.get("target") if isinstance(saved, dict) else None) or "target"
 
     def _saved_params(self) -> dict | None:
         config = self / "config.json"
@@ -178,10 +193,19 @@ class RunFolder:
         return _Checkpoints(self, estimator, optimizer, stopper, phase, params)
 
     def write_estimator(self, clf, store) -> None:
-        """``model.json``, ``model.npz`` and the store's mask (:func:`save_model`)."""
-        save_model(clf, self.path, mask_img=store.mask_img())
+        """``model.json``, ``model.npz`` and the store's mask
+        (:func:`fgscale.estimators._persist.write_model`)."""
+        write_model(clf, self.path, mask_img=store.mask_img())
+
+    def check_not_a_store(self) -> None:
+        """Refuse a store given where a run folder is expected (arguments swapped)."""
+        if (self / "zarr.json").is_file():
+            raise FileNotFoundError(f"{self.path}: a store (fgscale convert writes them), not a "
+                                    "run folder; the run folder (fgscale train --out) comes "
+                                    "first: fgscale evaluate RUN STORE, predict RUN INPUT...")
 
     def read_estimator(self):
+        self.check_not_a_store()
         if not (self / "model.json").exists() and not (self / "config.json").exists():
             raise FileNotFoundError(f"{self.path}: not a run folder (no config.json or "
                                     "model.json); expected the --out folder of fgscale train")

@@ -35,6 +35,7 @@ from fgscale._cli_args import (
     security_from,
     warn_unused_cluster_options,
 )
+from fgscale._cli_runs import add_runs_command
 from fgscale._interrupt import failed, interrupted, run_command
 
 log = logging.getLogger("fgscale")
@@ -136,14 +137,12 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_predict(args) -> int:
-    from fgscale.runs import predict_run
+    from fgscale.runs import predict_line, predict_run
 
     summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
                           resample=args.resample, device=args.device, columns=columns_of(args),
                           progress=not args.no_progress)
-    detail = (", ".join(f"{label} {n}" for label, n in summary["counts"].items()) if "counts"
-              in summary else ", ".join(f"{k} {summary[k]:.4g}" for k in ("min", "mean", "max")))
-    print(f"{summary['n']} predictions written to {summary['out']} ({detail})")
+    print(predict_line(summary))
     return 0
 
 
@@ -379,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw the maps with nilearn.plotting.plot_stat_map or matplotlib alone; "
                         "auto: nilearn when it is installed")
     p.set_defaults(func=_cmd_report)
-
+    add_runs_command(sub)  # fgscale runs [FOLDER]: the run folders, a line each
     return parser
 
 

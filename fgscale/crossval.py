@@ -26,7 +26,7 @@ from fgscale._params import params_to_json
 from fgscale._run_folder import UNSEEN_PARAMS, versions
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
-from fgscale.reports import regression_report, score_store
+from fgscale.reports import regression_report, score_store, target_name
 from fgscale.store._reader import open_store
 
 __all__ = ["cross_validate", "read_results", "summary_line"]
@@ -90,6 +90,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     clf = make_estimator(store, params, task)
     clf._check_params(warn_level=3)
     name = "accuracy" if is_classifier(clf) else "r2"
+    target = None if name == "accuracy" else target_name(store)  # what a fold's R² is of
     rows, grouped = _training_rows(store, n_folds)
     seed = clf._seed()  # drawn once: the split's, and the file's
     splits = list(_splits(rows, store, n_folds, grouped, name, seed))
@@ -98,7 +99,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     header = {"kind": _KIND, "store": str(store.path.resolve()), "store_id": store.identity(),
               "params": params_to_json(clf.get_params()), "n_folds": n_folds,
               "task": "classification" if name == "accuracy" else "regression", "score": name,
-              "grouped": grouped, "seed": seed, "test_rows": [rows[t].tolist() for _, t in splits]}
+              "grouped": grouped, "seed": seed, "test_rows": [rows[t].tolist() for _, t in splits],
+              **({} if target is None else {"target": target})}
     folds = [] if out is None else _saved_folds(out, header, resume)  # before any cluster starts
     done = len(folds)
     if out is not None and done < n_folds:
@@ -106,7 +108,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
                             "trained")
     for fold in folds:
         if echo is not None:
-            echo(_fold_line(fold, name, saved=out))
+            echo(_fold_line(fold, name, saved=out, target=target))
     for train, _ in splits[done:]:  # what a fold's fit refuses (k above p, nowhere to write
         probe = clone(clf)           # its statistics or banks), refused before any cluster starts
         probe._store_plan(store, rows[train], probe._seed())
@@ -127,8 +129,10 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
                 if out is not None:
                     _write(out, header, folds)
                 if echo is not None:
-                    echo(_fold_line(folds[-1], name))
+                    echo(_fold_line(folds[-1], name, target=target))
     scores = {"folds": folds, **_summary(folds, name), "grouped": grouped, "n_folds": n_folds}
+    if target is not None:
+        scores["target"] = target
     if out is not None:
         scores.update(out=str(out), already_complete=done == n_folds)
     return scores
@@ -194,13 +198,14 @@ def _summary(folds: list, name: str) -> dict:
     return summary
 
 
-def _fold_line(fold: dict, name: str, saved=None) -> str:
+def _fold_line(fold: dict, name: str, saved=None, target: str | None = None) -> str:
     errors = "".join(f", {k} {fold[k]:.4g}" for k in _ERRORS if name == "r2")
     selected = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                          for k, v in fold["selected"].items())
     score = (f"{fold[name]:.4f}" if fold[name] is not None else
              "n/a (" + ("one row" if fold["n"] < 2 else "one target value") + ")")
-    line = (f"fold {fold['fold']}: {name} {score}{errors} on {fold['n']} rows "
+    line = (f"fold {fold['fold']}: {'' if target is None else target + ' '}{name} {score}"
+            f"{errors} on {fold['n']} rows "
             f"(trained on {fold['n_train']}; {selected})")
     return line if saved is None else f"{line}, from {saved}"
 
@@ -212,10 +217,13 @@ def summary_line(scores: dict) -> str:
             ("stratified by class, " if scores["score"] == "accuracy" else "")
             + "shuffled (the store has no groups)")
     n, name = scores["n_folds"], scores["score"]
+    # what the scores are of: a regression's target, by the column it came from
+    what = f"{n}-fold cross-validation" + (f" of {scores['target']}" if scores.get("target")
+                                           else "")
     if scores["mean_score"] is None:
-        line = f"{n}-fold cross-validation, {kind}: {name} n/a in every fold (one row or one target value)"
+        line = f"{what}, {kind}: {name} n/a in every fold (one row or one target value)"
     else:
-        line = (f"{n}-fold cross-validation, {kind}: {name} {scores['mean_score']:.4f} ± "
+        line = (f"{what}, {kind}: {name} {scores['mean_score']:.4f} ± "
                 f"{scores['std_score']:.4f} (mean ± sd")
         scored = scores.get("n_scored", n)
         line += ")" if scored == n else f" of the {scored} folds where it is defined)"

@@ -27,7 +27,7 @@ import nibabel as nib
 import numpy as np
 
 from fgscale._files import atomic_path, check_writable, read_json
-from fgscale._run_folder import PREDICTIONS
+from fgscale._run_folder import PREDICTIONS, RunFolder
 from fgscale.maps import read_maps
 
 __all__ = ["write_report"]
@@ -67,6 +67,7 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
         If matplotlib (or nilearn, with ``nilearn=True``) is not installed.
     """
     run = Path(run_dir)
+    RunFolder(run).check_not_a_store()
     if not (run / "config.json").is_file():
         raise FileNotFoundError(f"{run / 'config.json'}: no such file; {run} is not a run "
                                 "folder (fgscale train --out RUN writes one)")
@@ -151,25 +152,35 @@ _SCORE_NAMES = {"n": "rows", "r2": "R²", "mae": "mean absolute error", "rmse": 
                 "(cross-entropy)", "balanced_accuracy": "balanced accuracy"}
 
 
+_NA = "n/a"
+
+
 def _scores(test: dict, run: Path) -> str:
     out = ["<h2>Test scores</h2>"]
     if not test.get("n"):
         return out[0] + "\n<p>The store has no test rows: no scores.</p>"
-    scalars = {_SCORE_NAMES.get(k, k): v for k, v in test.items()
+    # a score without rows to define it is n/a, as fgscale evaluate prints it
+    scalars = {_SCORE_NAMES.get(k, k): _NA if v is None else v for k, v in test.items()
                if not isinstance(v, (dict, list))}
     out.append(_kv_table(scalars))
     if "r2" in test:
-        out.append("<p>Errors in the target's units; R² is not defined (–) where the test "
-                   "targets do not vary.</p>")
+        target = test.get("target", "target")  # the cohort table's column
+        units = "the target's units" if target == "target" else f"the units of {_esc(target)}"
+        out.append(f"<p>Errors in {units}; R² is not defined (n/a) where the test targets do "
+                   "not vary.</p>")
         table = run / PREDICTIONS
         if table.is_file():
-            out.append(_figure(_predictions_figure(table),
-                               f"Predicted against true target of each test row "
+            out.append(_figure(_predictions_figure(table, target),
+                               f"Predicted against true {target} of each test row "
                                f"({PREDICTIONS}); the line is a perfect prediction"))
     if test.get("per_class"):
         header = ["class", "precision", "recall", "f1", "support"]
-        rows = [[c, *(test["per_class"][c][k] for k in header[1:])] for c in test["classes"]]
+        rows = [[c, *(_NA if test["per_class"][c][k] is None else test["per_class"][c][k]
+                      for k in header[1:])] for c in test["classes"]]
         out.append(_table(header, rows))
+        if any(_NA in row for row in rows):
+            out.append("<p>n/a: undefined, the class has no true row among the test rows "
+                       "(recall) or is never predicted (precision).</p>")
     if test.get("confusion_matrix"):
         out.append(_figure(_confusion_figure(test["classes"], test["confusion_matrix"]),
                            "Confusion matrix of the test rows (rows: true class, columns: "
@@ -300,7 +311,7 @@ def _confusion_figure(classes: list[str], matrix: list[list[int]]):
     return fig
 
 
-def _predictions_figure(table: Path):
+def _predictions_figure(table: Path, target: str = "target"):
     import csv
 
     with open(table, newline="") as f:
@@ -312,8 +323,8 @@ def _predictions_figure(table: Path):
     ax.scatter(true, pred, s=12, alpha=0.7)
     ends = [min(true.min(), pred.min()), max(true.max(), pred.max())]
     ax.plot(ends, ends, color="0.5", linewidth=1)
-    ax.set_xlabel("true target")
-    ax.set_ylabel("predicted target")
+    ax.set_xlabel(f"true {target}")
+    ax.set_ylabel(f"predicted {target}")
     return fig
 
 

@@ -17,11 +17,11 @@ from fgscale.cluster import get_client
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._factory import make_estimator
 from fgscale.maps import has_maps
-from fgscale.reports import check_store, predict_inputs, score_store, write_table
+from fgscale.reports import check_store, predict_inputs, score_store, target_name, write_table
 from fgscale.store._reader import open_store
 
-__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_run", "summary_lines",
-           "train_run"]
+__all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_line", "predict_run",
+           "summary_lines", "train_run"]
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
     """What ``fgscale train`` says of a run's summary (``final.json``): its epochs and the
     refit's, the test score, the values chosen among candidates, the run folder and its maps."""
     test = summary["test"]
-    name = "R²" if "r2" in test else "accuracy"
+    name = f"R² of {test.get('target', 'target')}" if "r2" in test else "accuracy"
     score = test.get("r2", test.get("accuracy"))
     score = "n/a" if score is None else f"{score:.4f}"
     refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
@@ -204,12 +204,24 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     if predictions is not None:  # not found unwritable once every row is predicted
         check_writable(predictions, "; choose another --predictions; nothing evaluated")
     check_store(clf, store)  # a store of other voxels: refused before a cluster starts
+    if not isinstance(clf, FeatureGroupingClassifier):
+        _check_target(RunFolder(run_dir).target(), store)
     with get_client(client, processes=False) as client:
         report, table = _evaluate(clf, store, client, rows, progress=progress,
                                   hint="; --rows all (rows='all') scores every row")
     if predictions is not None:
         write_table(table, predictions)
     return report
+
+
+def _check_target(trained: str, store) -> None:
+    """Say when a regression run is scored on a store whose target is another column than the
+    one it learnt (a mistake, or an outcome measured twice); "target" when either did not keep
+    its name, which says nothing."""
+    scored = target_name(store)
+    if trained != scored and "target" not in (trained, scored):
+        log.warning("%s: its target is %s, the run was trained on %s: the scores compare "
+                    "predictions of %s with %s", store.path, scored, trained, trained, scored)
 
 
 def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = False,
@@ -242,7 +254,8 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
     -------
     summary : dict
         ``n`` predictions, ``out``; the ``counts`` of each predicted class, or a regressor's
-        ``min``, ``mean`` and ``max`` prediction.
+        ``target`` (the name of its column) and ``min``, ``mean`` and ``max`` prediction
+        (:func:`predict_line` says it).
     """
     clf = load_run(run_dir, device=device)
     check_writable(out, "; choose another --out; nothing predicted")
@@ -251,6 +264,18 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
     summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])
     summary["n"] = len(predicted)
     if not isinstance(clf, FeatureGroupingClassifier):
-        return {**summary, **{f.__name__: float(f(predicted)) for f in (np.min, np.mean, np.max)}}
+        return {**summary, "target": RunFolder(run_dir).target(),
+                **{f.__name__: float(f(predicted)) for f in (np.min, np.mean, np.max)}}
     labels, counts = np.unique(predicted.astype(str), return_counts=True)
     return {**summary, "counts": dict(zip(labels.tolist(), counts.tolist(), strict=True))}
+
+
+def predict_line(summary: dict) -> str:
+    """What ``fgscale predict`` says of :func:`predict_run`'s summary: how many predictions (of
+    which target) went where, and the count of each class or the predictions' range."""
+    if "counts" in summary:
+        return (f"{summary['n']} predictions written to {summary['out']} ("
+                + ", ".join(f"{label} {n}" for label, n in summary["counts"].items()) + ")")
+    return (f"{summary['n']} predictions of {summary.get('target', 'target')} written to "
+            f"{summary['out']} (" + ", ".join(f"{k} {summary[k]:.4g}" for k in ("min", "mean",
+                                                                              "max")) + ")")

@@ -62,7 +62,7 @@ def test_regression_from_a_target_column_to_predictions(regression_cohort, tmp_p
     assert report["correlation"] == pytest.approx(np.corrcoef(y, pred)[0, 1])
     # the same scores in words, one line as a classifier's accuracy is said
     assert main(["evaluate", str(run), str(store_path), "--n-workers", "1", "--no-progress"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1] == f"{report['n']} rows: " + ", ".join(
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"target on {report['n']} rows: " + ", ".join(
         f"{k} {report[k]:.4f}" for k in ("r2", "mae", "rmse", "correlation"))
 
     # the same predictions from the images, reading only the run folder and the files
@@ -73,7 +73,7 @@ def test_regression_from_a_target_column_to_predictions(regression_cohort, tmp_p
     np.testing.assert_allclose(from_images, pred, rtol=1e-5)
     # numbers summed up by their range, not counted as if each were a class
     assert capsys.readouterr().out.strip() == (
-        f"{len(pred)} predictions written to {out} (min {from_images.min():.4g}, mean "
+        f"{len(pred)} predictions of target written to {out} (min {from_images.min():.4g}, mean "
         f"{from_images.mean():.4g}, max {from_images.max():.4g})")
 
     # new images, whose targets are what is sought: a table of paths, or some targets unknown
@@ -112,7 +112,7 @@ def test_cv_of_a_regression_store_grouped_by_subject(regression_cohort, tmp_path
     folds = [line for line in out.splitlines() if line.startswith("fold ")]
     assert len(folds) == 2 and all(" r2 " in line for line in folds)
     r2 = [float(line.split(" r2 ")[1].split(",")[0]) for line in folds]
-    summary = out.split("2-fold cross-validation, grouped by subject: r2 ")[1]
+    summary = out.split("2-fold cross-validation of target, grouped by subject: r2 ")[1]
     assert float(summary.split()[0]) == pytest.approx(np.mean(r2), abs=1e-4)
     # the errors in the target's units beside R², each fold's and their mean, as saved
     saved = json.loads(results.read_text())
@@ -159,7 +159,7 @@ def test_leave_one_subject_out_is_scored_on_the_pooled_predictions(regression_co
     out = capsys.readouterr().out.splitlines()
     saved = json.loads(results.read_text())
     assert [f["r2"] for f in saved["folds"]] == [None] * 6
-    assert all(line.startswith(f"fold {i}: r2 n/a (one row), mae ")
+    assert all(line.startswith(f"fold {i}: target r2 n/a (one row), mae ")
                for i, line in enumerate(out[:6]))
     # the pooled scores are scikit-learn's on the six out-of-fold predictions together
     y = np.concatenate([f["targets"] for f in saved["folds"]])
@@ -168,7 +168,7 @@ def test_leave_one_subject_out_is_scored_on_the_pooled_predictions(regression_co
     assert saved["pooled_r2"] == pytest.approx(metrics.r2_score(y, pred))
     assert saved["pooled_mae"] == pytest.approx(metrics.mean_absolute_error(y, pred))
     assert saved["mean_score"] is None and saved["n_scored"] == 0
-    assert out[6].startswith("6-fold cross-validation, grouped by subject: r2 n/a in every fold")
+    assert out[6].startswith("6-fold cross-validation of target, grouped by subject: r2 n/a in every fold")
     assert f"; pooled out-of-fold: r2 {saved['pooled_r2']:.4g}, mae {saved['pooled_mae']:.4g}" in out[6]
     # read back on --resume as the file it is (a null R², the rows' predictions)
     assert main(["cv", str(tmp_path / "one_each.zarr"), "--folds", "6", "--out", str(results),
@@ -373,3 +373,70 @@ def test_a_class_weight_naming_no_class_of_the_store_is_refused_before_a_cluster
     captured = capsys.readouterr()
     assert "class_weight names ['class_9'], which are not classes" in captured.err
     assert "Dask dashboard" not in captured.out + captured.err and not run.exists()
+
+
+def test_the_scores_name_the_target_column_the_user_gave(regression_cohort, tmp_path, capsys):
+    """R² of "age", not of "target": train, evaluate (text and JSON), cv and the report name the
+    cohort table's column that the store was converted from."""
+    from fgscale.report_html import write_report
+
+    rows = _read(regression_cohort)
+    table = tmp_path / "participants.tsv"
+    table.write_text("path\tage\tparticipant_id\tsplit\n" + "".join(
+        f"{r['path']}\t{r['target']}\t{r['participant_id']}\t{r['split']}\n" for r in rows))
+    store, run = tmp_path / "p.zarr", tmp_path / "run"
+    assert main(["convert", str(table), "--out", str(store), "--target-column", "age",
+                 "--n-workers", "1", "--no-progress"]) == 0
+    assert main(["train", str(store), "--out", str(run), *TRAIN]) == 0
+    assert "test R² of age " in capsys.readouterr().out
+    assert main(["evaluate", str(run), str(store), "--n-workers", "1", "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith("age on ")
+    assert main(["evaluate", str(run), str(store), "--n-workers", "1", "--no-progress",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["target"] == "age"
+    assert main(["cv", str(store), "--folds", "2", *TRAIN]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("fold 0: age r2 ") and lines[1].startswith("fold 1: age r2 ")
+    assert lines[-1].startswith("2-fold cross-validation of age, ")
+    page = write_report(run, tmp_path / "r.html", nilearn=False).read_text()
+    assert "Errors in the units of age" in page and "<tr><td>target</td><td>age</td></tr>" in page
+
+
+def test_predict_names_the_target_column_of_the_run(regression_cohort, tmp_path, capsys):
+    """The run keeps the name of its target (config.json), and predict says what it predicted."""
+    rows = _read(regression_cohort)
+    table = tmp_path / "participants.csv"
+    table.write_text("path,age,split\n" + "".join(f"{r['path']},{r['target']},{r['split']}\n"
+                                                  for r in rows))
+    store, run = tmp_path / "p.zarr", tmp_path / "run"
+    assert main(["convert", str(table), "--out", str(store), "--target-column", "age",
+                 "--n-workers", "1", "--no-progress"]) == 0
+    assert main(["train", str(store), "--out", str(run), *TRAIN]) == 0
+    assert json.loads((run / "config.json").read_text())["target"] == "age"
+    capsys.readouterr()
+    assert main(["predict", str(run), str(store), "--out", str(tmp_path / "p.csv"),
+                 "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith(f"{len(rows)} predictions of age written to ")
+
+
+def test_evaluate_says_when_the_store_has_another_target_than_the_run(regression_cohort, tmp_path,
+                                                                      capsys, caplog):
+    """A run trained on age scored on a store of another column: said, then scored."""
+    rows = _read(regression_cohort)
+    for column in ("age", "score"):
+        table = tmp_path / f"{column}.csv"
+        table.write_text(f"path,{column},split\n" + "".join(
+            f"{r['path']},{r['target']},{r['split']}\n" for r in rows))
+        assert main(["convert", str(table), "--out", str(tmp_path / f"{column}.zarr"),
+                     "--target-column", column, "--n-workers", "1", "--no-progress"]) == 0
+    run = tmp_path / "run"
+    assert main(["train", str(tmp_path / "age.zarr"), "--out", str(run), *TRAIN]) == 0
+    caplog.clear()
+    assert main(["evaluate", str(run), str(tmp_path / "age.zarr"), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert "trained on" not in caplog.text
+    assert main(["evaluate", str(run), str(tmp_path / "score.zarr"), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert (f"{tmp_path / 'score.zarr'}: its target is score, the run was trained on age: the "
+            "scores compare predictions of age with score" in caplog.text)
+    assert capsys.readouterr().out.splitlines()[-1].startswith("score on ")

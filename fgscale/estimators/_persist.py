@@ -4,8 +4,10 @@ and ``mask.nii.gz``.
 ::
 
     model.json    format version, fgscale/torch/numpy versions, the estimator's class and
-                  parameters, its fitted attributes (a classifier's classes_ and their dtype
-                  and class_weight_, n_features_in_, the selected alpha_, dropout_, n_clusters_, n_iter_,
+                  parameters (tuples and 1-D arrays as lists, their types in "sequences",
+                  so that they load as given), its fitted attributes (a classifier's classes_
+                  and their dtype and class_weight_, n_features_in_, the selected alpha_,
+                  dropout_, n_clusters_, n_iter_,
                   batch_size_, a regressor's y_mean_ and y_scale_, cv_results_, history_) and
                   the SHA-256 of model.npz; written last, so that it marks a complete save
     model.npz     the torch model's state_dict (arrays ``model.<name>``), the
@@ -32,29 +34,35 @@ import os
 import zipfile
 from pathlib import Path
 
-import nibabel as nib
 import numpy as np
 import torch
 from sklearn.base import is_classifier
 from sklearn.utils.validation import check_is_fitted
 
-from fgscale._files import atomic_path
+from fgscale._files import atomic_path, replaced_folder
 from fgscale._params import PARAMS, params_to_json, validate_params
-from fgscale.images._masking import as_mask_image
-from fgscale.images._nifti import space_codes, with_space_codes
+from fgscale.estimators._saved_mask import (
+    MASK,
+    MASK_PARAM,
+    MODEL_NPZ,
+    NPZ_MASK_PARAM,
+    mask_arrays_of,
+    mask_to_save,
+    placed_mask,
+    read_mask,
+    saved_mask_param,
+)
 from fgscale.training._models import build_model
 
-__all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model"]
+__all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model",
+           "write_model"]
 
 FORMAT_VERSION = 1
-MODEL_JSON, MODEL_NPZ, MASK = "model.json", "model.npz", "mask.nii.gz"
+MODEL_JSON = "model.json"
 _FORMAT = "fgscale-model"
 _SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_")
 _CLASS_KINDS = "Uiubf"  # the dtypes of labels that JSON gives back as they were (and "O")
 _PREFIX = "model."  # state_dict arrays in model.npz, apart from mean_ and scale_
-_MASK_PARAM = {"saved": MASK}  # an image ``mask`` parameter: the saved mask
-_NPZ_MASK_PARAM = {"saved": MODEL_NPZ}  # an array, or a sparse adjacency: its arrays
-_COO = ("mask.row", "mask.col", "mask.data")
 
 
 def _plain(value):
@@ -93,53 +101,7 @@ def _versions() -> dict:
     return {"fgscale": __version__, "torch": torch.__version__, "numpy": np.__version__}
 
 
-def _mask_to_save(estimator, mask_img, in_npz: bool):
-    """The fitted ``mask_img_``, else ``mask_img``, else an image ``mask`` parameter (a path
-    parameter is kept as a path in the parameters; arrays go to model.npz, ``in_npz``:
-    :func:`_mask_arrays`, and give no image: a grid array has no affine to place it)."""
-    for mask in (getattr(estimator, "mask_img_", None), mask_img):
-        if mask is not None:
-            return as_mask_image(mask)
-    if estimator.mask is None or isinstance(estimator.mask, (str, os.PathLike)) or in_npz:
-        return None
-    return as_mask_image(estimator.mask)
-
-
-def _mask_arrays(mask) -> dict:
-    """A ``mask`` parameter given as an array, as arrays of model.npz: a boolean grid (3D,
-    the CNN's 2D grid, a 1D chain) as it was, or a sparse adjacency as COO."""
-    if hasattr(mask, "tocsr"):
-        coo = mask.tocoo()
-        return dict(zip(_COO, (coo.row.astype(np.int64), coo.col.astype(np.int64),
-                               coo.data.astype(np.float64)), strict=True))
-    if isinstance(mask, np.ndarray):
-        return {"mask": mask != 0}
-    return {}
-
-
-def _saved_mask_param(arrays: dict, n_features: int, path: Path):
-    """The ``mask`` parameter that :func:`_mask_arrays` saved, its arrays popped from
-    ``arrays``."""
-    if "mask" in arrays:
-        mask = arrays.pop("mask")
-        if mask.dtype != bool or int(mask.sum()) != n_features:
-            raise ValueError(f"{path}: array 'mask' must be a boolean grid with "
-                             f"{n_features} cells set, got {mask.dtype} {mask.shape}")
-        return mask
-    row, col, data = (arrays.pop(name, None) for name in _COO)
-    if any(a is None or a.ndim != 1 for a in (row, col, data)) or not (
-            row.dtype.kind == col.dtype.kind == "i" and data.dtype.kind == "f"
-            and len(row) == len(col) == len(data)
-            and (len(row) == 0 or 0 <= min(row.min(), col.min())
-                 and max(row.max(), col.max()) < n_features)):
-        raise ValueError(f"{path}: the mask parameter must be saved as a boolean array 'mask' "
-                         f"or as a sparse adjacency of {n_features} features ({', '.join(_COO)})")
-    from scipy.sparse import csr_matrix
-
-    return csr_matrix((data, (row, col)), shape=(n_features, n_features))
-
-
-def save_model(estimator, folder, *, mask_img=None) -> Path:
+def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> Path:
     """Save a fitted estimator into ``folder`` as data (see the module docstring).
 
     Parameters
@@ -150,15 +112,35 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
         Created if needed. A previous save there is replaced file by file, each file written
         under a temporary name then renamed; ``model.json`` comes last and records the
         checksum of ``model.npz``, so a save killed midway is refused at load, never mixed.
+        A run folder of ``fgscale train`` (it has a ``config.json``) is refused: its
+        configuration, maps and scores would describe its own model beside this one.
     mask_img : nibabel image, optional
         The mask to save when the estimator has no ``mask_img_`` (a run folder passes its
         store's).
+    overwrite : bool, default=False
+        Replace a run folder whole: the model is saved into a new folder, which then takes
+        the run folder's place, every file of the run removed; a save that fails leaves the
+        run folder as it was.
 
     Returns
     -------
     path : Path
         The ``model.json`` written.
     """
+    folder = Path(folder).expanduser()
+    if not (folder / "config.json").is_file():
+        return write_model(estimator, folder, mask_img=mask_img)
+    if not overwrite:
+        raise FileExistsError(f"{folder}: a run folder of fgscale train (config.json), whose "
+                              "configuration, maps and scores are of its own model: save into "
+                              "another folder, or pass overwrite=True to replace it whole")
+    with replaced_folder(folder) as new:
+        write_model(estimator, new, mask_img=mask_img)
+    return folder / MODEL_JSON
+
+
+def write_model(estimator, folder, *, mask_img=None) -> Path:
+    """:func:`save_model` into any folder, a run folder's own model included."""
     check_is_fitted(estimator, "model_")
     name = type(estimator).__name__
     if _estimators().get(name) is not type(estimator):
@@ -175,15 +157,8 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
                              "be strings, integers, floats or booleans")
         doc.update(classes_=classes.tolist(),
                    classes_dtype="object" if kind == "O" else classes.dtype.str)
-    mask_arrays = _mask_arrays(estimator.mask)
-    mask = _mask_to_save(estimator, mask_img, bool(mask_arrays))
-    if mask is not None:
-        data = np.asarray(mask.dataobj)
-        mask = with_space_codes(nib.Nifti1Image((np.isfinite(data) & (data != 0)).astype(
-            np.uint8), mask.affine), space_codes(mask))
-        if int(mask.get_fdata().sum()) != estimator.n_features_in_:
-            raise ValueError(f"the mask has {int(mask.get_fdata().sum())} voxels, the "
-                             f"estimator {estimator.n_features_in_} features")
+    mask_arrays = mask_arrays_of(estimator.mask)
+    mask = mask_to_save(estimator, mask_img, bool(mask_arrays))
 
     arrays = {_PREFIX + k: v.detach().cpu().numpy()
               for k, v in estimator.model_.state_dict().items()}
@@ -203,10 +178,11 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
     if isinstance(estimator.mask, (str, os.PathLike)):  # found again from any working folder
         params["mask"] = os.path.abspath(os.path.expanduser(estimator.mask))
     if mask_arrays:
-        params["mask"] = _NPZ_MASK_PARAM
+        params["mask"] = NPZ_MASK_PARAM
     elif mask is not None and not isinstance(estimator.mask, (type(None), str, os.PathLike)):
-        params["mask"] = _MASK_PARAM
-    doc.update({"params": params, "n_features_in_": estimator.n_features_in_,
+        params["mask"] = MASK_PARAM
+    doc.update({"params": params, "sequences": _sequences(estimator.get_params()),
+                "n_features_in_": estimator.n_features_in_,
                 "mask": mask is not None,
                 **{attr: getattr(estimator, attr) for attr in _SCALARS
                    if hasattr(estimator, attr)},
@@ -219,6 +195,32 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
     with atomic_path(folder / MODEL_JSON) as tmp:
         tmp.write_text(json.dumps(_plain(doc), indent=2) + "\n")
     return folder / MODEL_JSON
+
+
+def _sequences(params: dict) -> dict:
+    """The type of each parameter that JSON keeps as a list: "tuple", or an array's dtype (a
+    1-D array of candidates, such as ``np.logspace(-4, 0, 5)``), so that it loads as given."""
+    return {k: "tuple" if isinstance(v, tuple) else v.dtype.str for k, v in params.items()
+            if k != "mask" and (isinstance(v, tuple) or isinstance(v, np.ndarray)
+                                and v.ndim == 1 and v.dtype.kind in "biuf")}
+
+
+def _as_given(params: dict, sequences, path: Path) -> None:
+    """Lists of ``params`` back to the tuples and arrays :func:`_sequences` says they were."""
+    for name, kind in (sequences.items() if isinstance(sequences, dict) else ()):
+        if not isinstance(params.get(name), list):
+            continue
+        if kind == "tuple":
+            params[name] = tuple(params[name])
+            continue
+        try:
+            dtype = np.dtype(kind)
+        except TypeError:
+            dtype = None
+        if dtype is None or dtype.kind not in "biuf":
+            raise ValueError(f"{path}: 'sequences' says {name} is an array of {kind!r}, not of "
+                             "a plain numeric dtype")
+        params[name] = np.asarray(params[name], dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -262,36 +264,22 @@ def _read_npz(path: Path, expected_sha: str) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: not a plain numeric .npz ({exc})") from None
 
 
-def _read_mask(path: Path, n_features: int) -> nib.Nifti1Image:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file ({MODEL_JSON} says the model has a mask)")
-    try:
-        img = nib.load(path)
-        data = np.asarray(img.dataobj)
-    except Exception as exc:  # nibabel raises several types for a damaged file
-        raise ValueError(f"{path}: not a readable NIfTI mask ({exc})") from None
-    if data.ndim != 3 or int((data != 0).sum()) != n_features:
-        raise ValueError(f"{path}: expected a 3D mask of {n_features} voxels, got shape "
-                         f"{data.shape} with {int((data != 0).sum())}")
-    return with_space_codes(nib.Nifti1Image((data != 0).astype(np.uint8), img.affine),
-                            space_codes(img))
-
-
 def _params(doc: dict, mask_img, path: Path, arrays: dict) -> dict:
     params = dict(_get(doc, "params", dict, path, "a dict of the estimator's parameters"))
     unknown = sorted(set(params) - {p.name for p in PARAMS})
     if unknown:
         raise ValueError(f"{path}: unknown parameter(s) {unknown} (a newer fgscale's model?)")
-    if params.get("mask") == _MASK_PARAM:
+    if params.get("mask") == MASK_PARAM:
         params["mask"] = mask_img
-    elif params.get("mask") == _NPZ_MASK_PARAM:
-        params["mask"] = _saved_mask_param(arrays, doc["n_features_in_"], path.parent / MODEL_NPZ)
+    elif params.get("mask") == NPZ_MASK_PARAM:
+        params["mask"] = saved_mask_param(arrays, doc["n_features_in_"], path.parent / MODEL_NPZ)
     elif params.get("mask") is not None and not isinstance(params["mask"], str):
         params["mask"] = None
     if not (params.get("random_state") is None or isinstance(params["random_state"], int)):
         params["random_state"] = None  # a RandomState was saved as its repr: not restorable
-    if isinstance(params.get("hidden_layer_sizes"), list):
+    if isinstance(params.get("hidden_layer_sizes"), list):  # a save without "sequences"
         params["hidden_layer_sizes"] = tuple(params["hidden_layer_sizes"])
+    _as_given(params, doc.get("sequences", {}), path)
     try:  # the device is checked where the model is used: a GPU run loads on a CPU node
         validate_params({k: v for k, v in params.items() if k not in ("device", "mask")})
     except ValueError as exc:
@@ -328,12 +316,17 @@ def _check_arrays(arrays: dict, expected: dict, path: Path) -> None:
                              f"got {arrays[name].dtype} {arrays[name].shape}")
 
 
-def load_model(folder):
+def load_model(folder, *, affine=None):
     """Load an estimator saved by :func:`save_model`, ready to predict.
 
     Parameters
     ----------
     folder : str or Path
+    affine : array-like of shape (4, 4), optional
+        The affine of the saved mask image, in place of the one in ``mask.nii.gz``: for a
+        model that an older fgscale saved with a 3D boolean array as mask, written with the
+        identity affine (a warning says so), the images' affine places its maps
+        (``coef_img_``) on their grid. Default the file's.
 
     Returns
     -------
@@ -359,7 +352,12 @@ def load_model(folder):
         raise ValueError(f"{path}: unknown estimator {name!r}; expected one of {sorted(known)}")
     n_features = _get(doc, "n_features_in_", int, path, "an int")
     has_mask = _get(doc, "mask", bool, path, "true or false")
-    mask_img = _read_mask(folder / MASK, n_features) if has_mask else None
+    mask_img = read_mask(folder / MASK, n_features) if has_mask else None
+    if mask_img is not None or affine is not None:
+        if mask_img is None:
+            raise ValueError(f"{folder}: affine places the saved {MASK}; this model has none "
+                             "(a mask given as an array is kept as it was, with no affine)")
+        mask_img = placed_mask(mask_img, affine, folder / MASK, doc)
     sha = _get(doc, "sha256", dict, path, "the checksums of the other files").get(MODEL_NPZ)
     arrays = _read_npz(folder / MODEL_NPZ, sha)
     est = known[name](**_params(doc, mask_img, path, arrays))

@@ -328,7 +328,9 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                 y=y, classes=names, target=targets, source=[r[0] for r in rows],
                 volume=[r[1] for r in rows], groups=[r[3] for r in rows],
                 split=[r[4] for r in rows], block_rows=block_rows, extra={"inputs": stats},
-                attrs={"synthetic": synthetic, "params": {
+                # the table's column of the target (--target-column), which scores name
+                attrs={"synthetic": synthetic, "target_name": None if targets is None else (
+                    (columns or {}).get("target") or "target"), "params": {
                     "fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),
                     "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
                     "n_files": len(entries)},

@@ -268,6 +268,17 @@ def _images_hint(folder: Path) -> str:
             f"'{folder / '*.nii.gz'}', or convert them to a store (fgscale convert)")
 
 
+def _run_store(run: Path) -> str:
+    """Where the run folder ``run`` says its store is, for a message (nothing if it says not)."""
+    import json
+
+    try:
+        store = json.loads((run / "config.json").read_text())["store"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return "; give the store it was trained on"
+    return f"; give a store, such as the one it was trained on: {store}"
+
+
 def open_group_checked(path, mode: str = "r") -> zarr.Group:
     """Open an fgscale store group and check its format version (complete or not)."""
     path = Path(path).expanduser()
@@ -277,6 +288,8 @@ def open_group_checked(path, mode: str = "r") -> zarr.Group:
         raise StoreError(f"{path}: a file, not a store folder" + (
             "; a cohort table is converted to a store first (fgscale convert, or "
             "fgscale.convert in Python)" if path.suffix.lower() in (".csv", ".tsv") else ""))
+    if not (path / "zarr.json").is_file() and (path / "config.json").is_file():
+        raise StoreError(f"{path}: a run folder of fgscale train, not a store{_run_store(path)}")
     try:
         g = zarr.open_group(str(path), mode=mode)
     except Exception as exc:  # zarr raises several types for a foreign directory

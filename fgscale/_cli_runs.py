@@ -1,0 +1,110 @@
+"""``fgscale runs``: the run folders in a folder and below, a line each (its state, task, model,
+test score and store), read from the files every run writes (config.json, metrics*.jsonl,
+final.json): no model is loaded, so a folder of many runs lists at once."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["add_runs_command", "run_rows", "runs_table"]
+
+_HEADER = ("run", "state", "task", "model", "test", "store")
+
+
+def add_runs_command(sub) -> None:
+    """Add ``fgscale runs [FOLDER]`` to the subcommands ``sub`` of the ``fgscale`` parser."""
+    p = sub.add_parser("runs", help="list the run folders in a folder and below: state, task, "
+                                    "model, test score, store")
+    p.add_argument("folder", nargs="?", default=".",
+                   help="the folder searched, with its subfolders (default: the working folder)")
+    p.set_defaults(func=_cmd_runs)
+
+
+def _cmd_runs(args) -> int:
+    print("\n".join(runs_table(args.folder)))
+    return 0
+
+
+def _json(path: Path):
+    """A JSON file's document; None when it is missing or not JSON (a run being written)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _score(test: dict) -> str:
+    if not test.get("n"):
+        return "no test rows"
+    name, key = (f"R² of {test.get('target', 'target')}", "r2") if "r2" in test else (
+        "accuracy", "accuracy")
+    return f"{name} " + ("n/a" if test.get(key) is None else f"{test[key]:.4f}")
+
+
+def _state(run: Path) -> tuple[str, str]:
+    """The run's state and test score, from final.json or the epochs recorded so far."""
+    final = run / "final.json"
+    if final.is_file():
+        summary = _json(final)
+        if not isinstance(summary, dict) or not isinstance(summary.get("test"), dict):
+            return "damaged final.json", ""
+        return "finished", _score(summary["test"])
+    counts = {"": 0, "refit": 0}  # the epochs of the fit (each candidate's), of the refit
+    for path in run.glob("metrics*.jsonl"):
+        phase = "refit" if path.name == "metrics-refit.jsonl" else ""
+        counts[phase] += sum(1 for line in path.read_text().splitlines() if line.strip())
+    if not any(counts.values()):
+        return "not started", ""
+    refit = f", {counts['refit']} refit" if counts["refit"] else ""
+    return f"unfinished ({counts['']} epochs{refit})", ""
+
+
+def run_rows(folder) -> list[dict]:
+    """The run folders in ``folder`` and below (a ``config.json`` of ``fgscale train``).
+
+    Parameters
+    ----------
+    folder : str or Path
+
+    Returns
+    -------
+    rows : list of dict
+        One per run, by path: ``run`` (relative to ``folder``), ``state`` ("finished",
+        "unfinished (N epochs)", "not started"), ``task``, ``model`` (model/regularizer),
+        ``test`` (the test score of a finished run) and ``store``.
+    """
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder")
+    configs = []
+    for top, dirs, files in os.walk(folder):
+        if "zarr.json" in files:  # a store: thousands of shard files, no run
+            dirs[:] = []
+        elif "config.json" in files:
+            configs.append(Path(top) / "config.json")
+    rows = []
+    for config in sorted(configs):
+        saved = _json(config)
+        if not (isinstance(saved, dict) and isinstance(saved.get("params"), dict)
+                and "versions" in saved):  # some other program's config.json
+            continue
+        run, params = config.parent, saved["params"]
+        state, test = _state(run)
+        rows.append({"run": str(run.relative_to(folder)), "state": state,
+                     "task": str(saved.get("task") or "classification"),
+                     "model": f"{params.get('model')}/{params.get('regularizer')}",
+                     "test": test, "store": str(saved.get("store", ""))})
+    return rows
+
+
+def runs_table(folder) -> list[str]:
+    """The lines of ``fgscale runs FOLDER``: a header, then a line per run (:func:`run_rows`)."""
+    rows = [tuple(r[k] for k in _HEADER) for r in run_rows(folder)]
+    if not rows:
+        return [f"{folder}: no run folder in it or below"]
+    rows = [_HEADER, *rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADER) - 1)]
+    return ["  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]])
+            for r in rows]
