@@ -1,0 +1,36 @@
+"""The scikit-learn API contract of both estimators beyond the defaults that
+``parametrize_with_checks`` runs in test_classifier.py and test_regressor.py: predictions that
+do not depend on the batch, warnings a search does not trigger, pickling, feature names,
+``score`` with weights, input dtypes."""
+
+import numpy as np
+import pytest
+
+from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor
+
+FAST = dict(n_groupings=5, n_bootstrap=10, max_epochs=30, learning_rate=0.1, batch_size=50)
+
+
+def _problem(rng, n=120, p=40):
+    X = rng.standard_normal((n, p)) * 3.0 + 1.0
+    return X, (X[:, :5].sum(1) > 5.0).astype(int)
+
+
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+@pytest.mark.parametrize("model, mask", [("logreg", None), ("mlp", None), ("cnn", None),
+                                         ("cnn", np.ones((4, 10), bool))])
+def test_a_row_is_predicted_the_same_whatever_rows_come_with_it(rng, Estimator, model, mask):
+    """As scikit-learn's check_methods_subset_invariance: a row alone, in a half, or in the
+    whole set gets the same prediction (float32 products sum in an order that depends on the
+    number of rows: their rounding would reach the outputs). The CNN without a mask lays the
+    features on a line (1D convolutions), with one on a 2D grid."""
+    X, y = _problem(rng)
+    est = Estimator(model=model, mask=mask, hidden_layer_sizes=(256,), random_state=0,
+                    **dict(FAST, max_epochs=5)).fit(X, y)
+    method = est.predict if Estimator is FeatureGroupingRegressor else est.decision_function
+    full = method(X)
+    alone = np.concatenate([method(X[i:i + 1]) for i in range(20)])
+    halves = np.concatenate([method(X[:50]), method(X[50:])])
+    scale = np.abs(full).max()
+    np.testing.assert_allclose(alone, full[:20], rtol=0, atol=1e-12 * scale)
+    np.testing.assert_allclose(halves, full, rtol=0, atol=1e-12 * scale)
