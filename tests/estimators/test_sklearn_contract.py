@@ -34,3 +34,31 @@ def test_a_row_is_predicted_the_same_whatever_rows_come_with_it(rng, Estimator, 
     scale = np.abs(full).max()
     np.testing.assert_allclose(alone, full[:20], rtol=0, atol=1e-12 * scale)
     np.testing.assert_allclose(halves, full, rtol=0, atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+def test_a_search_over_the_regularizer_warns_only_of_what_the_user_set(rng, Estimator):
+    """As scikit-learn's LogisticRegression warns of an l1_ratio without elastic net only when
+    it was given: a GridSearchCV over the regularizer from the defaults warns of nothing; a
+    dropout rate the user gave warns where the candidate's regularizer does not use it, and
+    hidden layer sizes where the candidate's model has none."""
+    import warnings
+
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = _problem(rng, n=90)
+    grid = {"regularizer": ["none", "l2", "dropout", "feature_grouping"],
+            "model": ["logreg", "mlp"]}
+    fast = dict(FAST, max_epochs=3, random_state=0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        search = GridSearchCV(Estimator(**fast), grid, cv=2, error_score="raise").fit(X, y)
+    assert len(search.cv_results_["params"]) == 8
+    assert [str(w.message) for w in seen] == []
+    with pytest.warns(UserWarning, match="dropout=0.2 has no effect with regularizer='l2'"):
+        GridSearchCV(Estimator(dropout=0.2, **fast), {"regularizer": ["l2", "dropout"]},
+                     cv=2).fit(X, y)
+    with pytest.warns(UserWarning, match=r"hidden_layer_sizes=\(4,\) has no effect with "
+                                         "regularizer='feature_grouping' and model='logreg'"):
+        GridSearchCV(Estimator(hidden_layer_sizes=(4,), **fast), {"model": ["logreg", "mlp"]},
+                     cv=2).fit(X, y)
