@@ -62,3 +62,33 @@ def test_a_search_over_the_regularizer_warns_only_of_what_the_user_set(rng, Esti
                                          "regularizer='feature_grouping' and model='logreg'"):
         GridSearchCV(Estimator(hidden_layer_sizes=(4,), **fast), {"model": ["logreg", "mlp"]},
                      cv=2).fit(X, y)
+
+
+def _with_gap(values, gap, at=3):
+    out = np.asarray(values, dtype=object).copy()
+    out[at] = gap
+    return out
+
+
+@pytest.mark.parametrize("gap", [np.nan, None, "pd.NA"])
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+def test_a_target_missing_is_named_with_its_sample(rng, Estimator, gap):
+    """A table's column with a gap (NaN, None, pandas' NA; labels as strings, a categorical,
+    numbers) is refused naming the first sample without a target, not by numpy's sort nor
+    as a class label given to the regressor."""
+    import pandas as pd
+
+    X, y = _problem(rng, n=40)
+    values = np.array(["a", "b"])[y] if Estimator is FeatureGroupingClassifier else X[:, 0]
+    gap = pd.NA if gap == "pd.NA" else gap
+    columns = [_with_gap(values, gap), pd.Series(_with_gap(values, gap))]
+    if Estimator is FeatureGroupingClassifier:
+        columns.append(pd.Series(values, dtype="string").where(np.arange(40) != 3, gap))
+        columns.append(pd.Categorical(_with_gap(values, gap)))
+    else:
+        columns.append(pd.array(_with_gap(values, gap), dtype="Float64"))
+    kind = "label" if Estimator is FeatureGroupingClassifier else "target"
+    for column in columns:
+        with pytest.raises(ValueError, match=rf"^y has 1 missing value \(NaN, None or NA\), at "
+                                             rf"sample 3: give every sample its {kind}"):
+            Estimator(max_epochs=2).fit(X, column)
