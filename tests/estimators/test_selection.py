@@ -185,16 +185,16 @@ def test_a_search_keeps_no_candidate_weights_it_does_not_need(rng, refit, expect
     assert spy.n_clusters_ == reference.n_clusters_
 
 
-@pytest.mark.parametrize("gap", [np.nan, None])
-def test_groups_with_a_gap_are_refused_naming_the_sample(rng, gap):
+@pytest.mark.parametrize("gap, dtype", [(np.nan, object), (None, object), ("pd.NA", "string")])
+def test_groups_with_a_gap_are_refused_naming_the_sample(rng, gap, dtype):
     import pandas as pd
 
     X, y, mask = _problem(rng, n=40)
-    groups = pd.Series([f"sub-{i // 4}" for i in range(40)], dtype=object)
-    groups[5] = gap  # a subject column read from a table with an empty cell
+    groups = pd.Series([f"sub-{i // 4}" for i in range(40)], dtype=dtype)
+    groups[5] = pd.NA if gap == "pd.NA" else gap  # a table's subject column with an empty cell
     clf = FeatureGroupingClassifier(mask=mask, max_epochs=2, **SMALL)
-    with pytest.raises(ValueError, match=r"groups has 1 missing value\(s\) \(NaN or None\), the "
-                                         r"first at sample 5: give every sample its subject"):
+    with pytest.raises(ValueError, match=r"groups has 1 missing value\(s\) \(NaN, None or NA\), "
+                                         r"the first at sample 5: give every sample its subject"):
         clf.fit(X, y, groups=groups)
     numeric = np.arange(40) // 4.0
     numeric[7] = np.nan
