@@ -219,7 +219,12 @@ def cnn_grid(estimator):
         return None
     if getattr(estimator, "mask_img_", None) is not None:
         return np.asarray(estimator.mask_img_.dataobj) != 0
-    grid = resolve_graph(estimator.mask, estimator.n_features_in_)
+    n_features = estimator.n_features_in_
+    if estimator.mask is None and n_features < 4:
+        raise ValueError(f"model='cnn' without a mask lays the n_features={n_features} features "
+                         "on a line, which it pools twice by 2: it needs at least 4 features, or "
+                         "a mask of their grid")
+    grid = resolve_graph(estimator.mask, n_features)
     if hasattr(grid, "tocsr"):
         raise ValueError("model='cnn' needs a mask on a grid (an image, a path or a boolean "
                          "array), not a sparse adjacency")

@@ -92,3 +92,17 @@ def test_a_target_missing_is_named_with_its_sample(rng, Estimator, gap):
         with pytest.raises(ValueError, match=rf"^y has 1 missing value \(NaN, None or NA\), at "
                                              rf"sample 3: give every sample its {kind}"):
             Estimator(max_epochs=2).fit(X, column)
+
+
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+def test_a_cnn_without_a_mask_on_too_few_features_says_so(rng, Estimator):
+    """No mask lays the features on a line: too few of them for two poolings by 2 is said in
+    terms of the features, as scikit-learn's check_fit2d_1feature expects, not of a mask the
+    user never gave."""
+    X, y = _problem(rng, n=40, p=3)
+    with pytest.raises(ValueError, match=r"^model='cnn' without a mask lays the n_features=3 "
+                                         "features on a line, which it pools twice by 2: it "
+                                         "needs at least 4 features, or a mask"):
+        Estimator(model="cnn", max_epochs=2).fit(X, y)
+    assert Estimator(model="cnn", hidden_layer_sizes=(4,), max_epochs=2).fit(
+        *_problem(rng, n=40, p=4)).n_features_in_ == 4
