@@ -25,6 +25,8 @@ FAST = dict(n_groupings=5, n_bootstrap=10, max_epochs=30, batch_size=50)
     FeatureGroupingRegressor(regularizer="none", random_state=0),
     FeatureGroupingRegressor(model="mlp", hidden_layer_sizes=(16,), n_clusters=0.8, random_state=0,
                              **FAST),
+    FeatureGroupingRegressor(regularizer="l2", alpha=1e-3, random_state=0, **FAST),
+    FeatureGroupingRegressor(regularizer="dropout", early_stopping=False, random_state=0, **FAST),
 ])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
