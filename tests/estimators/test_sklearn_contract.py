@@ -106,3 +106,50 @@ def test_a_cnn_without_a_mask_on_too_few_features_says_so(rng, Estimator):
         Estimator(model="cnn", max_epochs=2).fit(X, y)
     assert Estimator(model="cnn", hidden_layer_sizes=(4,), max_epochs=2).fit(
         *_problem(rng, n=40, p=4)).n_features_in_ == 4
+
+
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+def test_pickle_names_weights_and_dtypes_as_scikit_learn_has_them(rng, Estimator):
+    """A fitted estimator pickled and loaded predicts the same numbers; feature names are
+    checked as scikit-learn's validate_data checks them; score weighs samples; integer, bool
+    and float16 X fit as their float32 values."""
+    import pickle
+    import warnings
+
+    import pandas as pd
+    from sklearn.metrics import accuracy_score, r2_score
+
+    X, y = _problem(rng, n=80, p=12)
+    target = y if Estimator is FeatureGroupingClassifier else X[:, 0] * 2.0 + 1.0
+    fast = dict(FAST, max_epochs=5, random_state=0)
+    named = pd.DataFrame(X, columns=[f"v{i}" for i in range(12)])
+    est = Estimator(**fast).fit(named, target)
+    loaded = pickle.loads(pickle.dumps(est))
+    methods = ["predict"] + (["predict_proba", "decision_function"]
+                             if Estimator is FeatureGroupingClassifier else [])
+    for method in methods:
+        np.testing.assert_array_equal(getattr(loaded, method)(named), getattr(est, method)(named))
+    assert list(est.feature_names_in_) == list(named.columns)
+    with pytest.raises(ValueError, match="Feature names must be in the same order"):
+        est.predict(named[named.columns[::-1]])
+    with pytest.warns(UserWarning, match="X does not have valid feature names"):
+        est.predict(X)
+    unnamed = Estimator(**fast).fit(X, target)
+    assert not hasattr(unnamed, "feature_names_in_")
+    with pytest.warns(UserWarning, match="X has feature names, but"):
+        unnamed.predict(named)
+    with pytest.raises(ValueError, match=f"X has 5 features, but {Estimator.__name__} is "
+                                         "expecting 12 features as input"):
+        unnamed.predict(X[:, :5])
+    weights = np.r_[np.ones(30), np.zeros(50)]
+    metric = accuracy_score if Estimator is FeatureGroupingClassifier else r2_score
+    assert unnamed.score(X, target, sample_weight=weights) == pytest.approx(
+        metric(target[:30], unnamed.predict(X[:30])))
+    for kind in (np.int16, bool, np.float16):
+        values = (X * 10).astype(kind) if kind is np.int16 else X.astype(kind)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            as_is = Estimator(**fast).fit(values, target).predict(values)
+        as_float = Estimator(**fast).fit(values.astype(np.float32), target).predict(
+            values.astype(np.float32))
+        np.testing.assert_array_equal(as_is, as_float)
