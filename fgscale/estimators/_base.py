@@ -392,7 +392,7 @@ class FeatureGroupingBase(BaseEstimator):
         from fgscale.images._nifti import space_codes, unmask
 
         check_is_fitted(self)
-        if self.model != "logreg" or getattr(self, "mask_img_", None) is None:
+        if not hasattr(self, "coef_") or getattr(self, "mask_img_", None) is None:  # as fitted
             raise AttributeError("coef_img_ needs model='logreg' and a fit on images, a store, "
                                  "or with mask= an image")
         mask = np.asarray(self.mask_img_.dataobj) != 0

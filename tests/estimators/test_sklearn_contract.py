@@ -153,3 +153,24 @@ def test_pickle_names_weights_and_dtypes_as_scikit_learn_has_them(rng, Estimator
         as_float = Estimator(**fast).fit(values.astype(np.float32), target).predict(
             values.astype(np.float32))
         np.testing.assert_array_equal(as_is, as_float)
+
+
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+def test_a_parameter_set_after_fit_does_not_change_the_fitted_maps(rng, Estimator):
+    """As every fitted attribute of a scikit-learn estimator: coef_img_ is the fitted model's
+    until the next fit, whatever set_params changed since (model= names the next fit's)."""
+    from helpers import mask_img
+
+    X, y = _problem(rng, n=60, p=4 * 5 * 3)
+    mask = mask_img(np.ones((4, 5, 3), bool))
+    est = Estimator(mask=mask, **dict(FAST, max_epochs=3, random_state=0)).fit(X, y)
+    maps = est.coef_img_
+    first = next(iter(maps.values())) if isinstance(maps, dict) else maps
+    est.set_params(model="mlp")
+    again = est.coef_img_
+    again = next(iter(again.values())) if isinstance(again, dict) else again
+    np.testing.assert_array_equal(again.get_fdata(), first.get_fdata())
+    mlp = Estimator(mask=mask, model="mlp", hidden_layer_sizes=(4,), max_epochs=2).fit(X, y)
+    mlp.set_params(model="logreg")
+    with pytest.raises(AttributeError, match="coef_img_ needs model='logreg'"):
+        mlp.coef_img_  # noqa: B018
