@@ -139,6 +139,26 @@ def _saved_mask_param(arrays: dict, n_features: int, path: Path):
     return csr_matrix((data, (row, col)), shape=(n_features, n_features))
 
 
+def _check_params_build_the_model(est) -> None:
+    """Refuse parameters that no longer build the fitted model (set since the fit): load_model
+    rebuilds it from them, and could never read the save. Built on the meta device: no memory."""
+    fitted = {k: tuple(v.shape) for k, v in est.model_.state_dict().items()}
+    grid = getattr(est.model_, "grid", None)
+    try:
+        with torch.device("meta"):
+            model = build_model(est.model, est.n_features_in_, est._n_outputs(), grid=grid if
+                                grid is None else grid.cpu().numpy(), regularizer=est.regularizer,
+                                dropout=0.0, hidden_layer_sizes=est.hidden_layer_sizes)
+        same = {k: tuple(v.shape) for k, v in model.state_dict().items()} == fitted
+    except ValueError:  # model="cnn" set for a dense model: no grid
+        same = False
+    if not same or bool(est.standardize) != (getattr(est, "mean_", None) is not None):
+        raise ValueError(f"{type(est).__name__}'s parameters changed since its fit: model="
+                         f"{est.model!r}, hidden_layer_sizes={est.hidden_layer_sizes!r} and "
+                         f"standardize={est.standardize!r} do not build its fitted model; fit it "
+                         "again, or set them back, before saving")
+
+
 def save_model(estimator, folder, *, mask_img=None) -> Path:
     """Save a fitted estimator into ``folder`` as data (see the module docstring).
 
@@ -163,6 +183,7 @@ def save_model(estimator, folder, *, mask_img=None) -> Path:
     name = type(estimator).__name__
     if _estimators().get(name) is not type(estimator):
         raise TypeError(f"save_model saves {sorted(_estimators())}, got {name}")
+    _check_params_build_the_model(estimator)
     folder = Path(folder).expanduser()
     doc = {"format": _FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
            "estimator": name}
