@@ -288,7 +288,7 @@ class FeatureGroupingBase(BaseEstimator):
             off = self.early_stopping is False
             raise ValueError(
                 f"{len(grid)} candidate hyper-parameters to choose from, but "
-                + ("early_stopping=False leaves" if off else f"{len(rows)} training rows leave")
+                + ("early_stopping=False leaves" if off else f"n_samples={len(rows)} training rows leave")
                 + " no validation split to choose on; give single values, or "
                 + ("early_stopping='auto'" if off else "more rows"))
         else:

@@ -98,10 +98,13 @@ def test_a_list_without_a_validation_split_is_refused_and_auto_takes_its_fallbac
                                          r"choose on; give single values, or early_stopping='auto'"):
         FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=[0.0, 0.1],
                                   early_stopping=False, **SMALL).fit(X, y)
-    with pytest.raises(ValueError, match=r"but 4 training rows leave no validation split to "
-                                         r"choose on; give single values, or more rows"):
+    # the number of rows as scikit-learn's check_fit2d_1sample looks for it
+    with pytest.raises(ValueError, match=r"but n_samples=4 training rows leave no validation "
+                                         r"split to choose on; give single values, or more rows"):
         FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=[0.0, 0.1],
                                   **SMALL).fit(X[:4], y[:4])
+    with pytest.raises(ValueError, match=r"but n_samples=1 training rows leave"):
+        FeatureGroupingRegressor(regularizer="l2", alpha=[0.0, 0.1], **SMALL).fit(X[:1], [1.0])
     clf = FeatureGroupingClassifier(mask=mask, regularizer="l2", early_stopping=False,
                                     **SMALL).fit(X, y)
     assert len(clf.cv_results_) == 1 and clf.alpha_ == AUTO_FALLBACK["alpha"]
