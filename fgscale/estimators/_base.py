@@ -18,7 +18,7 @@ from sklearn.base import BaseEstimator, is_classifier
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
-from fgscale._params import PARAMS, estimator_signature, validate_params
+from fgscale._params import PARAMS, check_device, estimator_signature, validate_params
 from fgscale.estimators._inputs import (
     check_not_empty,
     cnn_grid,
@@ -407,7 +407,8 @@ class FeatureGroupingBase(BaseEstimator):
             yield x
 
     def _placed_model(self) -> torch.nn.Module:
-        """``model_`` on ``device``: an unpickled estimator holds it on the CPU."""
+        """``model_`` on ``device``, checked: set since the fit, or a pickle's (on the CPU)."""
+        check_device(self.device)
         return self.model_.to(self.device)
 
     def __getstate__(self):

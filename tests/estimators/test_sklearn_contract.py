@@ -174,3 +174,22 @@ def test_a_parameter_set_after_fit_does_not_change_the_fitted_maps(rng, Estimato
     mlp.set_params(model="logreg")
     with pytest.raises(AttributeError, match="coef_img_ needs model='logreg'"):
         mlp.coef_img_  # noqa: B018
+
+
+@pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
+def test_a_device_set_after_fit_is_checked_when_predicting(rng, Estimator):
+    """The device is a runtime parameter (a pickle of a GPU fit predicts on the CPU once told
+    so): one this machine lacks, set after the fit, is named as fit names it, not as torch's
+    AssertionError "Torch not compiled with CUDA enabled"."""
+    import pickle
+
+    X, y = _problem(rng, n=60)
+    est = Estimator(**dict(FAST, max_epochs=2, random_state=0)).fit(X, y)
+    expected = est.predict(X)
+    loaded = pickle.loads(pickle.dumps(est.set_params(device="cuda:99")))
+    with pytest.raises(ValueError, match=r"^device='cuda:99': this (torch .* sees no CUDA GPU|"
+                                         r"machine has \d+ CUDA GPU)"):
+        loaded.predict(X)
+    with pytest.raises(ValueError, match="device must name a torch device"):
+        loaded.set_params(device="gpu").predict(X)
+    np.testing.assert_array_equal(loaded.set_params(device="cpu").predict(X), expected)
