@@ -18,7 +18,7 @@ from sklearn.base import BaseEstimator, is_classifier
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
-from fgscale._params import params_of, validate_params
+from fgscale._params import check_device, params_of, validate_params
 from fgscale.estimators._inputs import (
     check_not_empty,
     cnn_grid,
@@ -384,7 +384,7 @@ class FeatureGroupingBase(BaseEstimator):
         from fgscale.images._nifti import space_codes, unmask
 
         check_is_fitted(self)
-        if self.model != "logreg" or getattr(self, "mask_img_", None) is None:
+        if not hasattr(self, "coef_") or getattr(self, "mask_img_", None) is None:  # as fitted
             raise AttributeError("coef_img_ needs model='logreg' and a fit on images, a store, "
                                  "or with mask= an image")
         mask = np.asarray(self.mask_img_.dataobj) != 0
@@ -399,7 +399,8 @@ class FeatureGroupingBase(BaseEstimator):
             yield x
 
     def _placed_model(self) -> torch.nn.Module:
-        """``model_`` on ``device``: an unpickled estimator holds it on the CPU."""
+        """``model_`` on ``device``, checked: set since the fit, or a pickle's (on the CPU)."""
+        check_device(self.device)
         return self.model_.to(self.device)
 
     def __getstate__(self):

@@ -10,6 +10,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from fgscale._params import estimator_signature, numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
+from fgscale.estimators._inputs import check_targets_present
 
 __all__ = ["FeatureGroupingClassifier"]
 
@@ -124,6 +125,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         -------
         self
         """
+        check_targets_present(y, "label")
         return super().fit(X, y, groups=groups, client=client)
 
     def _encode_targets(self, y) -> np.ndarray:

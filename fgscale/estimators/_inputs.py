@@ -8,8 +8,9 @@ import warnings
 
 import numpy as np
 
-__all__ = ["check_not_empty", "cnn_grid", "images_to_rows", "is_store", "mask_image_of",
-           "refuse_multioutput", "refuse_table_of_images", "resolve_graph", "rows_of", "warn_unused_mask"]
+__all__ = ["check_not_empty", "check_targets_present", "cnn_grid", "images_to_rows", "is_store",
+           "mask_image_of", "missing", "refuse_multioutput", "refuse_table_of_images",
+           "resolve_graph", "rows_of", "warn_unused_mask"]
 
 
 def resolve_graph(mask, n_features: int):
@@ -36,6 +37,37 @@ def check_not_empty(X, to: str) -> None:
     if isinstance(X, (list, tuple)) and len(X) == 0:
         raise ValueError(f"X is an empty {type(X).__name__}: no image or row to {to} (a glob "
                          "of a wrong folder or pattern matches no file)")
+
+
+def missing(values) -> np.ndarray:
+    """Which of ``values`` (1D) are missing: NaN, None, pandas' NA or NaT."""
+    values = np.asarray(values, dtype=object)
+
+    def gap(v):
+        try:  # NaN and NaT differ from themselves; pandas' NA has no truth value
+            return v is None or bool(v != v)
+        except TypeError:
+            return True
+
+    return np.fromiter(map(gap, values.ravel()), bool, values.size).reshape(values.shape)
+
+
+def check_targets_present(y, kind: str) -> None:
+    """Refuse a ``y`` (one column) with missing values, naming the first sample without its
+    ``kind`` ("label", "target"): a table's column with a gap, which numpy's sort would meet as
+    a TypeError, or the regressor's check as a class label."""
+    try:  # through __array__: np.ndim of an array-like may call what it does not define
+        y = np.asarray(y)
+    except ValueError:  # ragged: validate_data names it
+        return
+    if y.ndim != 1:
+        return
+    gaps = np.isnan(y.astype(np.float64)) if y.dtype.kind in "biuf" else missing(y)
+    if gaps.any():
+        n, first = int(gaps.sum()), int(np.argmax(gaps))
+        raise ValueError(f"y has {n} missing value{'s' if n > 1 else ''} (NaN, None or NA), "
+                         f"{'the first ' if n > 1 else ''}at sample {first}: give every sample "
+                         f"its {kind}, or leave out the samples without one")
 
 
 def refuse_table_of_images(X) -> None:
@@ -199,7 +231,12 @@ def cnn_grid(estimator):
         return None
     if getattr(estimator, "mask_img_", None) is not None:
         return np.asarray(estimator.mask_img_.dataobj) != 0
-    grid = resolve_graph(estimator.mask, estimator.n_features_in_)
+    n_features = estimator.n_features_in_
+    if estimator.mask is None and n_features < 4:
+        raise ValueError(f"model='cnn' without a mask lays the n_features={n_features} features "
+                         "on a line, which it pools twice by 2: it needs at least 4 features, or "
+                         "a mask of their grid")
+    grid = resolve_graph(estimator.mask, n_features)
     if hasattr(grid, "tocsr"):
         raise ValueError("model='cnn' needs a mask on a grid (an image, a path or a boolean "
                          "array), not a sparse adjacency")

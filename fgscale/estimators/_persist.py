@@ -101,6 +101,26 @@ def _versions() -> dict:
     return {"fgscale": __version__, "torch": torch.__version__, "numpy": np.__version__}
 
 
+def _check_params_build_the_model(est) -> None:
+    """Refuse parameters that no longer build the fitted model (set since the fit): load_model
+    rebuilds it from them, and could never read the save. Built on the meta device: no memory."""
+    fitted = {k: tuple(v.shape) for k, v in est.model_.state_dict().items()}
+    grid = getattr(est.model_, "grid", None)  # a CNN's, as a buffer of its model
+    try:
+        with torch.device("meta"):
+            model = build_model(est.model, est.n_features_in_, est._n_outputs(), dropout=0.0,
+                                grid=None if grid is None else grid.cpu().numpy(),
+                                regularizer=est.regularizer, hidden_layer_sizes=est.hidden_layer_sizes)
+        same = {k: tuple(v.shape) for k, v in model.state_dict().items()} == fitted
+    except ValueError:  # model="cnn" set for a dense model: no grid
+        same = False
+    if not same or bool(est.standardize) != (getattr(est, "mean_", None) is not None):
+        raise ValueError(f"{type(est).__name__}'s parameters changed since its fit: model="
+                         f"{est.model!r}, hidden_layer_sizes={est.hidden_layer_sizes!r} and "
+                         f"standardize={est.standardize!r} do not build its fitted model; fit it "
+                         "again, or set them back, before saving")
+
+
 def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> Path:
     """Save a fitted estimator into ``folder`` as data (see the module docstring).
 
@@ -145,6 +165,7 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
     name = type(estimator).__name__
     if _estimators().get(name) is not type(estimator):
         raise TypeError(f"save_model saves {sorted(_estimators())}, got {name}")
+    _check_params_build_the_model(estimator)
     folder = Path(folder).expanduser()
     doc = {"format": _FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
            "estimator": name}
@@ -163,9 +184,8 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
     arrays = {_PREFIX + k: v.detach().cpu().numpy()
               for k, v in estimator.model_.state_dict().items()}
     arrays.update(mask_arrays)
-    for attr in ("mean_", "scale_"):
-        if getattr(estimator, attr, None) is not None:
-            arrays[attr] = np.asarray(getattr(estimator, attr))
+    arrays.update({attr: np.asarray(getattr(estimator, attr)) for attr in ("mean_", "scale_")
+                   if getattr(estimator, attr, None) is not None})
     with atomic_path(folder / MODEL_NPZ) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
     if mask is not None:

@@ -9,6 +9,7 @@ from sklearn.base import RegressorMixin
 
 from fgscale._params import estimator_signature, numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
+from fgscale.estimators._inputs import check_targets_present
 
 __all__ = ["FeatureGroupingRegressor"]
 
@@ -101,6 +102,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         -------
         self
         """
+        check_targets_present(y, "target")
         if y is not None and np.asarray(y).dtype.kind in "OSU":
             for i, value in enumerate(np.asarray(y).ravel()):  # the first that is no number
                 try:

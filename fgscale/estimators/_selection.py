@@ -23,6 +23,7 @@ from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
 from fgscale._auto import searched_values
 from fgscale._params import PARAMS
+from fgscale.estimators._inputs import missing
 from fgscale.grouping._bank import resolve_n_clusters
 
 __all__ = ["candidates", "check_groups", "resolved", "split_rows", "validation_split",
@@ -83,11 +84,11 @@ def check_groups(groups, n_samples: int):
     if groups.ndim != 1 or len(groups) != n_samples:
         raise ValueError(f"groups must hold one value per sample: got shape {groups.shape} for "
                          f"{n_samples} samples")
-    # a table's column with gaps: NaN or None would reach numpy's sort as a raw TypeError
-    missing = np.array([g is None or (isinstance(g, float) and g != g) for g in groups.tolist()])
-    if missing.any():
-        raise ValueError(f"groups has {int(missing.sum())} missing value(s) (NaN or None), the "
-                         f"first at sample {int(np.argmax(missing))}: give every sample its "
+    # a table's column with gaps: NaN, None or NA would reach numpy's sort as a raw TypeError
+    gaps = missing(groups)
+    if gaps.any():
+        raise ValueError(f"groups has {int(gaps.sum())} missing value(s) (NaN, None or NA), the "
+                         f"first at sample {int(np.argmax(gaps))}: give every sample its "
                          "subject")
     return groups
 
@@ -124,7 +125,7 @@ def split_rows(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups
         off = estimator.early_stopping is False
         raise ValueError(
             f"{n_candidates} candidate hyper-parameters to choose from, but "
-            + ("early_stopping=False leaves" if off else f"{len(rows)} training rows leave")
+            + ("early_stopping=False leaves" if off else f"n_samples={len(rows)} training rows leave")
             + " no validation split to choose on; give single values, or "
             + ("early_stopping='auto'" if off else "more rows"))
     return rows, None

@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fgscale._progress import tqdm
-from fgscale.training._models import GroupedLinear
+from fgscale.training._models import GroupedLinear, predict_forward
 from fgscale.training._sgd import SGD
 
 __all__ = ["Batch", "EarlyStopping", "batch_loss", "check_finite", "cuda_device", "evaluate", "fit",
@@ -169,10 +169,12 @@ def _deferred_layer(model: nn.Module, optimizer):
 
 @torch.no_grad()
 def predict_logits(model: nn.Module, blocks: Iterable[np.ndarray], *, device="cpu") -> np.ndarray:
-    """Logits of full (unreduced) rows, block by block; shape (n_samples, n_outputs)."""
+    """Logits of full rows, float64, shape (n_samples, n_outputs), block by block; a row's do
+    not depend on the rows predicted with it (:func:`~fgscale.training._models.predict_forward`)."""
     model.eval()
-    out = [model(torch.as_tensor(x, device=device)).cpu().numpy() for x in blocks]
-    return np.concatenate(out) if out else np.empty((0, 0), np.float32)
+    forward = predict_forward(model)
+    out = [forward(torch.as_tensor(x, device=device)).cpu().numpy() for x in blocks]
+    return np.concatenate(out) if out else np.empty((0, 0), np.float64)
 
 
 @torch.no_grad()

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from fgscale.grouping._projection import back_project, cluster_scale, project
 from fgscale.training._sgd import sgd_update
 
-__all__ = ["CNN", "GroupedLinear", "LogisticRegression", "MLP", "build_model"]
+__all__ = ["CNN", "GroupedLinear", "LogisticRegression", "MLP", "build_model", "predict_forward"]
 
 
 class GroupedLinear(nn.Module):
@@ -197,10 +197,39 @@ class CNN(nn.Module):
     def forward(self, x, grouping=None):
         if grouping is not None:
             x = back_project(x, grouping)
+        return self.classifier(self.conv_features(x))
+
+    def conv_features(self, x):
+        """The convolution blocks' output on full rows ``x`` put on the grid, flattened."""
         volume = x.new_zeros((x.shape[0], int(self.grid.numel())))
         volume[:, self.index] = x
         volume = volume.reshape(x.shape[0], 1, *self.grid.shape)
-        return self.classifier(self.features(volume).flatten(1))
+        return self.features(volume).flatten(1)
+
+
+_CONV_BLOCK = 8  # rows per convolution at predict: one shape, so one algorithm, for all rows
+
+
+def predict_forward(model: nn.Module):
+    """``model``'s forward on full rows for predict (model in eval mode, no grad), float64
+    logits of each row whatever rows come with it: float32 products sum in an order that
+    depends on the number of rows (the kernels are chosen by shape), and the rounding reached
+    the outputs. Dense layers run on float64 copies of the weights (the model is left as it
+    is); a CNN's convolutions, 16 times slower in float64 on a CPU, run in float32 on blocks
+    of a fixed number of rows, the last one padded with zeros."""
+    cnn = isinstance(model, CNN)
+    dense = model.classifier if cnn else model
+    state = {name: t.double() if t.is_floating_point() else t
+             for name, t in [*dense.named_parameters(), *dense.named_buffers()]}
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if cnn:
+            n = len(x)
+            x = torch.cat([x, x.new_zeros((-n % _CONV_BLOCK, x.shape[1]))])
+            x = torch.cat([model.conv_features(b) for b in x.split(_CONV_BLOCK)])[:n]
+        return torch.func.functional_call(dense, state, x.double())
+
+    return forward
 
 
 def build_model(model: str, n_features: int, n_classes: int, *, regularizer: str,

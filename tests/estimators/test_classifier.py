@@ -14,6 +14,10 @@ FAST = dict(n_groupings=5, n_bootstrap=10, max_epochs=30, learning_rate=0.1, bat
     FeatureGroupingClassifier(random_state=0),  # the defaults, with no expected failure
     FeatureGroupingClassifier(model="mlp", hidden_layer_sizes=(16,), random_state=0, **FAST),
     FeatureGroupingClassifier(regularizer="none", random_state=0, **FAST),
+    # the other choices a user has: alpha="auto" falls back without a validation split
+    FeatureGroupingClassifier(regularizer="l2", early_stopping=False, random_state=0, **FAST),
+    FeatureGroupingClassifier(regularizer="dropout", random_state=0, **FAST),
+    FeatureGroupingClassifier(n_clusters=[0.3, 0.6], random_state=0, **FAST),
 ])
 def test_sklearn_compatible(estimator, check):
     check(estimator)

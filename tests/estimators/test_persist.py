@@ -265,3 +265,30 @@ def test_a_pickle_inside_model_npz_is_never_run(saved, tmp_path):
     with pytest.raises(ValueError, match=r"model\.npz: not a plain numeric \.npz"):
         load_model(folder)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("fitted, later", [
+    (dict(), dict(model="mlp")),
+    (dict(model="mlp", hidden_layer_sizes=(4,)), dict(hidden_layer_sizes=(8,))),
+    (dict(model="mlp", hidden_layer_sizes=(4,)), dict(model="logreg")),
+    (dict(), dict(standardize=False)),
+    (dict(), dict(model="cnn")),
+])
+def test_parameters_set_since_the_fit_are_refused_before_a_save_no_load_could_read(
+        problem, tmp_path, fitted, later):
+    """load_model rebuilds the model from the saved parameters: an estimator whose parameters
+    no longer build its fitted model is refused at save, naming them, and nothing is written;
+    set back, it saves and loads."""
+    X, y, mask = problem
+    clf = FeatureGroupingClassifier(mask=mask, **fitted, **FAST).fit(X, y)
+    before = {name: getattr(clf, name) for name in later}
+    clf.set_params(**later)
+    with pytest.raises(ValueError, match=r"^FeatureGroupingClassifier's parameters changed since "
+                                         r"its fit: model=.*, hidden_layer_sizes=.* and "
+                                         r"standardize=.* do not build its fitted model; fit it "
+                                         "again, or set them back, before saving"):
+        save_model(clf, tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+    save_model(clf.set_params(**before), tmp_path / "m")
+    np.testing.assert_array_equal(load_model(tmp_path / "m").predict_proba(X),
+                                  clf.predict_proba(X))

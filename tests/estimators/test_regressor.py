@@ -14,10 +14,19 @@ from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor
 from fgscale.images import mask_images, unmask
 from fgscale.store import write_store
 
+# Small and fast. The checks' regression problem has one informative feature among ten
+# independent ones, no spatial structure: the MLP groups them into k = 8 (not "auto"'s 2, which
+# averages that feature with four of noise), with the default 1/L step.
+FAST = dict(n_groupings=5, n_bootstrap=10, max_epochs=30, batch_size=50)
+
 
 @parametrize_with_checks([
     FeatureGroupingRegressor(random_state=0),
     FeatureGroupingRegressor(regularizer="none", random_state=0),
+    FeatureGroupingRegressor(model="mlp", hidden_layer_sizes=(16,), n_clusters=0.8, random_state=0,
+                             **FAST),
+    FeatureGroupingRegressor(regularizer="l2", alpha=1e-3, random_state=0, **FAST),
+    FeatureGroupingRegressor(regularizer="dropout", early_stopping=False, random_state=0, **FAST),
 ])
 def test_sklearn_compatible(estimator, check):
     check(estimator)

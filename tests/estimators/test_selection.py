@@ -98,10 +98,13 @@ def test_a_list_without_a_validation_split_is_refused_and_auto_takes_its_fallbac
                                          r"choose on; give single values, or early_stopping='auto'"):
         FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=[0.0, 0.1],
                                   early_stopping=False, **SMALL).fit(X, y)
-    with pytest.raises(ValueError, match=r"but 4 training rows leave no validation split to "
-                                         r"choose on; give single values, or more rows"):
+    # the number of rows as scikit-learn's check_fit2d_1sample looks for it
+    with pytest.raises(ValueError, match=r"but n_samples=4 training rows leave no validation "
+                                         r"split to choose on; give single values, or more rows"):
         FeatureGroupingClassifier(mask=mask, regularizer="l2", alpha=[0.0, 0.1],
                                   **SMALL).fit(X[:4], y[:4])
+    with pytest.raises(ValueError, match=r"but n_samples=1 training rows leave"):
+        FeatureGroupingRegressor(regularizer="l2", alpha=[0.0, 0.1], **SMALL).fit(X[:1], [1.0])
     clf = FeatureGroupingClassifier(mask=mask, regularizer="l2", early_stopping=False,
                                     **SMALL).fit(X, y)
     assert len(clf.cv_results_) == 1 and clf.alpha_ == AUTO_FALLBACK["alpha"]
@@ -185,16 +188,16 @@ def test_a_search_keeps_no_candidate_weights_it_does_not_need(rng, refit, expect
     assert spy.n_clusters_ == reference.n_clusters_
 
 
-@pytest.mark.parametrize("gap", [np.nan, None])
-def test_groups_with_a_gap_are_refused_naming_the_sample(rng, gap):
+@pytest.mark.parametrize("gap, dtype", [(np.nan, object), (None, object), ("pd.NA", "string")])
+def test_groups_with_a_gap_are_refused_naming_the_sample(rng, gap, dtype):
     import pandas as pd
 
     X, y, mask = _problem(rng, n=40)
-    groups = pd.Series([f"sub-{i // 4}" for i in range(40)], dtype=object)
-    groups[5] = gap  # a subject column read from a table with an empty cell
+    groups = pd.Series([f"sub-{i // 4}" for i in range(40)], dtype=dtype)
+    groups[5] = pd.NA if gap == "pd.NA" else gap  # a table's subject column with an empty cell
     clf = FeatureGroupingClassifier(mask=mask, max_epochs=2, **SMALL)
-    with pytest.raises(ValueError, match=r"groups has 1 missing value\(s\) \(NaN or None\), the "
-                                         r"first at sample 5: give every sample its subject"):
+    with pytest.raises(ValueError, match=r"groups has 1 missing value\(s\) \(NaN, None or NA\), "
+                                         r"the first at sample 5: give every sample its subject"):
         clf.fit(X, y, groups=groups)
     numeric = np.arange(40) // 4.0
     numeric[7] = np.nan
