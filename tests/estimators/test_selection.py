@@ -120,8 +120,10 @@ def test_an_array_of_values_is_a_list_of_candidates(rng, tmp_path):
     assert [c["alpha"] for c in as_array.cv_results_] == alphas.tolist()
     assert as_array.alpha_ == as_list.alpha_
     np.testing.assert_array_equal(as_array.coef_, as_list.coef_)
-    save_model(as_array, tmp_path / "m")  # the array is saved as the list of its values
-    assert load_model(tmp_path / "m").get_params()["alpha"] == alphas.tolist()
+    save_model(as_array, tmp_path / "m")  # the list of its values, read back as an array
+    back = load_model(tmp_path / "m").get_params()["alpha"]
+    assert isinstance(back, np.ndarray) and back.dtype == alphas.dtype
+    np.testing.assert_array_equal(back, alphas)
 
 
 @pytest.mark.parametrize("params, ignored", [
