@@ -391,7 +391,9 @@ class FeatureGroupingBase(BaseEstimator):
         codes = space_codes(self.mask_img_)  # the images' space (MNI...), as the mask's
         return [unmask(w, mask, self.mask_img_.affine, codes) for w in np.atleast_2d(self.coef_)]
 
-    def _standardized_blocks(self, X: np.ndarray, block: int = 4096):
+    def _standardized_blocks(self, X: np.ndarray):
+        # each block standardized into a copy, then to float64 to predict: 256 MB at most
+        block = int(np.clip((1 << 25) // max(X.shape[1], 1), 1, 4096))
         for i in range(0, len(X), block):
             x = X[i : i + block]
             if self.mean_ is not None:

@@ -208,6 +208,10 @@ class CNN(nn.Module):
 
 
 _CONV_BLOCK = 8  # rows per convolution at predict: one shape, so one algorithm, for all rows
+# Dense weights up to this many are copied to float64 to predict (256 MB); above (an MLP of
+# 256 units from 2 mm up: 1.9 GB of float32 weights at 1 mm), a copy would hold twice the
+# model's memory for the float32 rounding of a prediction, which then predicts in float32
+FLOAT64_MAX_WEIGHTS = 1 << 25
 
 
 def predict_forward(model: nn.Module):
@@ -216,9 +220,13 @@ def predict_forward(model: nn.Module):
     depends on the number of rows (the kernels are chosen by shape), and the rounding reached
     the outputs. Dense layers run on float64 copies of the weights (the model is left as it
     is); a CNN's convolutions, 16 times slower in float64 on a CPU, run in float32 on blocks
-    of a fixed number of rows, the last one padded with zeros."""
+    of a fixed number of rows, the last one padded with zeros. Dense layers of more than
+    :data:`FLOAT64_MAX_WEIGHTS` weights run in float32 (their logits returned as float64):
+    a row's logits may then change by float32 rounding with the rows predicted with it."""
     cnn = isinstance(model, CNN)
     dense = model.classifier if cnn else model
+    if sum(p.numel() for p in dense.parameters()) > FLOAT64_MAX_WEIGHTS:
+        return lambda x: model(x).double()
     state = {name: t.double() if t.is_floating_point() else t
              for name, t in [*dense.named_parameters(), *dense.named_buffers()]}
 

@@ -323,3 +323,24 @@ def test_which_layers_defer_which_steps(monkeypatch):
     F.cross_entropy(model(torch.randn(4, 40), labels), y).backward()
     assert first.weight.grad is None and first._pending is not None  # deferred
     first.defer = False
+
+
+def test_large_dense_models_predict_in_float32_small_ones_in_float64(rng, monkeypatch):
+    """A float64 copy of the weights makes a row's logits independent of the rows predicted
+    with it; above FLOAT64_MAX_WEIGHTS (an MLP at 1 mm) that copy would double the model's
+    memory, and the model predicts in its own float32."""
+    from fgscale.training import _models
+
+    model = build_model("mlp", 300, 3, regularizer="none", dropout=0.0,
+                        hidden_layer_sizes=(16,)).eval()
+    x = torch.as_tensor(rng.standard_normal((50, 300)), dtype=torch.float32)
+    with torch.no_grad():
+        exact = model.double()(x.double())
+        model.float()
+        small = _models.predict_forward(model)(x)
+        monkeypatch.setattr(_models, "FLOAT64_MAX_WEIGHTS", 300 * 16)  # fewer than its weights
+        large = _models.predict_forward(model)(x)
+    assert small.dtype == large.dtype == torch.float64
+    torch.testing.assert_close(small, exact, rtol=1e-12, atol=1e-12)
+    assert torch.equal(large, model(x).double())
+    assert not torch.equal(large, small)  # float32's rounding
