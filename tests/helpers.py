@@ -198,3 +198,25 @@ def refused(argv, capsys, message):
     assert len(lines) == 1, err
     assert re.search(message, lines[0]), f"{message!r} not in {lines[0]!r}"
     return lines[0]
+
+
+def slow_convert_driver(block_rows: int) -> str:
+    """A script converting ``argv[1]`` into ``argv[2]`` on a LocalCluster of one slow thread
+    worker (0.25 s per task), so that a test can kill the conversion mid-way."""
+    return f"""
+import sys, time
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
+from fgscale.store._convert import convert
+
+class Slow(WorkerPlugin):
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "memory":
+            time.sleep(0.25)
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.register_plugin(Slow())
+        convert(sys.argv[1], sys.argv[2], client=client, block_rows={block_rows}, progress=False)
+"""

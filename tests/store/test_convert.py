@@ -4,14 +4,13 @@ import csv
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 
 import nibabel as nib
 import numpy as np
 import pytest
 import zarr
-from helpers import TINY_GRID, cohort_rows, save_mask
+from helpers import TINY_GRID, cohort_rows, save_mask, slow_convert_driver
 from nibabel.processing import resample_to_output
 
 from fgscale.cli import main
@@ -173,28 +172,9 @@ def test_rerun_complete_is_noop_and_other_args_refused(tiny_cohort, tmp_path, cl
         convert(tiny_cohort, tmp_path / "foreign.zarr", client=client, progress=False)
 
 
-_DRIVER = """
-import sys, time
-from distributed import Client, LocalCluster
-from distributed.diagnostics.plugin import WorkerPlugin
-from fgscale.store._convert import convert
-
-class Slow(WorkerPlugin):  # a slow worker, so that the test can kill the run mid-way
-    def transition(self, key, start, finish, **kwargs):
-        if finish == "memory":
-            time.sleep(0.25)
-
-if __name__ == "__main__":
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        client.register_plugin(Slow())
-        convert(sys.argv[1], sys.argv[2], client=client, block_rows=2, progress=False)
-"""
-
-
 def test_killed_conversion_resumes_to_identical_store(tiny_cohort, tmp_path, client):
     driver = tmp_path / "driver.py"
-    driver.write_text(textwrap.dedent(_DRIVER))
+    driver.write_text(slow_convert_driver(block_rows=2))
     out = tmp_path / "killed.zarr"
     proc = subprocess.Popen([sys.executable, str(driver), str(tiny_cohort), str(out)])
     done = 0

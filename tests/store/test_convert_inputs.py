@@ -8,6 +8,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import zarr
+from helpers import slow_convert_driver
 
 from fgscale.store._convert import convert
 
@@ -71,32 +72,13 @@ def test_a_file_changed_before_resuming_is_converted_again(tmp_path, rng, caplog
     assert store.attrs["summary"]["blocks_skipped"] == 1  # block 0 (sub0, sub1) kept
 
 
-_DRIVER = """
-import sys, time
-from distributed import Client, LocalCluster
-from distributed.diagnostics.plugin import WorkerPlugin
-from fgscale.store._convert import convert
-
-class Slow(WorkerPlugin):  # a slow worker, so that the test can kill the run mid-way
-    def transition(self, key, start, finish, **kwargs):
-        if finish == "memory":
-            time.sleep(0.25)
-
-if __name__ == "__main__":
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        client.register_plugin(Slow())
-        convert(sys.argv[1], sys.argv[2], client=client, block_rows=1, progress=False)
-"""
-
-
 def test_a_file_changed_before_resuming_a_computed_mask_starts_afresh(tmp_path, rng, caplog):
     """The mask computed from the images may change with a file: the unfinished store is made
     again, on the mask of the files as they are now."""
     names = [f"sub{i}.nii.gz" for i in range(12)]
     table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 12), strict=True)))
     out = tmp_path / "s.zarr"
-    (tmp_path / "driver.py").write_text(_DRIVER)
+    (tmp_path / "driver.py").write_text(slow_convert_driver(block_rows=1))
     proc = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(table), str(out)])
     done, deadline = 0, time.monotonic() + 60
     try:
