@@ -200,7 +200,7 @@ def refused(argv, capsys, message):
     return lines[0]
 
 
-def slow_convert_driver(block_rows: int) -> str:
+def _slow_convert_driver(block_rows: int) -> str:
     """A script converting ``argv[1]`` into ``argv[2]`` on a LocalCluster of one slow thread
     worker (0.25 s per task), so that a test can kill the conversion mid-way."""
     return f"""
@@ -220,3 +220,27 @@ if __name__ == "__main__":
         client.register_plugin(Slow())
         convert(sys.argv[1], sys.argv[2], client=client, block_rows={block_rows}, progress=False)
 """
+
+
+def kill_conversion(table, out, *, block_rows: int, after_blocks: int, timeout: float = 60):
+    """Convert ``table`` into ``out`` in a child process (:func:`_slow_convert_driver`) and
+    kill it once ``after_blocks`` blocks are done (or it ended, or ``timeout`` passed)."""
+    import subprocess
+    import time
+
+    import zarr
+
+    driver = Path(out).parent / f"{Path(out).name}.driver.py"
+    driver.write_text(_slow_convert_driver(block_rows))
+    proc = subprocess.Popen([sys.executable, str(driver), str(table), str(out)])
+    done, deadline = 0, time.monotonic() + timeout
+    try:
+        while done < after_blocks and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            try:
+                done = int(zarr.open_group(out, mode="r")["done"][:].sum())
+            except Exception:  # not created yet, or a flag being written
+                continue
+    finally:
+        proc.kill()
+        proc.wait()

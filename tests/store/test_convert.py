@@ -2,15 +2,12 @@
 
 import csv
 import shutil
-import subprocess
-import sys
-import time
 
 import nibabel as nib
 import numpy as np
 import pytest
 import zarr
-from helpers import TINY_GRID, cohort_rows, save_mask, slow_convert_driver
+from helpers import TINY_GRID, cohort_rows, kill_conversion, save_mask
 from nibabel.processing import resample_to_output
 
 from fgscale.cli import main
@@ -173,22 +170,8 @@ def test_rerun_complete_is_noop_and_other_args_refused(tiny_cohort, tmp_path, cl
 
 
 def test_killed_conversion_resumes_to_identical_store(tiny_cohort, tmp_path, client):
-    driver = tmp_path / "driver.py"
-    driver.write_text(slow_convert_driver(block_rows=2))
     out = tmp_path / "killed.zarr"
-    proc = subprocess.Popen([sys.executable, str(driver), str(tiny_cohort), str(out)])
-    done = 0
-    deadline = time.monotonic() + 60
-    try:
-        while done < 3 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-            try:
-                done = int(zarr.open_group(out, mode="r")["done"][:].sum())
-            except Exception:  # not created yet, or a flag being written
-                continue
-    finally:
-        proc.kill()
-        proc.wait()
+    kill_conversion(tiny_cohort, out, block_rows=2, after_blocks=3)
     g = zarr.open_group(out, mode="r")
     assert 3 <= g["done"][:].sum() < 12 and not g.attrs["complete"], "not killed mid-way"
     with pytest.raises(StoreError, match="re-run fgscale convert to finish it"):

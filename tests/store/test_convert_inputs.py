@@ -1,14 +1,11 @@
 """Conversion of what real cohorts hold: odd files, odd tables, files changed between runs."""
 
-import subprocess
-import sys
-import time
 
 import nibabel as nib
 import numpy as np
 import pytest
 import zarr
-from helpers import slow_convert_driver
+from helpers import kill_conversion
 
 from fgscale.store._convert import convert
 
@@ -78,19 +75,7 @@ def test_a_file_changed_before_resuming_a_computed_mask_starts_afresh(tmp_path, 
     names = [f"sub{i}.nii.gz" for i in range(12)]
     table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 12), strict=True)))
     out = tmp_path / "s.zarr"
-    (tmp_path / "driver.py").write_text(slow_convert_driver(block_rows=1))
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(table), str(out)])
-    done, deadline = 0, time.monotonic() + 60
-    try:
-        while done < 2 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-            try:
-                done = int(zarr.open_group(out, mode="r")["done"][:].sum())
-            except Exception:  # not created yet, or a flag being written
-                continue
-    finally:
-        proc.kill()
-        proc.wait()
+    kill_conversion(table, out, block_rows=1, after_blocks=2)
     assert 2 <= zarr.open_group(out, mode="r")["done"][:].sum() < 12, "not killed mid-way"
     changed = volumes(rng, 1)[0]
     changed[0, 0, 0] = 0.0  # out of the mask now
