@@ -166,12 +166,18 @@ class Searchable(Constraint):
 
 
 class Sizes(Constraint):
+    """Hidden layer sizes: a non-empty tuple, list or 1-D array of ints >= 1, or one int (one
+    layer), as scikit-learn's MLP takes them."""
+
     def accepts(self, value):
-        return (isinstance(value, (tuple, list)) and len(value) >= 1
-                and all(_is_int(v) and v >= 1 for v in value))
+        if _is_int(value):
+            return value >= 1
+        return ((isinstance(value, (tuple, list))
+                 or (isinstance(value, np.ndarray) and value.ndim == 1))
+                and len(value) >= 1 and all(_is_int(v) and v >= 1 for v in value))
 
     def describe(self):
-        return "a non-empty tuple of ints >= 1"
+        return "an int >= 1 or a non-empty tuple of ints >= 1"
 
     def parse(self, text):
         return tuple(int(v) for v in text.replace(",", " ").split())

@@ -112,8 +112,8 @@ PARAMS: tuple[Param, ...] = (
     Param("n_groupings", 100, Interval(int, 1, None), "b, groupings in the bank", "int"),
     Param("n_bootstrap", 50, Interval(int, 1, None),
           "r, training rows drawn with replacement for each grouping", "int"),
-    Param("hidden_layer_sizes", (256,), Sizes(), "hidden layers of the MLP",
-          "tuple of int"),
+    Param("hidden_layer_sizes", (256,), Sizes(), "hidden layers of the MLP, their units; one "
+          "int is one layer", "tuple of int, or int"),
     Param("standardize", True, Bool(), "center and scale each feature by the mean and "
           "standard deviation of the training rows before anything else (a Dask reduction "
           "over a store, saved in it)", "bool"),

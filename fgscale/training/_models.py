@@ -135,7 +135,9 @@ class MLP(nn.Module):
     def __init__(self, n_features: int, n_classes: int, hidden_layer_sizes=(256,), *,
                  input_dropout: float = 0.0, hidden_dropout: float = 0.0):
         super().__init__()
-        sizes = list(hidden_layer_sizes)
+        # one int is one layer, as scikit-learn's MLP takes it
+        sizes = [int(hidden_layer_sizes)] if np.ndim(hidden_layer_sizes) == 0 else \
+            [int(n) for n in hidden_layer_sizes]
         if not sizes:
             raise ValueError("hidden_layer_sizes must name at least one hidden layer for the MLP")
         self.input_dropout = nn.Dropout(input_dropout)

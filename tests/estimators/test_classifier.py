@@ -228,3 +228,24 @@ def test_a_failed_fit_leaves_the_fitted_estimator_as_it_was(rng):
     for name, value in before.items():
         np.testing.assert_array_equal(getattr(clf, name), value)
     np.testing.assert_array_equal(clf.predict_proba(X), proba)
+
+
+def test_hidden_layer_sizes_as_scikit_learns_mlp_takes_them(rng, tmp_path):
+    """One int is one layer, a 1-D array of ints the layers: each trains the model of the
+    tuple, and comes back from a save as it was given."""
+    from fgscale import load_model, save_model
+
+    X, y, mask = smooth_problem(rng)
+    params = dict(model="mlp", mask=mask, random_state=0, **FAST)
+    as_tuple = FeatureGroupingClassifier(hidden_layer_sizes=(16, 8), **params).fit(X, y)
+    as_array = FeatureGroupingClassifier(hidden_layer_sizes=np.array([16, 8]), **params).fit(X, y)
+    np.testing.assert_array_equal(as_array.predict_proba(X), as_tuple.predict_proba(X))
+    one = FeatureGroupingClassifier(hidden_layer_sizes=16, **params).fit(X, y)
+    np.testing.assert_array_equal(
+        one.predict_proba(X),
+        FeatureGroupingClassifier(hidden_layer_sizes=(16,), **params).fit(X, y).predict_proba(X))
+    save_model(one, tmp_path / "m")
+    assert load_model(tmp_path / "m").hidden_layer_sizes == 16
+    for bad in (0, (16, 0), np.array([[16]]), 2.5):
+        with pytest.raises(ValueError, match="'hidden_layer_sizes' parameter .* an int >= 1 or"):
+            FeatureGroupingClassifier(hidden_layer_sizes=bad, **params).fit(X, y)
