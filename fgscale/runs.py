@@ -148,7 +148,9 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
     score = test.get("r2", test.get("accuracy"))
     score = "n/a" if score is None else f"{score:.4f}"
     refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
-    lines = [f"trained {params['model']}/{params['regularizer']} for {summary['epochs']} epochs"
+    # model="logreg" is least squares for a regressor: its linear model
+    model = "linear" if "r2" in test and params["model"] == "logreg" else params["model"]
+    lines = [f"trained {model}/{params['regularizer']} for {summary['epochs']} epochs"
              f"{refit} in {summary['seconds']:.1f} s; test {name} {score} on {test['n']} rows"]
     candidates = summary.get("candidates") or []
     if len(candidates) > 1:  # the epochs above are the chosen candidate's
