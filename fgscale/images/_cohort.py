@@ -132,6 +132,16 @@ def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
     return names
 
 
+def _refuse_folders(paths) -> None:
+    """A folder among the images: named for what it is (a run folder, a store, images)."""
+    for folder in (Path(p) for p in paths if Path(p).is_dir()):
+        what = ("a run folder of fgscale train" if (folder / "config.json").is_file() else
+                "already a store" if (folder / "zarr.json").is_file() else "a folder")
+        glob_hint = f" such as '{folder / '*.nii.gz'}'" if what == "a folder" else ""
+        raise ValueError(f"{folder}: {what}, not an image; give a cohort table, or NIfTI files "
+                         f"or globs{glob_hint} with --labels")
+
+
 def _read_globs(patterns, labels) -> list[dict]:
     patterns = [patterns] if isinstance(patterns, (str, Path)) else list(patterns)
     tables = [p for p in map(str, patterns) if Path(p).suffix.lower() in TABLE_SUFFIXES]
@@ -143,6 +153,7 @@ def _read_globs(patterns, labels) -> list[dict]:
         matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matched:
             raise FileNotFoundError(f"{pattern}: the pattern matches no file")
+        _refuse_folders(matched)
         files += matched
     if labels is None:
         raise ValueError("a list of files or globs needs labels (--labels FILE: one per line, a "

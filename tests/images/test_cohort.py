@@ -207,3 +207,15 @@ def test_spaces_around_the_header_names_are_not_part_of_them(tmp_path):
     entries = read_cohort(table)
     assert [e["label"] for e in entries] == ["x", "y"]
     assert [e["group"] for e in entries] == ["s1", "s2"]
+
+
+@pytest.mark.parametrize("marker, what", [("config.json", "a run folder of fgscale train"),
+                                          ("zarr.json", "already a store"), (None, "a folder")])
+def test_a_folder_given_as_images_is_named_for_what_it_is(tmp_path, marker, what):
+    """``fgscale convert RUN_FOLDER`` said that a list of files needs labels."""
+    folder = tmp_path / "x"
+    folder.mkdir()
+    if marker:
+        (folder / marker).write_text("{}")
+    with pytest.raises(ValueError, match=f"x: {what}, not an image; give a cohort table"):
+        read_cohort([str(folder)])
