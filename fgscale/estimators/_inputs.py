@@ -7,6 +7,7 @@ import os
 import warnings
 
 import numpy as np
+from sklearn.base import is_classifier
 
 __all__ = ["check_not_empty", "check_targets_present", "cnn_grid", "images_to_rows", "is_store",
            "mask_image_of", "missing", "refuse_multioutput", "refuse_table_of_images",
@@ -89,7 +90,7 @@ def refuse_multioutput(estimator, y) -> None:
     # object dtype: lists of lists of any length, as validate_data takes them
     shape = y.shape if hasattr(y, "shape") else np.asarray(y, dtype=object).shape
     if y is not None and len(shape) == 2 and shape[1] > 1:
-        wrapper = "Classifier" if hasattr(estimator, "predict_proba") else "Regressor"
+        wrapper = "Classifier" if is_classifier(estimator) else "Regressor"
         raise ValueError(f"{type(estimator).__name__} fits one column of y, got y of shape "
                          f"{tuple(shape)}: wrap it in sklearn.multioutput.MultiOutput"
                          f"{wrapper} to fit one per column")

@@ -19,6 +19,7 @@ import itertools
 import warnings
 
 import numpy as np
+from sklearn.base import is_classifier
 from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
 from fgscale._auto import searched_values
@@ -119,7 +120,7 @@ def split_rows(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups
     if validation:
         train, val = validation_split(y_idx[rows], estimator.validation_fraction, seed,
                                       None if groups is None else groups[rows],
-                                      stratify=hasattr(estimator, "predict_proba"))
+                                      stratify=is_classifier(estimator))
         return rows[train], rows[val]
     if n_candidates > 1:
         off = estimator.early_stopping is False
