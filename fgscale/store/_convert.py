@@ -267,7 +267,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     t0 = time.perf_counter()
     entries = read_cohort(cohort, labels, classes, columns=columns)
     headers = entry_headers(entries)
-    stats, counts = file_stats([e["path"] for e in entries]), [_n_rows(h) for h in headers]
+    paths = [e["path"] for e in entries]
+    stats, counts = file_stats(paths), [_n_rows(h) for h in headers]
     per_row = [(e, v) for e, img in zip(entries, headers, strict=True)
                for v in range(_n_rows(img))]
     rows = [(str(Path(e["path"]).resolve()), v, e["label"], e["group"], e["split"])
@@ -302,8 +303,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         # shards deleted or truncated since they were written are written again; then files
         # changed since: a reopened block would otherwise be read from them beside the others
         complete = g is not None and not reopen_damaged(out) and g.attrs.get("complete")
-        if g is not None and not check_inputs(out, g, stats, [e["path"] for e in entries],
-                                              counts, mask is None or intersect_mask, complete):
+        if g is not None and not check_inputs(out, g, stats, paths, counts,
+                                              mask is None or intersect_mask, complete):
             shutil.rmtree(out)
             g = None
         if g is not None and complete:
