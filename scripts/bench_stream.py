@@ -4,18 +4,22 @@ Builds a SYNTHETIC store at full resolution (p = 270,806 by default: random rows
 throughput and memory are measured), a small bank, then reports:
 
 1. samples/s of feature-grouping training streamed from the store (workers read and project,
-   the central process steps), first and second epoch of a run, against the raw sequential
-   read of the same rows in the same run (the limit: fgscale's reader into recycled blocks,
-   best of five passes; fresh arrays, an epoch's random batches, the whole shard files read as
-   bytes and zarr's own reader are shown too) and against one epoch from rows already in memory;
-   with the embedded default of training (thread workers in the central process) and with worker
-   processes (each block then goes through a socket); and against the compute bound of this
-   machine (its cores doing nothing but reading, projecting and stepping, with no overhead);
+   the central process steps), first and second epoch of a run, with thread workers (in the
+   central process) and with worker processes (each block then goes through a socket), for
+   each worker count of ``--n-workers``. Against: the read limit of as many threads (the rows
+   of the store read by that many threads in parallel, each into a block of its own, as
+   shard-aligned blocks or as an epoch's random batches, whichever is faster; so that the share
+   of the limit means the same on 2 cores and on 16); the raw sequential read of one thread
+   (fgscale's reader into recycled blocks; fresh arrays, the whole shard files read as bytes
+   and zarr's own reader are shown too); one epoch from rows already in memory; and the compute
+   bound of as many cores (each doing nothing but reading, projecting and stepping, with no
+   overhead);
 2. peak RSS of the central process for epochs over n and 4n rows (each in a fresh process);
 3. a run over a store larger than the workers' total memory limit (default 2 x 1 GiB worker
    processes and a ~6 GB store), which must complete without spilling.
 
     .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench] [--quick]
+    .venv/bin/python scripts/bench_stream.py --n-workers 4,8,15 --device cuda   # 16 cores, a GPU
 
 Writes ~rows x p x 4 bytes to --dir (6 GB by default); reuses the store if present.
 """
@@ -28,6 +32,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -94,14 +99,12 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def compute_bound(store, bank, info: dict, model, opt, plan, k: int,
-                  device: str) -> tuple[float, str]:
-    """Samples/s the work of streamed FG training allows on this machine's cores, with no
-    overhead at all: the CPU time per row of the worker task (read and project, run here in
-    the calling thread) and of its share of the central step (one torch thread), each measured
-    alone; all cores busy with nothing else. The streamed epoch over this bound is the share of
-    the machine the pipeline turns into training, whatever the number of cores. On a GPU, the
-    central step's wall time per row bounds it too."""
+def compute_costs(store, bank, info: dict, model, opt, plan, k: int,
+                  device: str) -> tuple[dict, str]:
+    """The CPU seconds per row of the work of streamed FG training, with no overhead at all:
+    of the worker task (read and project, run here in the calling thread) and of its share of
+    the central step (one torch thread), each measured alone; on a GPU, the central step's wall
+    time per row too. :func:`compute_bound` turns them into the samples/s of a number of cores."""
     from fgscale.training._loop import Batch
     from fgscale.training._stream import load_batch
 
@@ -128,11 +131,38 @@ def compute_bound(store, bank, info: dict, model, opt, plan, k: int,
                                 synchronize(device)))
     wall = (time.perf_counter() - wall) / sum(len(b) for b in plan.batches)
     torch.set_num_threads(threads)
-    costs = (f"worker task {1e3 * worker:.3f} (of which the read {1e3 * read:.3f}), "
-             f"central step {1e3 * step:.3f} (batch {len(plan.batches[0])}, on {device}; "
-             f"wall {1e3 * wall:.3f})")
-    bound = os.cpu_count() / (worker + step)
-    return (bound if device == "cpu" else min(bound, 1 / wall)), costs
+    text = (f"worker task {1e3 * worker:.3f} (of which the read {1e3 * read:.3f}), "
+            f"central step {1e3 * step:.3f} (batch {len(plan.batches[0])}, on {device}; "
+            f"wall {1e3 * wall:.3f})")
+    return {"worker": worker, "step": step, "wall": wall, "device": device}, text
+
+
+def compute_bound(costs: dict, cores: int) -> float:
+    """Samples/s that ``cores`` cores doing nothing but the work allow (see
+    :func:`compute_costs`): on the CPU each row costs its worker task and its share of the
+    step; with the model on a GPU, the cores read and project, and the step's wall time per row
+    bounds it too. A streamed epoch over this bound is the share of those cores that the
+    pipeline turns into training, whatever their number."""
+    if costs["device"] == "cpu":
+        return cores / (costs["worker"] + costs["step"])
+    return min(cores / (costs["worker"] + costs["step"]), 1 / costs["wall"])
+
+
+def parallel_read(store, parts: list[np.ndarray], n_threads: int, passes: int) -> float:
+    """Rows/s of ``n_threads`` threads reading ``parts`` (arrays of rows) between them, round
+    robin, each into a block of its own allocated beforehand (fgscale's reader releases the GIL
+    while it copies), best of ``passes``."""
+    shares = [parts[i::n_threads] for i in range(n_threads)]
+    width = max(part.size for part in parts)
+    blocks = [np.zeros((width, store.n_features), np.float32) for _ in shares]
+
+    def read(share, block):
+        for rows in share:
+            store.read_rows(rows, out=block[:rows.size])
+
+    with ThreadPoolExecutor(n_threads) as pool:
+        seconds = best_time(lambda: list(pool.map(read, shares, blocks)), passes)
+    return sum(part.size for part in parts) / seconds
 
 
 def _spilled_keys(dask_worker) -> int:
@@ -140,10 +170,10 @@ def _spilled_keys(dask_worker) -> int:
     return len(getattr(dask_worker.data, "slow", ()))
 
 
-def run_child(args, n_rows: int, processes: bool) -> dict:
+def run_child(args, n_workers: int, n_rows: int, processes: bool) -> dict:
     cmd = [sys.executable, __file__, "--child", str(n_rows), "--dir", str(args.dir),
            "--child-kind", "processes" if processes else "threads",
-           "--rows", str(args.rows), "--p", str(args.p), "--n-workers", str(args.n_workers),
+           "--rows", str(args.rows), "--p", str(args.p), "--n-workers", str(n_workers),
            "--memory-limit", args.memory_limit, "--batch-size", str(args.batch_size),
            "--prefetch", str(args.prefetch), "--central-threads", str(args.central_threads or 0),
            "--device", args.device]
@@ -151,12 +181,21 @@ def run_child(args, n_rows: int, processes: bool) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def worker_counts(text: str) -> list[int]:
+    counts = [int(v) for v in text.split(",")]
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"worker counts must be positive integers, got {text!r}")
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5600)
     parser.add_argument("--p", type=int, default=270_806)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/fgscale-bench"))
-    parser.add_argument("--n-workers", type=int, default=2)
+    parser.add_argument("--n-workers", type=worker_counts, default=[2],
+                        help="worker counts, comma-separated (default 2): each runs with threads "
+                             "and with processes, against as many threads reading")
     parser.add_argument("--memory-limit", default="1GiB")
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--prefetch", type=lambda v: v if v == "auto" else int(v), default="auto")
@@ -171,7 +210,7 @@ def main() -> None:
     if args.central_threads:
         torch.set_num_threads(args.central_threads)
     if args.child is not None:
-        print(json.dumps(two_epochs(str(store_path), args.child, args.n_workers,
+        print(json.dumps(two_epochs(str(store_path), args.child, args.n_workers[0],
                                     args.memory_limit, args.batch_size, args.prefetch,
                                     args.child_kind == "processes", args.device)))
         return
@@ -181,10 +220,10 @@ def main() -> None:
     store = random_store(store_path, args.rows, args.p, generator="scripts/bench_stream.py")
     size_gb = store.n_samples * store.n_features * 4 / 1e9
     print(f"SYNTHETIC store {store_path}: {store.n_samples} x {store.n_features} float32 "
-          f"({size_gb:.1f} GB), ready in {time.perf_counter() - t:.0f} s")
+          f"({size_gb:.1f} GB), ready in {time.perf_counter() - t:.0f} s", flush=True)
     from fgscale.cluster import get_client
     from fgscale.grouping._dask_bank import build_bank
-    with get_client(n_workers=args.n_workers) as client:
+    with get_client(n_workers=min(args.n_workers)) as client:
         build_bank(store_path, n_groupings=args.n_groupings, **BANK, client=client,
                    progress=False)
 
@@ -203,17 +242,33 @@ def main() -> None:
             store.read_rows(range(first, min(first + store.block_rows, n)))
 
     epoch = epoch_plan(np.arange(n), batch_size=args.batch_size, epoch=1, seed=0)
+    shards = [np.arange(first, min(first + store.block_rows, n))
+              for first in range(0, n, store.block_rows)]
 
     def batches():  # the rows of a training epoch, batch by batch in its order, not projected
         for rows in epoch.batches:
             store.read_rows(rows, out=POOL.empty((rows.size, store.n_features)))
 
-    # the raw limit: the best of passes before the epochs (which also warm the page cache) and
+    def read_limits(passes: int) -> dict[int, tuple[float, float]]:
+        """Per worker count: rows/s of as many threads reading shard blocks / random batches."""
+        return {w: (parallel_read(store, shards, w, passes),
+                    parallel_read(store, list(epoch.batches), w, passes)) for w in args.n_workers}
+
+    # the limits: the best of passes before the epochs (which also warm the page cache) and
     # after them, so that a busy moment of the machine does not lower the bar
     raw = best_of(3, sequential)
-    runs = {(kind, rows): run_child(args, rows, kind == "processes")
-            for kind in ("threads", "processes") for rows in (n, n // 4)}
+    limits = read_limits(3)
+    runs = {}
+    for w in args.n_workers:
+        for kind in ("threads", "processes"):
+            # the n / 4 run (for the central memory) at the first count only
+            for rows in (n, n // 4) if w == args.n_workers[0] else (n,):
+                runs[w, kind, rows] = run_child(args, w, rows, kind == "processes")
+                print(f"{w} worker {kind}, {rows} rows: {runs[w, kind, rows]['steady']:.0f} "
+                      f"samples/s in the second epoch", flush=True)
     raw = max(raw, best_of(2, sequential))
+    limits = {w: tuple(map(max, before, after))
+              for (w, before), after in zip(limits.items(), read_limits(2).values(), strict=True)}
     fresh_raw = best_of(3, sequential_fresh)
     batch_raw = best_of(3, batches)
     start = time.perf_counter()  # zarr's own reader, for reference (not the limit)
@@ -243,44 +298,57 @@ def main() -> None:
                 bank=torch.as_tensor(bank, device=args.device), device=args.device)
     synchronize(args.device)
     memory = rows.size / (time.perf_counter() - start)
-    bound, costs = compute_bound(store, bank, info, model, opt, plan, int(bank.max()) + 1,
-                                 args.device)
+    costs, text = compute_costs(store, bank, info, model, opt, plan, int(bank.max()) + 1,
+                                args.device)
+    cores = os.cpu_count()
 
-    print(f"\n{args.n_workers} workers x {args.memory_limit}, batch {args.batch_size}, "
+    print(f"\n{cores} cores, workers of {args.memory_limit} (processes), batch {args.batch_size}, "
           f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}, "
           f"central model on {args.device}, central torch threads {torch.get_num_threads()}\n")
-    markdown_table("what", "rows", "samples/s", "ratio to the rows read", "ratio to the files read",
-                   "ratio to the compute bound")
+    print("The read limit of w threads: the rows read by w threads in parallel, the faster of "
+          "shard-aligned blocks and an epoch's random batches (each thread into its own block).\n")
+    markdown_table("what", "threads", "rows", "samples/s", "ratio to the read limit of as many "
+                   "threads", "ratio to one thread's sequential read",
+                   "ratio to the compute bound of as many cores")
 
-    def line(what: str, rows: int, rate: float) -> None:
-        markdown_row(what, rows, f"{rate:.0f}", f"{rate / raw:.2f}", f"{rate / file_raw:.2f}",
-                     f"{rate / bound:.2f}")
+    def line(what: str, threads: int | None, rows: int, rate: float) -> None:
+        """``threads`` None: the central process's own threads (the bound of all the cores)."""
+        limit = max(limits[threads]) if threads in limits else raw if threads == 1 else None
+        markdown_row(what, threads or "-", rows, f"{rate:.0f}",
+                     "-" if limit is None else f"{rate / limit:.2f}", f"{rate / raw:.2f}",
+                     f"{rate / compute_bound(costs, threads or cores):.2f}")
 
-    line("raw sequential read of the rows into recycled blocks, fgscale's reader (the limit)",
-         n, raw)
-    line("raw sequential read of the rows into fresh arrays, fgscale's reader", n, fresh_raw)
+    line("raw sequential read of the rows into recycled blocks, fgscale's reader", 1, n, raw)
+    line("raw sequential read of the rows into fresh arrays, fgscale's reader", 1, n, fresh_raw)
     line("raw read of an epoch's random batches into recycled blocks, fgscale's reader",
-         n, batch_raw)
-    line("raw read of the shard files' bytes, numpy.fromfile (fresh arrays)", n, file_raw)
-    line("raw sequential read of the rows, zarr's own `X[a:b]`", n, zarr_raw)
-    for (kind, rows), r in runs.items():
-        line(f"streamed FG, {args.n_workers} worker {kind}, first epoch", rows, r["first"])
-        line(f"streamed FG, {args.n_workers} worker {kind}, second epoch", rows, r["steady"])
-    line("in-memory FG epoch (rows preloaded)", n // 4, memory)
-    line(f"compute bound: {os.cpu_count()} cores doing only the work, no overhead", n // 4, bound)
-    print(f"\nCPU ms per row, measured one at a time in this process: {costs}")
+         1, n, batch_raw)
+    line("raw read of the shard files' bytes, numpy.fromfile (fresh arrays)", 1, n, file_raw)
+    line("raw sequential read of the rows, zarr's own `X[a:b]`", 1, n, zarr_raw)
+    line("in-memory FG epoch (rows preloaded)", None, n // 4, memory)
+    for w in args.n_workers:
+        line(f"read limit: shard blocks read by {w} threads", w, n, limits[w][0])
+        line(f"read limit: random batches read by {w} threads", w, n, limits[w][1])
+        for kind in ("threads", "processes"):
+            for (count, kind_, rows), r in runs.items():
+                if (count, kind_) == (w, kind):
+                    line(f"streamed FG, {w} worker {kind}, first epoch", w, rows, r["first"])
+                    line(f"streamed FG, {w} worker {kind}, second epoch", w, rows, r["steady"])
+    line(f"compute bound: {cores} cores doing only the work, no overhead", cores, n // 4,
+         compute_bound(costs, cores))
+    print(f"\nCPU ms per row, measured one at a time in this process: {text}")
     print()
     markdown_table("central process", "workers", "n rows", "peak RSS (MB)", "spilled keys",
                    "max in flight")
-    for (kind, rows), r in sorted(runs.items()):
-        limit = f"{args.n_workers} x {args.memory_limit}" if kind == "processes" else "no limit"
-        markdown_row("epoch over", f"{kind} ({limit})", rows, f"{r['peak_rss_mb']:.0f}",
+    for (w, kind, rows), r in sorted(runs.items()):
+        limit = f"{w} x {args.memory_limit}" if kind == "processes" else "no limit"
+        markdown_row("epoch over", f"{w} {kind} ({limit})", rows, f"{r['peak_rss_mb']:.0f}",
                      r["spilled_keys"], r["max_in_flight"])
+    w = args.n_workers[0]
     for kind in ("threads", "processes"):
-        ratio = runs[kind, n]["peak_rss_mb"] / runs[kind, n // 4]["peak_rss_mb"]
-        print(f"\npeak RSS ratio 4n / n with worker {kind}: {ratio:.3f}")
+        ratio = runs[w, kind, n]["peak_rss_mb"] / runs[w, kind, n // 4]["peak_rss_mb"]
+        print(f"\npeak RSS ratio 4n / n with {w} worker {kind}: {ratio:.3f}")
     print(f"store {size_gb:.1f} GB vs the worker processes' total limit "
-          f"{args.n_workers} x {args.memory_limit}")
+          f"{w} x {args.memory_limit}")
 
 
 if __name__ == "__main__":
