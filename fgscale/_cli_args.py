@@ -16,7 +16,7 @@ __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_
            "add_progress_arg", "add_task_arg", "add_worker_kind_arg", "columns_of", "given_options",
            "one_line_warnings", "warn_unused_cluster_options",
            "parse_grid", "parse_resample", "positive", "saved_cv_unless_given",
-           "saved_unless_given", "security_from"]
+           "saved_unless_given", "security_from", "worker_processes"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -282,17 +282,31 @@ def add_device_arg(p) -> None:
 
 
 def add_worker_kind_arg(p) -> None:
-    p.add_argument("--worker-processes", action="store_true",
-                   help="LocalCluster of worker processes (each with a memory limit) instead of "
-                        "threads in this process, which hand blocks to the model without a copy")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--worker-processes", dest="worker_kind", action="store_const",
+                      const="processes", help="LocalCluster of worker processes, each with a "
+                      "memory limit (default: threads up to 4 workers, processes beyond)")
+    kind.add_argument("--worker-threads", dest="worker_kind", action="store_const",
+                      const="threads", help="LocalCluster of threads in this process, which hand "
+                      "blocks to the model without a copy (default: up to 4 workers)")
+
+
+def worker_processes(args) -> bool:
+    """The LocalCluster's kind: the option given, else threads up to 4 workers and processes
+    beyond (``processes="auto"``; this command's main module is guarded)."""
+    from fgscale._cores import auto_processes, cpu_count
+
+    if args.worker_kind is not None:
+        return args.worker_kind == "processes"
+    return auto_processes(args.n_workers or cpu_count(), guarded=True)
 
 
 def warn_unused_cluster_options(args) -> None:
     """Say which cluster options this command will not use: the LocalCluster's when it joins
     a running scheduler (that cluster has its own workers), TLS's when it joins none."""
     joined = args.scheduler is not None or args.scheduler_file is not None
-    options = ({"--n-workers": args.n_workers,
-                "--worker-processes": getattr(args, "worker_processes", False)} if joined else
+    kind = getattr(args, "worker_kind", None)
+    options = ({"--n-workers": args.n_workers, f"--worker-{kind}": kind} if joined else
                {"--tls-ca-file": args.tls_ca_file, "--tls-cert": args.tls_cert,
                 "--tls-key": args.tls_key})
     unused = [name for name, value in options.items() if value]

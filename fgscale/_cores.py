@@ -1,13 +1,23 @@
-"""The cores this process may use, and the check of a worker or thread count: what sizing a
-cluster needs without importing dask (a small conversion never imports it)."""
+"""The cores this process may use, the check of a worker or thread count and the kind of worker
+that streamed training gets: what sizing a cluster needs without importing dask (a small
+conversion never imports it)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import sys
 from pathlib import Path
 
-__all__ = ["check_count", "cpu_count"]
+__all__ = ["THREAD_WORKERS_UP_TO", "auto_processes", "check_count", "check_processes", "cpu_count",
+           "main_reruns_in_workers"]
+
+log = logging.getLogger("fgscale.cluster")
+
+THREAD_WORKERS_UP_TO = 4
+"""``processes="auto"``: an embedded cluster of at most this many workers runs threads, a larger
+one worker processes (the README's "Streaming, prefetch and worker kinds" gives the figures)."""
 
 
 def cpu_count() -> int:
@@ -45,3 +55,46 @@ def check_count(name: str, value) -> None:
     """Raise ValueError unless ``value`` is a positive integer (a worker or thread count)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_processes(value) -> None:
+    """Raise ValueError unless ``value`` is a worker kind: True, False or "auto"."""
+    if not (isinstance(value, bool) or value == "auto"):
+        raise ValueError(f"processes must be True, False or 'auto', got {value!r}")
+
+
+def auto_processes(n_workers: int, *, guarded: bool = False) -> bool:
+    """Whether ``processes="auto"`` gives worker processes to an embedded cluster of
+    ``n_workers`` workers that streams training blocks.
+
+    Up to :data:`THREAD_WORKERS_UP_TO` workers, threads in this process: they start at once
+    and hand each block to the model without a copy, which makes them the faster kind on a few
+    cores. Beyond, threads stop scaling and worker processes stream up to twice as fast. Worker
+    processes are given only where starting them does not run this program again in each of
+    them (see :func:`main_reruns_in_workers`), or where the caller says that its main module is
+    guarded (``guarded=True``: fgscale's command line).
+    """
+    if n_workers <= THREAD_WORKERS_UP_TO:
+        return False
+    if guarded or not main_reruns_in_workers():
+        return True
+    log.info("%d worker threads, not processes: each worker process would run %s again; for "
+             "processes, guard its code with `if __name__ == \"__main__\":` and pass a client of "
+             "fgscale.cluster.get_client(processes=True)", n_workers,
+             getattr(sys.modules.get("__main__"), "__file__", "the main module"))
+    return False
+
+
+def main_reruns_in_workers() -> bool:
+    """Whether a worker process started now would run this program's main module again.
+
+    Dask starts worker processes with multiprocessing's "spawn", which imports the main module
+    afresh in each (as ``__mp_main__``) when it is a script or a module run with ``python -m``:
+    a script whose work is not under ``if __name__ == "__main__":`` would start it again in every
+    worker. A notebook, a REPL, ``python -c`` and a package's ``__main__`` are not imported again.
+    """
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return not (name == "__main__" or name.endswith(".__main__"))
+    return getattr(main, "__file__", None) is not None

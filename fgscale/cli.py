@@ -34,6 +34,7 @@ from fgscale._cli_args import (
     saved_unless_given,
     security_from,
     warn_unused_cluster_options,
+    worker_processes,
 )
 from fgscale._cli_runs import add_runs_command
 from fgscale._interrupt import failed, interrupted, run_command
@@ -99,7 +100,7 @@ def _cmd_cv(args) -> int:
     params, folds, task = _estimator_params(args), args.folds, args.task
     if args.resume:
         params, folds, task = saved_cv_unless_given(params, args)
-    with _client(args, processes=args.worker_processes) as client:
+    with _client(args, processes=worker_processes(args)) as client:
         scores = cross_validate(args.store, params=params, n_folds=folds, client=client,
                                 echo=print, task=task, out=args.out, resume=args.resume)
     print(summary_line(scores))
@@ -112,7 +113,7 @@ def _cmd_train(args) -> int:
     params = _estimator_params(args)
     if args.resume:
         params = saved_unless_given(params, args.out, args.given)
-    with _client(args, processes=args.worker_processes) as client:
+    with _client(args, processes=worker_processes(args)) as client:
         summary = train_run(args.store, args.out, params=params, resume=args.resume,
                             client=client, task=args.task)
     if summary.get("already_complete"):
@@ -126,7 +127,7 @@ def _cmd_evaluate(args) -> int:
     from fgscale.reports import format_report
     from fgscale.runs import evaluate_run
 
-    with _client(args, processes=args.worker_processes) as client:
+    with _client(args, processes=worker_processes(args)) as client:
         report = evaluate_run(args.run, args.store, device=args.device, client=client,
                               predictions=args.predictions, progress=not args.no_progress,
                               rows=args.rows)

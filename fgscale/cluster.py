@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fgscale._cores import check_count, cpu_count  # noqa: F401 (public here)
+from fgscale._cores import auto_processes, check_count, check_processes, cpu_count  # noqa: F401
 from fgscale._joined import PausedWatch, SchedulerLost, WorkersPaused
 from fgscale._progress import tqdm
 
@@ -89,7 +89,7 @@ def active_client() -> Client | None:
 @contextmanager
 def get_client(client: Client | None = None, *, n_workers: int | None = None,
                threads_per_worker: int = 1, memory_limit: str | int | float = "auto",
-               processes: bool = True) -> Iterator[Client]:
+               processes: bool | str = True) -> Iterator[Client]:
     """Yield a Dask client, and close what this call opened on exit.
 
     The one way fgscale gets a cluster, first match wins: ``client`` as it is; else the active
@@ -109,13 +109,16 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
     memory_limit : str, int or float, default="auto"
         Per-worker memory limit of the embedded cluster ("auto" splits the machine's memory
         between worker processes; thread workers get no limit of their own, see ``processes``).
-    processes : bool, default=True
+    processes : bool or "auto", default=True
         Worker processes, or worker threads in this process. Processes suit conversion and the
         bank, long batch jobs: each worker has its own memory limit, and one that dies (out of
         memory, killed) is restarted without taking this process down; they run as fast as
-        threads there. Threads suit streamed training on one machine: reading and projecting
-        rows releases the GIL, and each (m x k) block reaches the model without being
-        serialised and sent over a socket (see the README's performance section).
+        threads there. For streamed training, ``"auto"`` (what fgscale's training and
+        evaluation ask for) gives threads up to 4 workers: each (m x k) block reaches the model
+        without being serialised and sent over a socket. Beyond, it gives worker processes,
+        which stream faster there, unless they would run this program's main script again
+        (:func:`fgscale._cores.auto_processes`; the README's performance section gives the
+        figures).
 
     Yields
     ------
@@ -124,8 +127,10 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
     Raises
     ------
     ValueError
-        If ``n_workers`` / ``threads_per_worker`` is not a positive integer.
+        If ``n_workers`` / ``threads_per_worker`` is not a positive integer, or ``processes``
+        not True, False or "auto".
     """
+    check_processes(processes)
     if client is not None:
         _log_dashboard(client, "using the given Dask client")
         yield client
@@ -153,7 +158,8 @@ _DEFERRED: list[dict] = []
 
 
 @contextmanager
-def deferred_cluster(*, n_workers: int | None = None, processes: bool = True) -> Iterator[None]:
+def deferred_cluster(*, n_workers: int | None = None,
+                     processes: bool | str = True) -> Iterator[None]:
     """Within: the first :func:`get_client` that would start an embedded ``LocalCluster``
     starts this one, later calls reuse it, and it is shut down on exit.
 
@@ -165,12 +171,13 @@ def deferred_cluster(*, n_workers: int | None = None, processes: bool = True) ->
     ----------
     n_workers : int, optional
         Workers of the embedded cluster; default the number of usable cores.
-    processes : bool, default=True
+    processes : bool or "auto", default=True
         Worker processes, or worker threads in this process (see :func:`get_client`); this
         setting wins over that of the :func:`get_client` call that starts the cluster.
     """
     if n_workers is not None:
         check_count("n_workers", n_workers)
+    check_processes(processes)
     with ExitStack() as stack:
         _DEFERRED.append({"n_workers": n_workers, "processes": processes, "client": None,
                           "stack": stack})
@@ -189,6 +196,8 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
     n_workers = cpu_count() if n_workers is None else n_workers
     check_count("n_workers", n_workers)
     check_count("threads_per_worker", threads_per_worker)
+    if processes == "auto":
+        processes = auto_processes(n_workers)
     if not processes and memory_limit == "auto":
         memory_limit = 0  # thread workers share this process: its memory is the bound
     # worker processes leave Ctrl-C to this process, which stops them (fgscale._worker_signals)

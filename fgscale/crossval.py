@@ -113,7 +113,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         probe = clone(clf)           # its statistics or banks), refused before any cluster starts
         probe._store_plan(store, rows[train], probe._seed())
     if done < n_folds:
-        with get_client(client, processes=False) as client:
+        with get_client(client, processes="auto") as client:
             for fold, (train, test) in enumerate(splits[done:], start=done):
                 model = clone(clf)
                 model._fit_store(store.path, client, rows=rows[train])

@@ -74,7 +74,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     try:
         # what the fit refuses before its cluster starts, refused before this one starts
         clf._store_plan(store, store.train_rows(), clf._seed())
-        with get_client(client, processes=False) as client:
+        with get_client(client, processes="auto") as client:
             clf._fit_store(store.path, client, folder.checkpoints)
             test, table = _evaluate(clf, store, client, progress=bool(clf.verbose))
     except BaseException:
@@ -208,7 +208,7 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     check_store(clf, store)  # a store of other voxels: refused before a cluster starts
     if not isinstance(clf, FeatureGroupingClassifier):
         _check_target(RunFolder(run_dir).target(), store)
-    with get_client(client, processes=False) as client:
+    with get_client(client, processes="auto") as client:
         report, table = _evaluate(clf, store, client, rows, progress=progress,
                                   hint="; --rows all (rows='all') scores every row")
     if predictions is not None:

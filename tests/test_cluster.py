@@ -439,3 +439,51 @@ def test_kubernetes_manifest():
 def test_readmes_exist():
     for name in ("local", "slurm", "kubernetes"):
         assert (ROOT / name / "README.md").stat().st_size > 200
+
+
+_KIND = ("import logging, sys\n"
+         "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+         "print('main module ran', flush=True)\n"
+         "from fgscale.cluster import get_client\n"
+         "with get_client(n_workers={n}, processes='auto') as c:\n"
+         "    print(sorted({{a.split('://')[0] for a in c.scheduler_info()['workers']}}))\n")
+
+
+@pytest.mark.parametrize("n_workers, from_file, kind", [
+    (4, False, "inproc"),  # threads up to 4 workers
+    (5, False, "tcp"),  # processes beyond, from a program that spawn does not run again (-c)
+    (5, True, "inproc"),  # a script: worker processes would run it again, unguarded
+], ids=["4-workers", "5-workers", "5-workers-unguarded-script"])
+def test_auto_worker_kind_by_worker_count_and_main_module(tmp_path, n_workers, from_file, kind):
+    code = _KIND.format(n=n_workers)
+    if from_file:
+        (tmp_path / "fit.py").write_text(code)
+    out = subprocess.run([sys.executable, *([str(tmp_path / "fit.py")] if from_file else
+                                            ["-c", code])], capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["main module ran", f"['{kind}']"]
+    said = "5 worker threads, not processes: each worker process would run"
+    assert (said in out.stderr) == from_file, out.stderr
+
+
+def test_auto_worker_kind_of_the_command_line():
+    from fgscale._cli_args import worker_processes
+    from fgscale.cli import build_parser
+
+    def kind(*options):
+        return worker_processes(build_parser().parse_args(["train", "s.zarr", "--out", "o", *options]))
+
+    assert [kind("--n-workers", str(n)) for n in (1, 4, 5, 16)] == [False, False, True, True]
+    assert kind("--n-workers", "16", "--worker-threads") is False
+    assert kind("--n-workers", "2", "--worker-processes") is True
+    with pytest.raises(SystemExit):
+        kind("--worker-threads", "--worker-processes")
+
+
+@pytest.mark.parametrize("call", [partial(get_client, processes="yes"),
+                                  partial(deferred_cluster, processes=None)])
+def test_a_bad_worker_kind_is_refused(call):
+    with pytest.raises(ValueError, match=r"^processes must be True, False or 'auto', got "):
+        with call():
+            pass

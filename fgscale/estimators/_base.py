@@ -209,7 +209,7 @@ class FeatureGroupingBase(BaseEstimator):
         rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
         counts, bank_kw = self._store_plan(store, rows, seed)
         targets = self._store_targets(store)
-        with get_client(client=client, processes=False) as client:
+        with get_client(client=client, processes="auto") as client:
             self.mean_ = self.scale_ = None
             if self.standardize:
                 mean, std = compute_stats(store.path, rows, client=client,
