@@ -305,8 +305,8 @@ def warn_unused_cluster_options(args) -> None:
     """Say which cluster options this command will not use: the LocalCluster's when it joins
     a running scheduler (that cluster has its own workers), TLS's when it joins none."""
     joined = args.scheduler is not None or args.scheduler_file is not None
-    kind = getattr(args, "worker_kind", None)
-    options = ({"--n-workers": args.n_workers, f"--worker-{kind}": kind} if joined else
+    kind = getattr(args, "worker_kind", None)  # "processes", "threads" or None (not given)
+    options = ({"--n-workers": args.n_workers, f"--worker-{kind}": kind is not None} if joined else
                {"--tls-ca-file": args.tls_ca_file, "--tls-cert": args.tls_cert,
                 "--tls-key": args.tls_key})
     unused = [name for name, value in options.items() if value]

@@ -56,7 +56,9 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         cross-validation must draw the same folds.
     n_folds : int, default=5
     client : distributed.Client, optional
-        Default the active ``distributed`` client, else an embedded LocalCluster of threads.
+        Default the active ``distributed`` client, else an embedded LocalCluster, of threads
+        up to 4 workers, of processes beyond (``processes="auto"`` of
+        :func:`fgscale.cluster.get_client`).
     echo : callable, optional
         Called with a line of text after each fold (and, when resuming, for each saved fold).
     task : {"auto", "classification", "regression"}, default="auto"

@@ -41,8 +41,9 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
         Estimator parameters (``model``, ``regularizer``, ``random_state``...).
     resume : bool, default=False
     client : distributed.Client, optional
-        Default the active ``distributed`` client, else an embedded LocalCluster of thread
-        workers, the fastest hand-over of blocks on one machine.
+        Default the active ``distributed`` client, else an embedded LocalCluster, of threads
+        up to 4 workers, of processes beyond (``processes="auto"`` of
+        :func:`fgscale.cluster.get_client`).
     task : {"auto", "classification", "regression"}, default="auto"
         :class:`FeatureGroupingClassifier` on the store's labels or
         :class:`~fgscale.estimators.FeatureGroupingRegressor` on its target
@@ -185,7 +186,8 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     device : str, optional
         As :func:`load_run`.
     client : distributed.Client, optional
-        Default the active ``distributed`` client, else an embedded LocalCluster of threads.
+        Default the active ``distributed`` client, else an embedded LocalCluster (as
+        :func:`train_run`'s).
     predictions : str or Path, optional
         Also write the per-row predictions there as CSV: ``row``, ``path``, ``volume``,
         ``label``, ``prediction``, ``proba_<class>``.

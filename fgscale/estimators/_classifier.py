@@ -119,7 +119,8 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
             ``group`` column does. Must be None with a store.
         client : distributed.Client, optional
             With a store: the cluster to use; default the active ``distributed`` client, else
-            an embedded LocalCluster of thread workers (:func:`fgscale.cluster.get_client`).
+            an embedded LocalCluster: threads up to 4 workers, processes beyond
+            (``processes="auto"`` of :func:`fgscale.cluster.get_client`).
 
         Returns
         -------
