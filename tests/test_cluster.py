@@ -487,3 +487,14 @@ def test_a_bad_worker_kind_is_refused(call):
     with pytest.raises(ValueError, match=r"^processes must be True, False or 'auto', got "):
         with call():
             pass
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_a_worker_kind_beside_a_scheduler_is_said_unused(kind):
+    from fgscale._cli_args import warn_unused_cluster_options
+    from fgscale.cli import build_parser
+
+    args = build_parser().parse_args(["train", "s.zarr", "--out", "o", "--scheduler",
+                                      "tcp://127.0.0.1:1", f"--worker-{kind}"])
+    with pytest.warns(UserWarning, match=rf"^--worker-{kind} not used: a running scheduler"):
+        warn_unused_cluster_options(args)
