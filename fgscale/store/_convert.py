@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import shutil
 import time
 from pathlib import Path
 
@@ -71,6 +70,7 @@ from fgscale.store._layout import (
     create_whole,
     default_block_rows,
     mark_complete,
+    remove_aside,
     reopen_damaged,
     write_block_rows,
 )
@@ -294,7 +294,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
             # corrected): its blocks can serve nothing, and keeping it would block the command
             log.warning("%s: an unfinished conversion of other inputs%s is there; starting "
                         "afresh", out, changed(g, rows, targets, describe(mask), resample))
-            shutil.rmtree(out)
+            remove_aside(out)
             g = None
         elif made != fingerprint:
             raise StoreError(f"{out}: exists and was made from other inputs or arguments"
@@ -305,7 +305,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         complete = g is not None and not reopen_damaged(out) and g.attrs.get("complete")
         if g is not None and not check_inputs(out, g, stats, paths, counts,
                                               mask is None or intersect_mask, complete):
-            shutil.rmtree(out)
+            remove_aside(out)
             g = None
         if g is not None and complete:
             log.info("%s is already complete; nothing to do", out)

@@ -70,7 +70,8 @@ from fgscale.store._reader import FORMAT_VERSION, Store, open_group_checked, ope
 from fgscale.store._shards import ShardRowReader, StoreError
 
 __all__ = ["block_range", "create_store", "create_whole", "damaged_blocks", "default_block_rows",
-           "mark_complete", "reopen_damaged", "write_block", "write_block_rows", "write_store"]
+           "mark_complete", "remove_aside", "reopen_damaged", "write_block", "write_block_rows",
+           "write_store"]
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,8 @@ def create_whole(out: Path, **kwargs) -> zarr.Group:
     the re-run would refuse as foreign, only the temporary folder, which the re-run removes. Two
     conversions started at once each write their own; the second to rename uses the first's
     store when it has the same inputs (``attrs["params"]["fingerprint"]``)."""
-    for stale in out.parent.glob(glob.escape(out.name) + ".creating*"):  # of a killed run
+    for stale in [*out.parent.glob(glob.escape(out.name) + ".creating*"),  # of a killed run
+                  *out.parent.glob(glob.escape(out.name) + ".removing*")]:
         pid = stale.name.rpartition(".")[2]
         if not pid.isdigit() or not _alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
@@ -230,6 +232,17 @@ def create_whole(out: Path, **kwargs) -> zarr.Group:
             raise StoreError(f"{out}: another conversion, of other inputs, created it "
                              "meanwhile; remove it or choose another --out") from None
     return open_group_checked(out, "r+")
+
+
+def remove_aside(path: Path) -> None:
+    """Remove the folder ``path``, renamed aside first (``<name>.removing.<pid>``, one atomic
+    step) then deleted: an interruption leaves either the whole folder at ``path`` or none,
+    never a part that the next command would refuse as not a store; the next conversion
+    removes what a killed removal left aside (:func:`create_whole`)."""
+    aside = path.with_name(f"{path.name}.removing.{os.getpid()}")
+    shutil.rmtree(aside, ignore_errors=True)  # this process's own, interrupted earlier
+    os.replace(path, aside)
+    shutil.rmtree(aside)
 
 
 def _alive(pid: int) -> bool:
@@ -401,6 +414,6 @@ def write_store(path, X, y, mask, affine, *, classes=None, target=None, split=No
         write_block(tmp, b, X[start:stop])
     mark_complete(tmp)
     if path.exists():
-        shutil.rmtree(path)
+        remove_aside(path)
     os.replace(tmp, path)
     return open_store(path)

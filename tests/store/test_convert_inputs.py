@@ -202,3 +202,53 @@ def test_a_store_of_other_inputs_is_refused_saying_what_differs(tmp_path, rng):
     table.write_text("path,label\n" + "".join(f"sub{i}.nii.gz,c{i % 2}\n" for i in range(4)))
     with pytest.raises(StoreError, match=r"\(3 rows there, 4 now: files added or removed\)"):
         convert(table, out, progress=False)
+
+
+_REMOVAL_DRIVER = """
+import os, sys
+from pathlib import Path
+
+out, k, count = os.path.abspath(sys.argv[2]), int(sys.argv[3]), [0]
+
+
+def interrupt_the_kth_removal(event, args):
+    # a removal inside the store's folder (or a folder it was renamed to, beside it)
+    if event in ("os.remove", "os.rmdir") and isinstance(args[1], int) and args[1] >= 0:
+        if os.readlink(f"/proc/self/fd/{args[1]}").startswith(out):
+            count[0] += 1
+            if count[0] == k:
+                raise KeyboardInterrupt
+
+
+sys.addaudithook(interrupt_the_kth_removal)
+from fgscale.store._convert import convert
+
+convert(sys.argv[1], out, block_rows=1, progress=False)
+"""
+
+
+@pytest.mark.parametrize("k", [1, 5, 15, 30])
+def test_a_store_removal_interrupted_anywhere_blocks_no_conversion(tmp_path, rng, k):
+    """An unfinished store of files that changed since is removed to start afresh; interrupted
+    at its k-th file, the removal leaves nothing at --out that the command, run again,
+    refuses as "not a store", and that run removes what was left."""
+    import subprocess
+    import sys
+
+    names = [f"sub{i}.nii.gz" for i in range(6)]
+    table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 6), strict=True)))
+    out = tmp_path / "s.zarr"
+    convert(table, out, block_rows=1, progress=False)
+    g = zarr.open_group(out, mode="r+")  # as a conversion stopped before its last block leaves it
+    g["done"][5], g.attrs["complete"] = 0, False
+    changed = volumes(rng, 1)[0]
+    changed[0, 0, 0] = 0.0  # out of the mask computed from the files: the store is made afresh
+    nib.save(nib.Nifti1Image(changed, AFFINE), tmp_path / "cohort" / names[0])
+    driver = tmp_path / "driver.py"
+    driver.write_text(_REMOVAL_DRIVER)
+    done = subprocess.run([sys.executable, str(driver), str(table), str(out), str(k)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "KeyboardInterrupt" in done.stderr, done.stderr[-2000:]
+    store = convert(table, out, block_rows=1, progress=False)
+    np.testing.assert_array_equal(store.X[:], oracle(store))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cohort", "driver.py", "s.zarr"]
