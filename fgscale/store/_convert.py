@@ -52,11 +52,10 @@ from fgscale.images._nifti import (
     load_img,
     load_mask,
     nonzero_voxels,
-    read_array,
-    read_image,
     same_grid,
     space_codes,
 )
+from fgscale.images._volumes import iter_volumes
 from fgscale.store._inputs import (
     changed,
     check_inputs,
@@ -116,25 +115,10 @@ def _target_grid(entries, headers, mask_img, resample):
 def _mask_block(sources, grid, resampled: bool) -> np.ndarray:
     """Dask task: voxels finite and non-zero in every given volume, shape grid_shape, bool."""
     mask = np.ones(grid[0], bool)
-    for (path, volume), vol in zip(sources, _iter_volumes(sources, grid, resampled), strict=True):
+    for (path, volume, _), vol in zip(sources, iter_volumes(sources, grid, resampled),
+                                      strict=True):
         mask &= nonzero_voxels(f"{path} (volume {volume})", vol, "give --mask")
     return mask
-
-
-def _iter_volumes(sources, grid, resampled: bool):
-    """Yield each (path, volume) of ``sources`` as a float32 array on the grid."""
-    cached_path, data = None, None
-    for path, volume in sources:
-        if path != cached_path:  # rows of a 4D file are consecutive: read it once per block
-            img, data = read_image(path) if resampled else (None, read_array(path))
-            cached_path = path
-        vol = data if data.ndim == 3 else data[..., volume]
-        if resampled:
-            from nibabel.processing import resample_from_to  # see _target_grid
-
-            vol = resample_from_to(nib.Nifti1Image(vol, img.affine), grid, order=1).get_fdata(
-                dtype=np.float32)
-        yield vol
 
 
 @functools.lru_cache(maxsize=4)
@@ -171,7 +155,7 @@ def _convert_block(out: str, key: str, block: int, sources, grid, resampled: boo
     zero = []  # rows 0 in the whole mask: a failed contrast, or an image off the mask
 
     def rows():
-        for (path, volume), vol in zip(sources, _iter_volumes(sources, grid, resampled),
+        for (path, volume, _), vol in zip(sources, iter_volumes(sources, grid, resampled),
                                        strict=True):
             _masked(vol, mask, c_index, f_index, out=row)
             if not np.isfinite(row).all():
@@ -312,7 +296,9 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
             return open_store(out)
         if g is not None:
             log.info("resuming the conversion into %s", out)
-    sources = [(r[0], r[1]) for r in rows]
+    # each row's file, volume and the file's volumes (read_volumes reads whole files at once)
+    sources = [(r[0], r[1], n) for r, n in zip(rows, [n for n in counts for _ in range(n)],
+                                               strict=True)]
     with _workers(client, n_workers, len(rows) * int(np.prod(grid[0])) * 4) as c:
         if g is None:
             store_mask = _final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
