@@ -87,18 +87,26 @@ def test_a_file_changed_before_resuming_a_computed_mask_starts_afresh(tmp_path, 
     assert "sub0.nii.gz changed (size or modification time) since this conversion began" in caplog.text
 
 
+def unfinished_store_of_a_changed_file(tmp_path, rng, n: int, zeroed):
+    """A cohort of ``n`` files converted into s.zarr, left as a conversion stopped before its
+    last block leaves it; then the first file rewritten with ``zeroed`` voxels at 0 (out of
+    the mask computed from the files: the store must be made afresh). (table, store path)."""
+    names = [f"sub{i}.nii.gz" for i in range(n)]
+    table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, n), strict=True)))
+    out = tmp_path / "s.zarr"
+    convert(table, out, block_rows=1, progress=False)
+    g = zarr.open_group(out, mode="r+")
+    g["done"][n - 1], g.attrs["complete"] = 0, False
+    changed = volumes(rng, 1)[0]
+    changed[zeroed] = 0.0
+    nib.save(nib.Nifti1Image(changed, AFFINE), tmp_path / "cohort" / names[0])
+    return table, out
+
+
 def test_a_store_made_afresh_in_the_same_process_is_written_on_its_own_mask(tmp_path, rng):
     """The store's mask, cached by the process that converts, is the new store's (same out,
     same fingerprint, another mask), not the one of the store it replaces."""
-    names = [f"sub{i}.nii.gz" for i in range(4)]
-    table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 4), strict=True)))
-    out = tmp_path / "s.zarr"
-    convert(table, out, block_rows=1, progress=False)
-    g = zarr.open_group(out, mode="r+")  # as a conversion stopped before its last block leaves it
-    g["done"][3], g.attrs["complete"] = 0, False
-    changed = volumes(rng, 1)[0]
-    changed[:2] = 0.0
-    nib.save(nib.Nifti1Image(changed, AFFINE), tmp_path / "cohort" / names[0])
+    table, out = unfinished_store_of_a_changed_file(tmp_path, rng, 4, (slice(0, 2),))
     store = convert(table, out, block_rows=1, progress=False)
     assert store.n_features == np.prod(SHAPE) - 2 * 12 * 10
     np.testing.assert_array_equal(store.X[:], oracle(store))
@@ -235,15 +243,7 @@ def test_a_store_removal_interrupted_anywhere_blocks_no_conversion(tmp_path, rng
     import subprocess
     import sys
 
-    names = [f"sub{i}.nii.gz" for i in range(6)]
-    table = write_cohort(tmp_path / "cohort", dict(zip(names, volumes(rng, 6), strict=True)))
-    out = tmp_path / "s.zarr"
-    convert(table, out, block_rows=1, progress=False)
-    g = zarr.open_group(out, mode="r+")  # as a conversion stopped before its last block leaves it
-    g["done"][5], g.attrs["complete"] = 0, False
-    changed = volumes(rng, 1)[0]
-    changed[0, 0, 0] = 0.0  # out of the mask computed from the files: the store is made afresh
-    nib.save(nib.Nifti1Image(changed, AFFINE), tmp_path / "cohort" / names[0])
+    table, out = unfinished_store_of_a_changed_file(tmp_path, rng, 6, (0, 0, 0))
     driver = tmp_path / "driver.py"
     driver.write_text(_REMOVAL_DRIVER)
     done = subprocess.run([sys.executable, str(driver), str(table), str(out), str(k)],
