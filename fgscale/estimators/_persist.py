@@ -204,9 +204,8 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
     doc.update({"params": params, "sequences": _sequences(estimator.get_params()),
                 "n_features_in_": estimator.n_features_in_,
                 "mask": mask is not None,
-                **{attr: getattr(estimator, attr) for attr in _SCALARS
-                   if hasattr(estimator, attr)},
-                "class_weight_": getattr(estimator, "class_weight_", None),
+                **{attr: getattr(estimator, attr) for attr in (*_SCALARS, "class_weight_")
+                   if hasattr(estimator, attr)},  # a regressor weighs no class
                 "cv_results_": getattr(estimator, "cv_results_", []),
                 "history_": getattr(estimator, "history_", []),
                 "sha256": {MODEL_NPZ: _sha256(folder / MODEL_NPZ)}})

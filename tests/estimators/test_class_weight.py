@@ -154,3 +154,13 @@ def test_class_weights_come_back_from_a_saved_model(rng, tmp_path, labels):
     assert type(next(iter(back.class_weight))) is type(labels[1].item())
     np.testing.assert_array_equal(back.class_weight_, clf.class_weight_)
     np.testing.assert_array_equal(back.predict(X), clf.predict(X))
+
+
+def test_a_saved_regressor_has_no_class_weights(rng, tmp_path):
+    """A regressor has no classes to weigh: its model.json says nothing of class weights, and
+    it loads back without them."""
+    X = rng.standard_normal((40, 16)).astype(np.float32)
+    reg = FeatureGroupingRegressor(**FULL_BATCH, max_epochs=3).fit(X, X[:, 0])
+    save_model(reg, tmp_path / "m")
+    assert "class_weight_" not in json.loads((tmp_path / "m" / "model.json").read_text())
+    assert not hasattr(load_model(tmp_path / "m"), "class_weight_")
