@@ -324,7 +324,10 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                     "space_codes": space_codes(load_img(headers[0].path))})  # of its first image
         n_rows, step = len(rows), g.attrs["block_rows"]
         done = g["done"][:]
-        todo = np.flatnonzero(done == 0)
+        # by the place of a block's first row in its run, then in the store: while one thread
+        # goes on inflating a 4D run where its block before stopped (read_volumes), the others
+        # take other runs rather than inflate the same one again; a 3D cohort keeps its order
+        todo = sorted(np.flatnonzero(done == 0), key=lambda b: (sources[b * step][1], b))
         # the mask in the key: a store made afresh under the same fingerprint may have another
         key = f"{fingerprint}:{hashlib.sha256(g['mask'][:].tobytes()).hexdigest()}"
         # absolute, as the sources: workers of a cluster joined by address run elsewhere
