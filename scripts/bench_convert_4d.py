@@ -7,10 +7,10 @@ resident memory of the process and its children:
 
 - the loop: ``X = np.asarray(nibabel.load(path).dataobj, np.float32)[mask]`` for each run,
   one process: every run read once, whole;
-- ``fgscale convert`` with the mask, ``--n-workers 2`` and ``--block-rows`` (default 8: a
-  run of 60 volumes spans 8 blocks).
+- ``fgscale convert`` with the mask, ``--n-workers`` (default 2) and ``--block-rows`` (default
+  8: a run of 60 volumes spans 8 blocks).
 
-    .venv/bin/python scripts/bench_convert_4d.py [--n-runs 4] [--volumes 60] [--quick]
+    .venv/bin/python scripts/bench_convert_4d.py [--n-runs 4] [--volumes 60] [--n-workers 2] [--quick]
 """
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ for path in sys.argv[2:]:
 
 
 def write_runs(folder: Path, n_runs: int, volumes: int, grid) -> list[Path]:
+    """The runs and their cohort table in ``folder``, written unless there already."""
+    paths = [folder / f"run{i}.nii.gz" for i in range(n_runs)]
+    table = folder / "cohort.csv"
+    if table.is_file() and table.read_text().count("\n") == n_runs + 1 and all(
+            p.is_file() and nib.load(p).shape == (*grid, volumes) for p in paths):
+        return paths
     rng = np.random.default_rng(0)
     affine = np.diag([2.0, 2.0, 2.0, 1.0])
     mask = np.zeros(grid, np.uint8)
@@ -70,6 +76,7 @@ def main() -> None:
     parser.add_argument("--n-runs", type=int, default=4)
     parser.add_argument("--volumes", type=int, default=60)
     parser.add_argument("--block-rows", type=int, default=8)
+    parser.add_argument("--n-workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=2, help="best of N runs")
     parser.add_argument("--dir", default=None, help="folder of the runs (kept; default temp)")
     args = parse_args(parser, quick=dict(n_runs=2, volumes=6, block_rows=2, repeat=1))
@@ -86,7 +93,8 @@ def main() -> None:
             shutil.rmtree(store, ignore_errors=True)
             return [sys.executable, "-m", "fgscale", "convert", str(folder / "cohort.csv"),
                     "--out", str(store), "--mask", str(folder / "mask.nii.gz"),
-                    "--block-rows", str(args.block_rows), "--n-workers", "2", "--no-progress"]
+                    "--block-rows", str(args.block_rows), "--n-workers", str(args.n_workers),
+                    "--no-progress"]
 
         runs = [measure(command(), 1) for _ in range(args.repeat)]
         convert = (min(r[0] for r in runs), max(r[1] for r in runs))
@@ -96,7 +104,7 @@ def main() -> None:
                    "ratio to the loop")
     markdown_row("loop: each run read whole once (nibabel)", f"{loop[0]:.2f}", "1.00",
                  f"{loop[1]:.0f}", "1.00")
-    markdown_row("fgscale convert --n-workers 2", f"{convert[0]:.2f}",
+    markdown_row(f"fgscale convert --n-workers {args.n_workers}", f"{convert[0]:.2f}",
                  f"{convert[0] / loop[0]:.2f}", f"{convert[1]:.0f}", f"{convert[1] / loop[1]:.2f}")
 
 
