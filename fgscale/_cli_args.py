@@ -285,20 +285,22 @@ def add_worker_kind_arg(p) -> None:
     kind = p.add_mutually_exclusive_group()
     kind.add_argument("--worker-processes", dest="worker_kind", action="store_const",
                       const="processes", help="LocalCluster of worker processes, each with a "
-                      "memory limit (default: threads up to 4 workers, processes beyond)")
+                      "memory limit (default for train and cv: threads up to 4 workers, "
+                      "processes beyond; for evaluate: threads)")
     kind.add_argument("--worker-threads", dest="worker_kind", action="store_const",
                       const="threads", help="LocalCluster of threads in this process, which hand "
-                      "blocks to the model without a copy (default: up to 4 workers)")
+                      "blocks to the model without a copy")
 
 
-def worker_processes(args) -> bool:
+def worker_processes(args, *, auto: bool = True) -> bool:
     """The LocalCluster's kind: the option given, else threads up to 4 workers and processes
-    beyond (``processes="auto"``; this command's main module is guarded)."""
+    beyond (``processes="auto"``; this command's main module is guarded), or threads with
+    ``auto=False`` (evaluation: full rows, which processes would send over a socket)."""
     from fgscale._cores import auto_processes, cpu_count
 
     if args.worker_kind is not None:
         return args.worker_kind == "processes"
-    return auto_processes(args.n_workers or cpu_count(), guarded=True)
+    return auto and auto_processes(args.n_workers or cpu_count(), guarded=True)
 
 
 def warn_unused_cluster_options(args) -> None:

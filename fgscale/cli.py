@@ -127,7 +127,7 @@ def _cmd_evaluate(args) -> int:
     from fgscale.reports import format_report
     from fgscale.runs import evaluate_run
 
-    with _client(args, processes=worker_processes(args)) as client:
+    with _client(args, processes=worker_processes(args, auto=False)) as client:
         report = evaluate_run(args.run, args.store, device=args.device, client=client,
                               predictions=args.predictions, progress=not args.no_progress,
                               rows=args.rows)

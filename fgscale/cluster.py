@@ -113,12 +113,12 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
         Worker processes, or worker threads in this process. Processes suit conversion and the
         bank, long batch jobs: each worker has its own memory limit, and one that dies (out of
         memory, killed) is restarted without taking this process down; they run as fast as
-        threads there. For streamed training, ``"auto"`` (what fgscale's training and
-        evaluation ask for) gives threads up to 4 workers: each (m x k) block reaches the model
-        without being serialised and sent over a socket. Beyond, it gives worker processes,
-        which stream faster there, unless they would run this program's main script again
-        (:func:`fgscale._cores.auto_processes`; the README's performance section gives the
-        figures).
+        threads there. For streamed training, ``"auto"`` (what fgscale's training asks for;
+        its evaluation asks for threads) gives threads up to 4 workers: each (m x k) block
+        reaches the model without being serialised and sent over a socket. Beyond, it gives
+        worker processes, which stream faster there, unless they would run this program's main
+        script again (:func:`fgscale._cores.auto_processes`; the README's performance section
+        gives the figures).
 
     Yields
     ------

@@ -186,8 +186,8 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     device : str, optional
         As :func:`load_run`.
     client : distributed.Client, optional
-        Default the active ``distributed`` client, else an embedded LocalCluster (as
-        :func:`train_run`'s).
+        Default the active ``distributed`` client, else an embedded LocalCluster of thread
+        workers: evaluation reads full rows, which worker processes would send over a socket.
     predictions : str or Path, optional
         Also write the per-row predictions there as CSV: ``row``, ``path``, ``volume``,
         ``label``, ``prediction``, ``proba_<class>``.
@@ -210,7 +210,7 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     check_store(clf, store)  # a store of other voxels: refused before a cluster starts
     if not isinstance(clf, FeatureGroupingClassifier):
         _check_target(RunFolder(run_dir).target(), store)
-    with get_client(client, processes="auto") as client:
+    with get_client(client, processes=False) as client:  # full rows: no socket for them
         report, table = _evaluate(clf, store, client, rows, progress=progress,
                                   hint="; --rows all (rows='all') scores every row")
     if predictions is not None:

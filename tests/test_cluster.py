@@ -479,6 +479,11 @@ def test_auto_worker_kind_of_the_command_line():
     assert kind("--n-workers", "2", "--worker-processes") is True
     with pytest.raises(SystemExit):
         kind("--worker-threads", "--worker-processes")
+    # evaluate reads full rows, which worker processes would send over a socket: threads
+    evaluate = build_parser().parse_args(["evaluate", "run", "s.zarr", "--n-workers", "16"])
+    assert worker_processes(evaluate, auto=False) is False
+    evaluate.worker_kind = "processes"
+    assert worker_processes(evaluate, auto=False) is True
 
 
 @pytest.mark.parametrize("call", [partial(get_client, processes="yes"),
