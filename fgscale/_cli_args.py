@@ -289,7 +289,8 @@ def add_worker_kind_arg(p) -> None:
                       "processes beyond; for evaluate: threads)")
     kind.add_argument("--worker-threads", dest="worker_kind", action="store_const",
                       const="threads", help="LocalCluster of threads in this process, which hand "
-                      "blocks to the model without a copy")
+                      "blocks to the model without a copy (default for train and cv up to 4 "
+                      "workers, and for evaluate)")
 
 
 def worker_processes(args, *, auto: bool = True) -> bool:
