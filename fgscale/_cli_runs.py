@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["add_runs_command", "run_rows", "runs_table"]
+__all__ = ["add_runs_command", "run_rows", "runs_table", "test_score"]
 
 _HEADER = ("run", "state", "task", "model", "test", "store")
 
@@ -35,9 +35,10 @@ def _json(path: Path):
         return None
 
 
-def _score(test: dict) -> str:
-    if not test.get("n"):
-        return "no test rows"
+def test_score(test: dict) -> str:
+    """A run's test score, named: "accuracy 0.8123", "R² of age 0.5123" ("n/a" where it is
+    undefined); what ``fgscale runs`` and ``fgscale train`` (:func:`fgscale.runs.summary_lines`)
+    say of ``final.json``'s ``test``."""
     name, key = (f"R² of {test.get('target', 'target')}", "r2") if "r2" in test else (
         "accuracy", "accuracy")
     return f"{name} " + ("n/a" if test.get(key) is None else f"{test[key]:.4f}")
@@ -50,7 +51,8 @@ def _state(run: Path) -> tuple[str, str]:
         summary = _json(final)
         if not isinstance(summary, dict) or not isinstance(summary.get("test"), dict):
             return "damaged final.json", ""
-        return "finished", _score(summary["test"])
+        test = summary["test"]
+        return "finished", test_score(test) if test.get("n") else "no test rows"
     counts = {"": 0, "refit": 0}  # the epochs of the fit (each candidate's), of the refit
     for path in run.glob("metrics*.jsonl"):
         phase = "refit" if path.name == "metrics-refit.jsonl" else ""

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from fgscale._cli_runs import test_score
 from fgscale._files import atomic_path, check_writable
 from fgscale._params import check_device, params_to_json
 from fgscale._run_folder import RunFolder
@@ -145,14 +146,11 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
     """What ``fgscale train`` says of a run's summary (``final.json``): its epochs and the
     refit's, the test score, the values chosen among candidates, the run folder and its maps."""
     test = summary["test"]
-    name = f"R² of {test.get('target', 'target')}" if "r2" in test else "accuracy"
-    score = test.get("r2", test.get("accuracy"))
-    score = "n/a" if score is None else f"{score:.4f}"
     refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
     # model="logreg" is least squares for a regressor: its linear model
     model = "linear" if "r2" in test and params["model"] == "logreg" else params["model"]
     lines = [f"trained {model}/{params['regularizer']} for {summary['epochs']} epochs"
-             f"{refit} in {summary['seconds']:.1f} s; test {name} {score} on {test['n']} rows"]
+             f"{refit} in {summary['seconds']:.1f} s; test {test_score(test)} on {test['n']} rows"]
     candidates = summary.get("candidates") or []
     if len(candidates) > 1:  # the epochs above are the chosen candidate's
         said = []
@@ -163,7 +161,7 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
         lines.append(f"chosen on the validation split among {len(candidates)} candidates: "
                      + ", ".join(said))
     maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
-    each = "one 3D map per class" if name == "accuracy" else "the target's 3D map"
+    each = "the target's 3D map" if "r2" in test else "one 3D map per class"
     lines.append(f"run folder: {summary['run']} " + (
         "(no weight maps: the CNN has none)" if maps is None else
         f"(maps: {maps}, {each} in maps/, see maps.json); fgscale report RUN draws them"))
