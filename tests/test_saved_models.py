@@ -96,6 +96,19 @@ def test_array_and_tuple_parameters_come_back_as_they_were_given(tmp_path):
         load_model(tmp_path)
 
 
+def test_an_array_of_hidden_layer_sizes_comes_back_as_an_array(tmp_path):
+    from fgscale import FeatureGroupingClassifier
+
+    X, y, _ = smooth_problem(np.random.default_rng(0), n=60)
+    clf = FeatureGroupingClassifier(model="mlp", regularizer="l2", alpha=0.01,
+                                    hidden_layer_sizes=np.array([8]), max_epochs=2,
+                                    batch_size=30, random_state=0).fit(X, y)
+    save_model(clf, tmp_path)
+    loaded = load_model(tmp_path)
+    assert isinstance(loaded.hidden_layer_sizes, np.ndarray)
+    assert _same_params(loaded.get_params(), clf.get_params())
+
+
 def _as_an_older_fgscale_saved_it(folder, mask):
     """Rewrite a save of a model fitted with a 3D boolean array mask as fgscale did before the
     array was kept in model.npz: the array as mask.nii.gz with an identity affine (it has no

@@ -296,9 +296,9 @@ def _params(doc: dict, mask_img, path: Path, arrays: dict) -> dict:
         params["mask"] = None
     if not (params.get("random_state") is None or isinstance(params["random_state"], int)):
         params["random_state"] = None  # a RandomState was saved as its repr: not restorable
+    _as_given(params, doc.get("sequences", {}), path)
     if isinstance(params.get("hidden_layer_sizes"), list):  # a save without "sequences"
         params["hidden_layer_sizes"] = tuple(params["hidden_layer_sizes"])
-    _as_given(params, doc.get("sequences", {}), path)
     try:  # the device is checked where the model is used: a GPU run loads on a CPU node
         validate_params({k: v for k, v in params.items() if k not in ("device", "mask")})
     except ValueError as exc:
