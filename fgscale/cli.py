@@ -147,43 +147,39 @@ def _cmd_predict(args) -> int:
     return 0
 
 
-def _is_complete_store(path) -> bool:
+def _complete_summary(path) -> dict | None:
+    """The summary of the complete store at ``path``; None for none there, or a damaged one."""
     from fgscale.store import StoreError, damaged_blocks, open_group_checked
 
     try:  # a damaged shard is converted again
-        return bool(open_group_checked(path).attrs.get("complete")) and not damaged_blocks(path)
+        attrs = open_group_checked(path).attrs
+        return attrs.get("summary", {}) if attrs.get("complete") and not damaged_blocks(
+            path) else None
     except StoreError:  # none there yet, or not a store: convert says which
-        return False
+        return None
 
 
 def _cmd_convert(args) -> int:
-    from fgscale.store._convert import convert
+    from fgscale.store._convert import convert, summary_line
 
     cohort = args.cohort[0] if len(args.cohort) == 1 and args.labels is None else args.cohort
     classes = args.classes.split(",") if args.classes else None
     kwargs = dict(mask=args.mask, resample=args.resample, nan=args.nan, labels=args.labels,
                   classes=classes, intersect_mask=args.intersect_mask, block_rows=args.block_rows,
-                  columns=columns_of(args),
-                  progress=not args.no_progress)
-    complete = _is_complete_store(args.out)
-    if complete or (args.scheduler is None and args.scheduler_file is None):
+                  columns=columns_of(args), progress=not args.no_progress, append=args.append)
+    before = _complete_summary(args.out)  # with --append, rows may come to a complete store
+    if (before is not None and not args.append) or (args.scheduler is None
+                                                       and args.scheduler_file is None):
         # convert sizes its own workers to the cohort, and starts none for a complete store
         store = convert(cohort, args.out, n_workers=args.n_workers, **kwargs)
     else:
         with _client(args, processes=False) as client:
             store = convert(cohort, args.out, client=client, **kwargs)
-    if complete:
+    if before is not None and store.attrs.get("summary") == before:
         print(f"{store.path}: already complete, nothing to do ({store.n_samples} rows x "
               f"{store.n_features} voxels)")
         return 0
-    s = store.attrs.get("summary", {})
-    what = (f"{len(store.classes)} classes" if store.has_labels else "a target (regression)")
-    if store.has_labels and store.target is not None:  # train picks the labels unless told
-        what += " and a target (train --task regression)"
-    print(f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, {what}, "
-          f"{s.get('bytes', 0) / 1e6:.1f} MB; {s.get('seconds', 0):.1f} s, "
-          f"{s.get('rows_per_s', 0):.1f} rows/s, {s.get('mb_per_s', 0):.1f} MB/s "
-          f"({s.get('blocks_skipped', 0)} blocks already done)")
+    print(summary_line(store))
     return 0
 
 
@@ -284,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_column_args(p, "")
     p.add_argument("--block-rows", type=positive(int), default=None,
                    help="rows per task and per shard (default: from the row size)")
+    p.add_argument("--append", action="store_true",
+                   help="--out is a converted store whose rows the table lists first: convert "
+                        "only the rows after them (default: refuse a store of other rows)")
     add_cluster_args(p)
     add_progress_arg(p)
     p.set_defaults(func=_cmd_convert)

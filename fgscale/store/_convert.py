@@ -27,9 +27,10 @@ run killed while creating it leaves no half-made store for the re-run to refuse.
 changed since the store was created (its size or modification time, :mod:`._inputs`) has the
 blocks of its rows written again, or, with a mask computed from the images, the unfinished
 store is made afresh. Different inputs (a changed label or target too) on an existing store
-are refused rather than overwritten. The NaN policy is not part of the fingerprint: a block
-written under either policy had no NaN, so after fixing a file (or choosing ``nan="zero"``)
-the re-run resumes.
+are refused rather than overwritten, except a table that lists a complete store's rows first,
+then new ones, with ``append=True`` (:mod:`._append`). The NaN policy is not part of the
+fingerprint: a block written under either policy had no NaN, so after fixing a file (or
+choosing ``nan="zero"``) the re-run resumes.
 """
 
 from __future__ import annotations
@@ -40,22 +41,15 @@ import logging
 import time
 from pathlib import Path
 
-import nibabel as nib
 import numpy as np
 
 from fgscale._files import check_writable
 from fgscale.cluster import ThreadTasks, active_client, check_count, cpu_count, get_client, run_tasks
-from fgscale.images._cohort import entry_headers, entry_name, read_cohort
-from fgscale.images._nifti import (
-    common_grid,
-    grid_mismatch,
-    load_img,
-    load_mask,
-    nonzero_voxels,
-    same_grid,
-    space_codes,
-)
+from fgscale.images._cohort import entry_headers, read_cohort
+from fgscale.images._nifti import load_img, space_codes
 from fgscale.images._volumes import iter_volumes
+from fgscale.store._append import append_rows, check_append
+from fgscale.store._grid import check_covered, final_mask, target_grid
 from fgscale.store._inputs import (
     changed,
     check_inputs,
@@ -77,48 +71,6 @@ from fgscale.store._reader import Store, open_group_checked, open_store
 from fgscale.store._shards import StoreError, resumable_write
 
 log = logging.getLogger(__name__)
-
-# ---------------------------------------------------------------- grid and mask
-
-def _target_grid(entries, headers, mask_img, resample):
-    """Grid (shape, affine) of the store, and whether images must be resampled."""
-    # without resampling, the grid most images share: the odd file is the one named
-    common, most = common_grid(headers) if resample is None else (0, 0)
-    reference = mask_img if mask_img is not None else headers[common]
-    if resample is None or resample == "mask":
-        if resample == "mask" and mask_img is None:
-            raise ValueError("resample='mask' needs a mask image")
-        grid = (tuple(reference.shape[:3]), reference.affine)
-        if resample is None:
-            for e, img in zip(entries, headers, strict=True):
-                if not same_grid(img.shape, img.affine, grid):
-                    raise ValueError(grid_mismatch(
-                        entry_name(e), img.shape, img.affine, grid,
-                        "mask" if mask_img is not None else "majority",
-                        " (--resample mask for fgscale convert, resample='mask' in Python, "
-                        "resamples the images to the mask's grid)" if mask_img is not None else
-                        f" ({most} of {len(headers)} images, e.g. {entries[common]['path']}; "
-                        "--resample MM for fgscale convert, resample=MM in Python, resamples "
-                        "every image to that voxel size)"))
-        return grid, resample == "mask"
-    # nibabel.processing imports scipy.ndimage, a tenth of a second that a conversion without
-    # resampling (most) should not pay: it is imported where resampling happens.
-    from nibabel.processing import vox2out_vox
-
-    mm = float(resample)
-    if not mm > 0:
-        raise ValueError(f"resample must be a positive voxel size in mm or 'mask', got {resample}")
-    shape, affine = vox2out_vox((reference.shape[:3], reference.affine), (mm, mm, mm))
-    return (tuple(int(s) for s in shape), affine), True
-
-
-def _mask_block(sources, grid, resampled: bool) -> np.ndarray:
-    """Dask task: voxels finite and non-zero in every given volume, shape grid_shape, bool."""
-    mask = np.ones(grid[0], bool)
-    for (path, volume, _), vol in zip(sources, iter_volumes(sources, grid, resampled),
-                                      strict=True):
-        mask &= nonzero_voxels(f"{path} (volume {volume})", vol, "give --mask")
-    return mask
 
 
 @functools.lru_cache(maxsize=4)
@@ -193,7 +145,7 @@ def _block_rows(n_rows: int, n_features: int, client) -> int:
 def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels=None,
             classes=None, columns=None, intersect_mask: bool = False, client=None,
             n_workers: int | None = None, block_rows: int | None = None,
-            progress: bool = True) -> Store:
+            progress: bool = True, append: bool = False) -> Store:
     """Convert a NIfTI cohort into a complete fgscale store (resumable).
 
     Parameters
@@ -231,6 +183,11 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         Rows per task and per shard of ``X``. Default: about 64 MiB of rows, fewer when that
         would give the client's worker threads fewer than about 4 tasks each (not below 4 MiB).
     progress : bool
+    append : bool, default=False
+        Whether a complete store whose rows the table lists first, then others (new
+        subjects), takes the new rows: only they are read and converted, and the store's rows
+        keep their place (:mod:`fgscale.store._append` says what must hold). Default: such a
+        store is refused, as any store of other inputs.
 
     Returns
     -------
@@ -260,7 +217,7 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     has_labels = any(e["label"] for e in entries)  # a table without a label column has none
     targets = None if entries[0]["target"] is None else [e["target"] for e, _ in per_row]
     mask_img = None if mask is None else load_img(mask)
-    grid, resampled = _target_grid(entries, headers, mask_img, resample)
+    grid, resampled = target_grid(entries, headers, mask_img, resample)
     grid = (tuple(grid[0]), np.asarray(grid[1]).tolist())
     fingerprint = input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
 
@@ -270,10 +227,20 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     if out.is_dir() and not (out / "zarr.json").is_file():  # never written into, nor removed
         raise StoreError(f"{out}: a folder that is not a store; choose another --out (a new "
                          "path, or an empty folder)")
+    n_old = None  # with an append: the rows the store held
     if out.exists():
         g = open_group_checked(out, "r+")
         made = g.attrs.get("params", {}).get("fingerprint")
-        if made != fingerprint and made is not None and not g.attrs.get("complete"):
+        pending = g.attrs.get("appending")
+        if pending and pending["to"] != fingerprint:  # its old rows must not be removed
+            raise StoreError(f"{out}: an append to it was interrupted; finish it first: re-run "
+                             "that command (the same table, with --append)")
+        if append and (made != fingerprint or pending):
+            n_old = check_append(out, g, rows=rows, targets=targets, counts=counts, stats=stats,
+                                 mask=mask, resample=resample, block_rows=block_rows,
+                                 intersect_mask=intersect_mask, nan=nan, classes=classes,
+                                 grid=grid)
+        elif made != fingerprint and made is not None and not g.attrs.get("complete"):
             # an unfinished conversion of other inputs (the command failed, the cohort was then
             # corrected): its blocks can serve nothing, and keeping it would block the command
             log.warning("%s: an unfinished conversion of other inputs%s is there; starting "
@@ -281,47 +248,60 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
             remove_aside(out)
             g = None
         elif made != fingerprint:
+            more = len(rows) > g["X"].shape[0]
             raise StoreError(f"{out}: exists and was made from other inputs or arguments"
                              f"{changed(g, rows, targets, describe(mask), resample)}; remove "
-                             "it or choose another --out")
+                             "it or choose another --out" + (
+                                 ", or add --append (append=True) to convert only the rows "
+                                 "listed after the store's" if more else ""))
         # shards deleted or truncated since they were written are written again; then files
         # changed since: a reopened block would otherwise be read from them beside the others
         complete = g is not None and not reopen_damaged(out) and g.attrs.get("complete")
-        if g is not None and not check_inputs(out, g, stats, paths, counts,
-                                              mask is None or intersect_mask, complete):
+        if n_old is None and g is not None and not check_inputs(
+                out, g, stats, paths, counts, mask is None or intersect_mask, complete):
             remove_aside(out)
             g = None
-        if g is not None and complete:
+        if n_old is None and g is not None and complete:
             log.info("%s is already complete; nothing to do", out)
             return open_store(out)
         if g is not None:
-            log.info("resuming the conversion into %s", out)
+            log.info("%s into %s", "appending rows" if n_old is not None else
+                     "resuming the conversion", out)
     # each row's file, volume and the file's volumes (read_volumes reads whole files at once)
     sources = [(r[0], r[1], n) for r, n in zip(rows, [n for n in counts for _ in range(n)],
                                                strict=True)]
-    with _workers(client, n_workers, len(rows) * int(np.prod(grid[0])) * 4) as c:
+    n_to_read = len(rows) - (n_old or 0)
+    with _workers(client, n_workers, n_to_read * int(np.prod(grid[0])) * 4) as c:
+        params = {"fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),
+                  "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
+                  "n_files": len(entries)}
         if g is None:
-            store_mask = _final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
-                                     progress)
+            store_mask = final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
+                                    progress)
             if block_rows is None:
                 block_rows = _block_rows(len(rows), int(store_mask.sum()), c)
             names, y = None, None
             if has_labels:
                 names = list(classes) if classes is not None else sorted({r[2] for r in rows})
                 y = np.array([names.index(r[2]) for r in rows])
-            synthetic = is_synthetic(cohort)
             g = create_whole(
                 out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),
                 y=y, classes=names, target=targets, source=[r[0] for r in rows],
                 volume=[r[1] for r in rows], groups=[r[3] for r in rows],
                 split=[r[4] for r in rows], block_rows=block_rows, extra={"inputs": stats},
                 # the table's column of the target (--target-column), which scores name
-                attrs={"synthetic": synthetic, "target_name": None if targets is None else (
-                    (columns or {}).get("target") or "target"), "params": {
-                    "fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),
-                    "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
-                    "n_files": len(entries)},
-                    "space_codes": space_codes(load_img(headers[0].path))})  # of its first image
+                attrs={"synthetic": is_synthetic(cohort), "target_name": None if targets is None
+                       else ((columns or {}).get("target") or "target"), "params": params,
+                       "space_codes": space_codes(load_img(headers[0].path))})  # its first's
+        elif n_old is not None:
+            if mask is None or intersect_mask:  # before the store changes
+                check_covered(c, g["mask"][:], sources[n_old:], grid, resampled, progress, out)
+            if made != fingerprint:
+                append_rows(g, n_old=n_old, rows=rows, targets=targets, stats=stats,
+                            fingerprint=fingerprint, params=params,
+                            synthetic=is_synthetic(cohort))
+            # files changed since the append began: their blocks are written again
+            check_inputs(out, g, stats, paths, counts, False, False)
         n_rows, step = len(rows), g.attrs["block_rows"]
         done = g["done"][:]
         # by the place of a block's first row in its run, then in the store: while one thread
@@ -352,10 +332,27 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
                "task_seconds": round(sum(r["seconds"] for r in results), 3),
                "mb_per_s": round(written / 1e6 / max(seconds, 1e-9), 2),
                "rows_per_s": round(sum(r["rows"] for r in results) / max(seconds, 1e-9), 2)}
-    mark_complete(out, summary=summary)
+    if n_old is not None:
+        summary["rows_appended"] = n_rows - n_old
+    # the append's record goes in the same write as the flag: complete, nothing is pending
+    mark_complete(out, summary=summary, **({} if n_old is None else {"appending": None}))
     log.info("converted %d rows x %d voxels (%.1f MB) in %.1f s", n_rows, n_features,
              summary["bytes"] / 1e6, seconds)
     return open_store(out)
+
+
+def summary_line(store: Store) -> str:
+    """What ``fgscale convert`` says of the store it wrote: its size, what it holds to learn,
+    and the conversion's speed."""
+    s = store.attrs.get("summary", {})
+    what = (f"{len(store.classes)} classes" if store.has_labels else "a target (regression)")
+    if store.has_labels and store.target is not None:  # train picks the labels unless told
+        what += " and a target (train --task regression)"
+    appended = f", {s['rows_appended']} rows appended" if "rows_appended" in s else ""
+    return (f"{store.path}: {store.n_samples} rows x {store.n_features} voxels, {what}, "
+            f"{s.get('bytes', 0) / 1e6:.1f} MB; {s.get('seconds', 0):.1f} s, "
+            f"{s.get('rows_per_s', 0):.1f} rows/s, {s.get('mb_per_s', 0):.1f} MB/s "
+            f"({s.get('blocks_skipped', 0)} blocks already done{appended})")
 
 
 def _workers(client, n_workers: int | None, voxel_bytes: int):
@@ -375,32 +372,6 @@ def _workers(client, n_workers: int | None, voxel_bytes: int):
                  "cluster started)", n, voxel_bytes / 1e6)
         return ThreadTasks(n)
     return get_client(client, n_workers=n_workers, processes=False)
-
-
-def _final_mask(client, mask_img, sources, grid, resampled, intersect, progress) -> np.ndarray:
-    """The store's mask: given (put on the grid), computed from the data, or both intersected."""
-    given = None
-    if mask_img is not None:
-        given, affine = load_mask(mask_img)
-        if not same_grid(given.shape, affine, grid):
-            from nibabel.processing import resample_from_to  # see _target_grid
-
-            img = nib.Nifti1Image(given.astype(np.float32), affine)
-            given = resample_from_to(img, grid, order=0).get_fdata() > 0.5
-            if not given.any():
-                raise ValueError(f"{describe(mask_img)}: the mask is empty on the target grid")
-        if not intersect:
-            return given
-    step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
-    parts = [sources[i:i + step] for i in range(0, len(sources), step)]
-    partial = run_tasks(client, _mask_block, [(p, grid, resampled) for p in parts],
-                        progress=progress, desc="mask", unit="blocks")
-    computed = np.logical_and.reduce(partial)
-    final = computed if given is None else computed & given
-    if not final.any():
-        raise ValueError("the mask is empty: no voxel is finite and non-zero in every image"
-                         + (" and inside the given mask" if given is not None else ""))
-    return final
 
 
 def _n_rows(header) -> int:

@@ -1,0 +1,122 @@
+"""The grid and the mask of a store converted from images: the grid the images share (or the
+mask's, or a resampled one), and the mask given, computed from the images by Dask tasks as
+"finite and non-zero in every image", or both intersected; and, for an append
+(:mod:`fgscale.store._append`), whether new images keep a computed mask whole.
+"""
+
+from __future__ import annotations
+
+import nibabel as nib
+import numpy as np
+
+from fgscale.cluster import run_tasks
+from fgscale.images._cohort import entry_name
+from fgscale.images._nifti import common_grid, grid_mismatch, load_mask, nonzero_voxels, same_grid
+from fgscale.images._volumes import iter_volumes
+from fgscale.store._inputs import describe
+from fgscale.store._shards import StoreError
+
+__all__ = ["check_covered", "final_mask", "target_grid"]
+
+
+def target_grid(entries, headers, mask_img, resample):
+    """Grid (shape, affine) of the store, and whether images must be resampled."""
+    # without resampling, the grid most images share: the odd file is the one named
+    common, most = common_grid(headers) if resample is None else (0, 0)
+    reference = mask_img if mask_img is not None else headers[common]
+    if resample is None or resample == "mask":
+        if resample == "mask" and mask_img is None:
+            raise ValueError("resample='mask' needs a mask image")
+        grid = (tuple(reference.shape[:3]), reference.affine)
+        if resample is None:
+            for e, img in zip(entries, headers, strict=True):
+                if not same_grid(img.shape, img.affine, grid):
+                    raise ValueError(grid_mismatch(
+                        entry_name(e), img.shape, img.affine, grid,
+                        "mask" if mask_img is not None else "majority",
+                        " (--resample mask for fgscale convert, resample='mask' in Python, "
+                        "resamples the images to the mask's grid)" if mask_img is not None else
+                        f" ({most} of {len(headers)} images, e.g. {entries[common]['path']}; "
+                        "--resample MM for fgscale convert, resample=MM in Python, resamples "
+                        "every image to that voxel size)"))
+        return grid, resample == "mask"
+    # nibabel.processing imports scipy.ndimage, a tenth of a second that a conversion without
+    # resampling (most) should not pay: it is imported where resampling happens.
+    from nibabel.processing import vox2out_vox
+
+    mm = float(resample)
+    if not mm > 0:
+        raise ValueError(f"resample must be a positive voxel size in mm or 'mask', got {resample}")
+    shape, affine = vox2out_vox((reference.shape[:3], reference.affine), (mm, mm, mm))
+    return (tuple(int(s) for s in shape), affine), True
+
+
+def _mask_block(sources, grid, resampled: bool) -> np.ndarray:
+    """Dask task: voxels finite and non-zero in every given volume, shape grid_shape, bool."""
+    mask = np.ones(grid[0], bool)
+    for (path, volume, _), vol in zip(sources, iter_volumes(sources, grid, resampled),
+                                      strict=True):
+        mask &= nonzero_voxels(f"{path} (volume {volume})", vol, "give --mask")
+    return mask
+
+
+def final_mask(client, mask_img, sources, grid, resampled, intersect, progress) -> np.ndarray:
+    """The store's mask: given (put on the grid), computed from the data, or both intersected."""
+    given = None
+    if mask_img is not None:
+        given, affine = load_mask(mask_img)
+        if not same_grid(given.shape, affine, grid):
+            from nibabel.processing import resample_from_to  # see target_grid
+
+            img = nib.Nifti1Image(given.astype(np.float32), affine)
+            given = resample_from_to(img, grid, order=0).get_fdata() > 0.5
+            if not given.any():
+                raise ValueError(f"{describe(mask_img)}: the mask is empty on the target grid")
+        if not intersect:
+            return given
+    step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
+    parts = [sources[i:i + step] for i in range(0, len(sources), step)]
+    partial = run_tasks(client, _mask_block, [(p, grid, resampled) for p in parts],
+                        progress=progress, desc="mask", unit="blocks")
+    computed = np.logical_and.reduce(partial)
+    final = computed if given is None else computed & given
+    if not final.any():
+        raise ValueError("the mask is empty: no voxel is finite and non-zero in every image"
+                         + (" and inside the given mask" if given is not None else ""))
+    return final
+
+
+
+def _uncovered_block(sources, grid, resampled: bool, mask: np.ndarray) -> list:
+    """Dask task: the volumes zero or not finite somewhere inside ``mask``, as (path, volume,
+    voxels) triples."""
+    found = []
+    for (path, volume, _), vol in zip(sources, iter_volumes(sources, grid, resampled),
+                                      strict=True):
+        inside = vol[mask]
+        bad = int(np.count_nonzero(~(np.isfinite(inside) & (inside != 0))))
+        if bad:
+            found.append((path, int(volume), bad))
+    return found
+
+
+def check_covered(client, mask: np.ndarray, sources, grid, resampled, progress, out) -> None:
+    """Refuse new images that a mask computed from a store's images does not fit: where one is
+    zero or not finite inside it, a conversion of the whole table would compute a smaller mask,
+    so the store grown with them would not be the one its table gives."""
+    step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
+    parts = [sources[i:i + step] for i in range(0, len(sources), step)]
+    found = [t for part in run_tasks(client, _uncovered_block,
+                                     [(p, grid, resampled, mask) for p in parts],
+                                     progress=progress, desc="mask check", unit="blocks")
+             for t in part]
+    if found:  # the first in the table's order, whichever task ended first
+        order = {(path, volume): i for i, (path, volume, _) in enumerate(sources)}
+        found.sort(key=lambda t: order[t[:2]])
+        path, volume, n = found[0]
+        others = f", and {len(found) - 1} other new image(s)" if len(found) > 1 else ""
+        raise StoreError(f"{out}: {path} (volume {volume}) is zero or not finite at {n} voxel(s) "
+                         f"of the store's mask{others}; that mask was computed from the images, "
+                         "and the whole table would give a smaller one: convert the table afresh "
+                         "into another --out (with --mask, to keep one mask); nothing was "
+                         "changed")
