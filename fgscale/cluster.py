@@ -18,13 +18,13 @@ import logging
 import sys
 import time
 import warnings
-import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fgscale._cores import auto_processes, check_count, check_processes, cpu_count  # noqa: F401
+from fgscale._dashboard import dashboard_link, log_dashboard
 from fgscale._joined import PausedWatch, SchedulerLost, WorkersPaused
 from fgscale._progress import tqdm
 
@@ -46,33 +46,6 @@ __all__ = ["SchedulerLost", "ThreadTasks", "active_client", "check_count", "conn
 # Our workers run one array-heavy task at a time, so glibc's defaults suit them; None unsets the
 # variable. Workers started by hand get the same through cluster/dask-config/fgscale.yaml.
 _WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
-
-# The clients whose dashboard link was printed: calls nest (train_run -> fit -> bank) and a
-# notebook fits many times on one client, so the link is printed once per client, not per call.
-_ANNOUNCED: weakref.WeakSet = weakref.WeakSet()
-
-
-def dashboard_link(client: Client) -> str | None:
-    """The client's dashboard URL, or None when the scheduler serves no dashboard.
-
-    For a scheduler in this process, the address its dashboard is bound to: distributed's own
-    link names the machine's network address, where the embedded cluster does not listen.
-    """
-    try:
-        link = client.dashboard_link
-    except (KeyError, AttributeError):  # dashboard disabled: no "dashboard" service
-        return None
-    scheduler = getattr(getattr(client, "cluster", None), "scheduler", None)
-    sockets = getattr(getattr(scheduler, "http_server", None), "_sockets", None) or {}
-    for sock in list(sockets.values()):
-        try:
-            host, port = sock.getsockname()[:2]
-        except OSError:  # closed: the cluster is shutting down
-            continue
-        if host in ("127.0.0.1", "::1"):
-            return f"http://{'[::1]' if host == '::1' else host}:{port}/status"
-    return link
-
 
 def active_client() -> Client | None:
     """The ``distributed`` default client of this process (``with Client(...):``), if any."""
@@ -132,12 +105,12 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
     """
     check_processes(processes)
     if client is not None:
-        _log_dashboard(client, "using the given Dask client")
+        log_dashboard(client, "using the given Dask client")
         yield client
         return
     active = active_client()
     if active is not None:
-        _log_dashboard(active, "using the active Dask client")
+        log_dashboard(active, "using the active Dask client")
         yield active
         return
     if _DEFERRED:
@@ -218,7 +191,7 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
                                worker_dashboard_address="127.0.0.1:0")
     with cluster, Client(cluster, set_as_default=False) as local:
         kind = "worker process(es)" if processes else "in-process worker(s)"
-        _log_dashboard(local, f"started a local Dask cluster of {n_workers} {kind} "
+        log_dashboard(local, f"started a local Dask cluster of {n_workers} {kind} "
                               f"x {threads_per_worker} thread(s)")
         try:
             yield local
@@ -303,7 +276,7 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
                               f"s ({type(exc).__name__}: {reason}); is it running, and is "
                               "this its address?") from None
     with joined, PausedWatch(joined, target) as watch:
-        _log_dashboard(joined, f"joined the Dask cluster at {target}")
+        log_dashboard(joined, f"joined the Dask cluster at {target}")
         try:
             yield joined
         except Exception as exc:
@@ -402,17 +375,3 @@ def run_tasks(client: Client | ThreadTasks, func, args_list, *, progress: bool =
             for future in futures:  # the cluster would be closed under it (tracebacks)
                 future.release()
     return results
-
-
-def _log_dashboard(client: Client, what: str) -> None:
-    """Log how the client came, and print its dashboard link the first time it comes.
-
-    Printed rather than logged: a user who calls ``fit`` on a store in a notebook sees no INFO
-    log, and that link is the only view of a fit that streams for minutes (stderr, so that a
-    command's stdout, such as ``fgscale evaluate --json``, stays parseable).
-    """
-    link = dashboard_link(client)
-    log.info("%s; dashboard: %s", what, link or "none")
-    if link is not None and client not in _ANNOUNCED:
-        _ANNOUNCED.add(client)
-        print(f"Dask dashboard: {link}", file=sys.stderr, flush=True)

@@ -60,6 +60,43 @@ def test_join_by_address_and_by_scheduler_file(client, tmp_path):
         assert joined.scheduler.address == client.scheduler.address
 
 
+@pytest.mark.parametrize("dashboard", [True, False])
+def test_a_joined_schedulers_link_is_printed_only_where_a_dashboard_answers(tmp_path, capsys,
+                                                                          dashboard):
+    """``dask scheduler --no-dashboard`` still names a dashboard port among its services and
+    serves its health and metrics routes there, but no dashboard: no link for it. A scheduler
+    with one gets its link, printed once for the client, however many calls use it."""
+    import socket
+    import time
+
+    with socket.socket() as sock:  # a free port, for a scheduler of its own
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    scheduler_file = tmp_path / "scheduler.json"
+    proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
+                             "--host", "127.0.0.1", "--scheduler-file", str(scheduler_file),
+                             "--dashboard-address", f"127.0.0.1:{port}",
+                             *([] if dashboard else ["--no-dashboard"])],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with connect(scheduler_file=scheduler_file) as joined:
+            with get_client(joined), get_client(joined):
+                pass
+            link = dashboard_link(joined)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    err = capsys.readouterr().err
+    if dashboard:
+        assert link == f"http://127.0.0.1:{port}/status"
+        assert err.count("Dask dashboard: ") == 1 and f"Dask dashboard: {link}" in err
+    else:
+        assert link is None and "Dask dashboard" not in err
+
+
 @dashboard_port_may_be_taken
 def test_embedded_local_cluster_is_closed_on_exit():
     with get_client(n_workers=1, memory_limit="1GiB") as local:
