@@ -51,6 +51,13 @@ def target_grid(entries, headers, mask_img, resample):
     return (tuple(int(s) for s in shape), affine), True
 
 
+def _parts(sources, client) -> list:
+    """``sources`` in about 4 consecutive parts per worker, a task each: a 4D file's volumes
+    stay together, and every worker gets a share."""
+    step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
+    return [sources[i:i + step] for i in range(0, len(sources), step)]
+
+
 def _mask_block(sources, grid, resampled: bool) -> np.ndarray:
     """Dask task: voxels finite and non-zero in every given volume, shape grid_shape, bool."""
     mask = np.ones(grid[0], bool)
@@ -74,9 +81,8 @@ def final_mask(client, mask_img, sources, grid, resampled, intersect, progress) 
                 raise ValueError(f"{describe(mask_img)}: the mask is empty on the target grid")
         if not intersect:
             return given
-    step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
-    parts = [sources[i:i + step] for i in range(0, len(sources), step)]
-    partial = run_tasks(client, _mask_block, [(p, grid, resampled) for p in parts],
+    partial = run_tasks(client, _mask_block,
+                        [(p, grid, resampled) for p in _parts(sources, client)],
                         progress=progress, desc="mask", unit="blocks")
     computed = np.logical_and.reduce(partial)
     final = computed if given is None else computed & given
@@ -84,7 +90,6 @@ def final_mask(client, mask_img, sources, grid, resampled, intersect, progress) 
         raise ValueError("the mask is empty: no voxel is finite and non-zero in every image"
                          + (" and inside the given mask" if given is not None else ""))
     return final
-
 
 
 def _uncovered_block(sources, grid, resampled: bool, mask: np.ndarray) -> list:
@@ -104,12 +109,9 @@ def check_covered(client, mask: np.ndarray, sources, grid, resampled, progress, 
     """Refuse new images that a mask computed from a store's images does not fit: where one is
     zero or not finite inside it, a conversion of the whole table would compute a smaller mask,
     so the store grown with them would not be the one its table gives."""
-    step = max(1, len(sources) // (4 * max(1, len(client.nthreads()))))
-    parts = [sources[i:i + step] for i in range(0, len(sources), step)]
-    found = [t for part in run_tasks(client, _uncovered_block,
-                                     [(p, grid, resampled, mask) for p in parts],
-                                     progress=progress, desc="mask check", unit="blocks")
-             for t in part]
+    args = [(p, grid, resampled, mask) for p in _parts(sources, client)]
+    found = [t for part in run_tasks(client, _uncovered_block, args, progress=progress,
+                                     desc="mask check", unit="blocks") for t in part]
     if found:  # the first in the table's order, whichever task ended first
         order = {(path, volume): i for i, (path, volume, _) in enumerate(sources)}
         found.sort(key=lambda t: order[t[:2]])
