@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from fgscale.store._inputs import changed, describe, input_fingerprint
-from fgscale.store._layout import _str_array
+from fgscale.store._records import row_records, target_array
 from fgscale.store._shards import StoreError
 
 __all__ = ["append_rows", "check_append"]
@@ -127,14 +127,12 @@ def append_rows(g, *, n_old: int, rows, targets, stats, fingerprint: str, params
     if n_old % step:  # the store's last shard was partial: it takes the first new rows
         g["done"][n_old // step] = 0
     held = g["classes"][:].tolist()
-    arrays = {"source": _str_array([r[0] for r in rows], n, "source"),
-              "volume": np.array([r[1] for r in rows], np.int32),
-              "group": _str_array([r[3] for r in rows], n, "groups"),
-              "split": _str_array([r[4] for r in rows], n, "split")}
+    arrays = row_records(n, source=[r[0] for r in rows], volume=[r[1] for r in rows],
+                         groups=[r[3] for r in rows], split=[r[4] for r in rows])
     if held:
         arrays["y"] = np.array([held.index(r[2]) for r in rows], np.int32)
     if targets is not None:
-        arrays["target"] = np.asarray(targets, np.float64)
+        arrays["target"] = target_array(targets, n)
     if "inputs" in g:  # the store's files keep their record (unchanged: check_append)
         old = g["inputs"][:]
         arrays["inputs"] = np.concatenate([old[:min(len(old), len(stats))],

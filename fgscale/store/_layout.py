@@ -67,6 +67,7 @@ import numpy as np
 import zarr
 
 from fgscale.store._reader import FORMAT_VERSION, Store, open_group_checked, open_store
+from fgscale.store._records import labels_array, row_records, target_array
 from fgscale.store._shards import ShardRowReader, StoreError
 
 __all__ = ["block_range", "create_store", "create_whole", "damaged_blocks", "default_block_rows",
@@ -82,56 +83,6 @@ _MAX_BLOCK_ROWS = 1024
 def default_block_rows(n_features: int) -> int:
     """Rows per shard of ``X`` (and per conversion task): about 64 MiB, at most 1024 rows."""
     return int(np.clip(_TARGET_SHARD_BYTES // (4 * max(n_features, 1)), 1, _MAX_BLOCK_ROWS))
-
-
-def _str_array(values, n: int | None, name: str) -> np.ndarray:
-    # Variable-length strings: the one string type with a Zarr v3 specification.
-    if values is None:
-        values = [""] * n
-    out = np.asarray(values).astype(str).astype(np.dtypes.StringDType())
-    if n is None:
-        return out
-    if out.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},), got {out.shape}")
-    return out
-
-
-def _labels(y, classes, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``y`` as int32 class indices into ``classes``, checked; both None: no class labels, written
-    as ``y`` all 0 and ``classes`` empty, so that every store has the same arrays."""
-    if y is None:
-        if classes is not None and len(classes):
-            raise ValueError("classes were given without y; give both, or neither for a store "
-                             "without class labels")
-        return np.zeros(n, np.int32), _str_array([], None, "classes")
-    if classes is None:
-        raise ValueError("y was given without classes; give both, or neither for a store "
-                         "without class labels")
-    y = np.asarray(y)
-    classes = _str_array(classes, None, "classes")
-    if y.shape != (n,):
-        raise ValueError(f"y must have shape ({n},), got {y.shape}")
-    if n and (y.min() < 0 or y.max() >= len(classes)):
-        raise ValueError(f"y must hold class indices in [0, {len(classes)}), "
-                         f"got {y.min()}..{y.max()}")
-    return y.astype(np.int32), classes
-
-
-def _target_array(target, n: int) -> np.ndarray | None:
-    """``target`` as float64 of shape (n,), checked finite; None stays None."""
-    if target is None:
-        return None
-    try:
-        out = np.asarray(target, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError("target must hold numbers") from None
-    if out.shape != (n,):
-        raise ValueError(f"target must have shape ({n},), got {out.shape}")
-    bad = np.flatnonzero(~np.isfinite(out))
-    if bad.size:
-        raise ValueError(f"target must be finite, got {out[bad[0]]} at row {bad[0]} "
-                         f"({bad.size} non-finite)")
-    return out
 
 
 def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, y=None,
@@ -176,13 +127,9 @@ def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, 
     affine = np.asarray(affine, dtype=np.float64)
     if affine.shape != (4, 4):
         raise ValueError(f"affine must have shape (4, 4), got {affine.shape}")
-    y, classes = _labels(y, classes, n_samples)
-    target = _target_array(target, n_samples)
-    split = _str_array(split, n_samples, "split")
-    bad = sorted(set(split) - {"train", "test", ""})
-    if bad:
-        raise ValueError(f"split values must be 'train', 'test' or '', got {bad[:5]}")
-    volume = np.zeros(n_samples, np.int32) if volume is None else np.asarray(volume, np.int32)
+    y, classes = labels_array(y, classes, n_samples)
+    target = target_array(target, n_samples)
+    records = row_records(n_samples, source=source, volume=volume, groups=groups, split=split)
     block_rows = int(block_rows or default_block_rows(n_features))
     n_blocks = -(-n_samples // block_rows)
 
@@ -190,12 +137,8 @@ def create_store(path, *, n_samples: int, mask: np.ndarray, affine: np.ndarray, 
     g.create_array("X", shape=(n_samples, n_features), dtype="float32",
                    chunks=(1, n_features), shards=(block_rows, n_features),
                    compressors=None, fill_value=0.0)
-    small = {
-        "y": y, "classes": classes, "mask": mask, "affine": affine,
-        "source": _str_array(source, n_samples, "source"), "volume": volume,
-        "group": _str_array(groups, n_samples, "groups"), "split": split,
-        "done": np.zeros(n_blocks, np.uint8),
-    }
+    small = {"y": y, "classes": classes, "mask": mask, "affine": affine, **records,
+             "done": np.zeros(n_blocks, np.uint8)}
     if target is not None:
         small["target"] = target
     small.update(extra or {})
