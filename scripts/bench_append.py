@@ -23,22 +23,17 @@ import shutil
 import sys
 
 import numpy as np
-from benchlib import markdown_row, markdown_table, parse_args, run_monitored, scratch_dir
+from benchlib import (
+    best_monitored,
+    markdown_row,
+    markdown_table,
+    parse_args,
+    run_monitored,
+    scratch_dir,
+)
 
 from fgscale.images import make_cohort
 from fgscale.store import open_store
-
-
-def measure(cmd: list[str], repeat: int, before=lambda: None) -> tuple[float, float]:
-    """Best wall seconds of ``repeat`` runs of ``cmd`` (``before`` called, untimed, before
-    each) and its peak memory (MB, the command's process plus its children at their peaks)."""
-    best, peak = None, 0.0
-    for _ in range(repeat):
-        before()
-        seconds, info = run_monitored(cmd)
-        best = seconds if best is None else min(best, seconds)
-        peak = max(peak, sum(mb for _, mb in info["peaks_mb"].values()))
-    return best, peak
 
 
 def main() -> None:
@@ -71,9 +66,9 @@ def main() -> None:
             shutil.rmtree(grown, ignore_errors=True)
             shutil.copytree(base, grown)
 
-        whole = measure(convert(table, fresh), args.repeat,
+        whole = best_monitored(convert(table, fresh), args.repeat,
                         lambda: shutil.rmtree(fresh, ignore_errors=True))
-        append = measure(convert(table, grown, "--append"), args.repeat, copy_base)
+        append = best_monitored(convert(table, grown, "--append"), args.repeat, copy_base)
         a, b = open_store(grown), open_store(fresh)
         equal = (np.array_equal(a.X[:], b.X[:]) and np.array_equal(a.y, b.y)
                  and np.array_equal(a.mask, b.mask) and list(a.source) == list(b.source))

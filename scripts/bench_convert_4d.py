@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
-from benchlib import markdown_row, markdown_table, parse_args, run_monitored, scratch_dir
+from benchlib import best_monitored, markdown_row, markdown_table, parse_args, scratch_dir
 
 GRID = (91, 109, 91)
 LOOP = """
@@ -60,17 +60,6 @@ def write_runs(folder: Path, n_runs: int, volumes: int, grid) -> list[Path]:
     return paths
 
 
-def measure(cmd: list[str], repeat: int) -> tuple[float, float]:
-    """Best wall seconds of ``repeat`` runs of ``cmd`` and its peak memory (MB, the command's
-    process plus its children at their peaks)."""
-    best, peak = None, 0.0
-    for _ in range(repeat):
-        seconds, info = run_monitored(cmd)
-        best = seconds if best is None else min(best, seconds)
-        peak = max(peak, sum(mb for _, mb in info["peaks_mb"].values()))
-    return best, peak
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-runs", type=int, default=4)
@@ -85,19 +74,14 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         paths = write_runs(folder, args.n_runs, args.volumes, grid)
         mb = sum(p.stat().st_size for p in paths) / 1e6
-        loop = measure([sys.executable, "-c", LOOP, str(folder / "mask.nii.gz"),
-                        *map(str, paths)], args.repeat)
+        loop = best_monitored([sys.executable, "-c", LOOP, str(folder / "mask.nii.gz"),
+                               *map(str, paths)], args.repeat)
         store = folder / "s.zarr"
-
-        def command():
-            shutil.rmtree(store, ignore_errors=True)
-            return [sys.executable, "-m", "fgscale", "convert", str(folder / "cohort.csv"),
-                    "--out", str(store), "--mask", str(folder / "mask.nii.gz"),
-                    "--block-rows", str(args.block_rows), "--n-workers", str(args.n_workers),
-                    "--no-progress"]
-
-        runs = [measure(command(), 1) for _ in range(args.repeat)]
-        convert = (min(r[0] for r in runs), max(r[1] for r in runs))
+        convert = best_monitored(
+            [sys.executable, "-m", "fgscale", "convert", str(folder / "cohort.csv"), "--out",
+             str(store), "--mask", str(folder / "mask.nii.gz"), "--block-rows",
+             str(args.block_rows), "--n-workers", str(args.n_workers), "--no-progress"],
+            args.repeat, lambda: shutil.rmtree(store, ignore_errors=True))
     print(f"SYNTHETIC: {args.n_runs} runs of {args.volumes} volumes on a {grid} grid, "
           f"{mb:.0f} MB of .nii.gz; blocks of {args.block_rows} rows\n")
     markdown_table("what", "seconds", "ratio to the loop", "peak memory (MB)",

@@ -184,6 +184,20 @@ def run_monitored(cmd: list[str], *, interval: float = 0.1, **kwargs) -> tuple[f
                                                     for pid, (role, kib) in peaks.items()}}
 
 
+def best_monitored(cmd: list[str], repeat: int, before: Callable = lambda: None
+                   ) -> tuple[float, float]:
+    """Best wall seconds of ``repeat`` runs of ``cmd`` (:func:`run_monitored`; ``before`` is
+    called, untimed, before each) and its peak memory over them (MB: the command's process plus
+    its children at their peaks)."""
+    best, peak = None, 0.0
+    for _ in range(repeat):
+        before()
+        seconds, info = run_monitored(cmd)
+        best = seconds if best is None else min(best, seconds)
+        peak = max(peak, sum(mb for _, mb in info["peaks_mb"].values()))
+    return best, peak
+
+
 def import_on_workers(client, module: str) -> None:
     """Import ``module`` on every worker, so that a timing excludes the workers' first import."""
     client.run(__import__, module)
