@@ -1,12 +1,13 @@
 """Files written whole or not at all (:func:`atomic_path`), shared by every writer of a run
 folder or a saved model; JSON read back with the file named in its errors (:func:`read_json`);
 whether a folder takes a new file, tried for real (:func:`can_write`, :func:`check_writable`);
-one command at a time on a folder (:func:`exclusive`); a folder replaced whole
-(:func:`replaced_folder`)."""
+one command at a time on a folder (:func:`exclusive`) or on a name that comes and goes
+(:func:`exclusive_name`); a folder replaced whole (:func:`replaced_folder`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -14,8 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "read_json",
-           "replaced_folder"]
+__all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "exclusive_name",
+           "read_json", "replaced_folder"]
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -144,4 +147,55 @@ def exclusive(folder) -> Iterator[None]:
                 pass
         yield
     finally:
+        os.close(fd)
+
+
+@contextmanager
+def exclusive_name(path, waiting: str) -> Iterator[None]:
+    """Hold an exclusive lock on the name ``path``: a folder that may not exist yet, or be
+    removed and made again while the lock is held (a store being converted), so that no lock
+    on the folder itself would last. The lock is a ``flock`` on the file ``.<name>.lock``
+    beside it, removed on release; a killed holder's lock ends with it, and the next holder
+    takes its file over. ``waiting`` is logged (a warning) when another process holds it.
+    Where locks are not supported, or the folder beside cannot be written, it proceeds
+    unlocked, as :func:`exclusive` does."""
+    path = Path(path)
+    lock = path.with_name(f".{path.name}.lock")
+    fd = _lock(lock, waiting)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            # removed while still held: a process waiting on it then finds its file gone
+            # (:func:`_lock`) and locks a new one, never this one after the next holder's
+            lock.unlink(missing_ok=True)
+            os.close(fd)
+
+
+def _lock(lock: Path, waiting: str) -> int | None:
+    """A descriptor of ``lock`` holding its ``flock``, once the file it locks is still the one
+    at that name; None where there is no lock to take."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.warning("%s", waiting)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                return fd
+        except FileNotFoundError:  # its holder removed it as it let go: lock the next one
+            pass
+        except OSError:  # no locks on this file system
+            os.close(fd)
+            lock.unlink(missing_ok=True)
+            return None
         os.close(fd)

@@ -191,6 +191,79 @@ def test_two_convert_commands_at_once_both_succeed(converted, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
 
 
+def test_a_conversion_into_a_store_being_converted_waits_for_it(converted, tmp_path, capsys):
+    """A second conversion, of other inputs, into a store still being converted removed it as
+    'an unfinished conversion of other inputs' and made its own, while the first went on
+    writing its shards and flags into the new one. It now waits for the first to end, then
+    refuses the store that the first completed."""
+    import subprocess
+    import sys
+
+    from fgscale._files import exclusive_name
+
+    table, made = converted
+    out = tmp_path / "s.zarr"
+    other = tmp_path / "other.csv"  # the same images (paths from the table), labels swapped
+    lines = table.read_text().splitlines()
+    head = lines[0].split(",")
+    col = head.index("label")
+    path = head.index("path")
+    swap = {"class_0": "class_1", "class_1": "class_0"}
+    swapped = [",".join(swap.get(f, f) if i == col else str(table.parent / f) if i == path
+                        else f for i, f in enumerate(line.split(","))) for line in lines[1:]]
+    other.write_text("\n".join([lines[0], *swapped]) + "\n")
+    with exclusive_name(out, "held by the test"):  # the first conversion, still running
+        proc = subprocess.Popen([sys.executable, "-m", "fgscale", "convert", str(other),
+                                 "--out", str(out), "--block-rows", "8", "--no-progress"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=8)
+        assert not out.exists()
+        shutil.copytree(made, out)  # what the first conversion leaves: its complete store
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    assert "s.zarr: another conversion into it is running; waiting for it to end" in err
+    assert "s.zarr: exists and was made from other inputs" in err
+    np.testing.assert_array_equal(open_store(out).read_rows(np.arange(40)),
+                                  open_store(made).read_rows(np.arange(40)))
+    # the lock file of a conversion killed while it held the store does not hold the next one
+    (tmp_path / ".s.zarr.lock").write_text("")
+    assert main(["convert", str(table), "--out", str(out), "--block-rows", "8",
+                 "--no-progress"]) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.csv", "s.zarr"]
+
+
+def test_a_lock_on_a_name_is_held_by_one_at_a_time(tmp_path):
+    """The lock file goes as its holder lets go: a waiter that had opened the file then holds
+    a lock on a removed file, which must not let it in beside a newcomer that made a new one."""
+    import threading
+    import time
+
+    from fgscale._files import exclusive_name
+
+    inside, entered, overlaps = set(), [], []
+
+    def work(i):
+        for _ in range(5):
+            with exclusive_name(tmp_path / "s.zarr", "waiting"):
+                if inside:
+                    overlaps.append((i, set(inside)))
+                inside.add(i)
+                entered.append(i)
+                time.sleep(0.01)
+                inside.discard(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not overlaps
+    assert len(entered) == 30
+    assert list(tmp_path.iterdir()) == []
+
+
 STATS_SCRIPT = """
 import sys
 from distributed import Client, LocalCluster

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fgscale._files import check_writable
+from fgscale._files import check_writable, exclusive_name
 from fgscale.cluster import ThreadTasks, active_client, check_count, cpu_count, get_client, run_tasks
 from fgscale.images._cohort import entry_headers, read_cohort
 from fgscale.images._nifti import load_img, space_codes
@@ -205,6 +205,19 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     out = Path(out).expanduser()
     if not out.exists():  # before the header pass: nowhere to write the store is said first
         check_writable(out, "; choose another --out; nothing converted")
+    # one conversion into a store at a time: another one, of other inputs, would remove the
+    # store this one writes into as unfinished; of the same inputs, it would do its work twice
+    with exclusive_name(out, f"{out}: another conversion into it is running; waiting for it "
+                             "to end"):
+        return _convert(cohort, out, mask=mask, resample=resample, nan=nan, labels=labels,
+                        classes=classes, columns=columns, intersect_mask=intersect_mask,
+                        client=client, n_workers=n_workers, block_rows=block_rows,
+                        progress=progress, append=append)
+
+
+def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns,
+             intersect_mask, client, n_workers, block_rows, progress, append) -> Store:
+    """:func:`convert`, its arguments checked, while it holds ``out``."""
     t0 = time.perf_counter()
     entries = read_cohort(cohort, labels, classes, columns=columns)
     headers = entry_headers(entries)
