@@ -151,17 +151,27 @@ def exclusive(folder) -> Iterator[None]:
 
 
 @contextmanager
-def exclusive_name(path, waiting: str) -> Iterator[None]:
+def exclusive_name(path, *, waiting: str | None = None,
+                   busy: str | None = None) -> Iterator[None]:
     """Hold an exclusive lock on the name ``path``: a folder that may not exist yet, or be
     removed and made again while the lock is held (a store being converted), so that no lock
     on the folder itself would last. The lock is a ``flock`` on the file ``.<name>.lock``
     beside it, removed on release; a killed holder's lock ends with it, and the next holder
-    takes its file over. ``waiting`` is logged (a warning) when another process holds it.
-    Where locks are not supported, or the folder beside cannot be written, it proceeds
-    unlocked, as :func:`exclusive` does."""
-    path = Path(path)
-    lock = path.with_name(f".{path.name}.lock")
-    fd = _lock(lock, waiting)
+    takes its file over. Where locks are not supported, or the folder beside cannot be
+    written, it proceeds unlocked, as :func:`exclusive` does.
+
+    Parameters
+    ----------
+    path : str or Path
+    waiting : str, optional
+        Logged (a warning) when another process holds the lock, which is then waited for.
+    busy : str, optional
+        Instead, the message of the ValueError raised at once when another process holds it:
+        for work too long to wait for (a training run).
+    """
+    path = Path(path).resolve()  # "." has no name to put beside it; "run/.." another
+    lock = path.with_name(f".{path.name}.lock") if path.name else None  # "/": no lock
+    fd = None if lock is None else _lock(lock, waiting, busy)
     try:
         yield
     finally:
@@ -172,7 +182,7 @@ def exclusive_name(path, waiting: str) -> Iterator[None]:
             os.close(fd)
 
 
-def _lock(lock: Path, waiting: str) -> int | None:
+def _lock(lock: Path, waiting: str | None, busy: str | None) -> int | None:
     """A descriptor of ``lock`` holding its ``flock``, once the file it locks is still the one
     at that name; None where there is no lock to take."""
     try:
@@ -181,6 +191,7 @@ def _lock(lock: Path, waiting: str) -> int | None:
         return None
     while True:
         try:
+            lock.parent.mkdir(parents=True, exist_ok=True)  # the folder's parent, made anyway
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError:
             return None
@@ -188,6 +199,9 @@ def _lock(lock: Path, waiting: str) -> int | None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                if busy is not None:
+                    os.close(fd)
+                    raise ValueError(busy) from None
                 log.warning("%s", waiting)
                 fcntl.flock(fd, fcntl.LOCK_EX)
             if os.path.samestat(os.fstat(fd), os.stat(lock)):

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.base import clone, is_classifier
 
-from fgscale._files import atomic_path, check_writable
+from fgscale._files import atomic_path, check_writable, exclusive_name
 from fgscale._params import params_to_json
 from fgscale._run_folder import UNSEEN_PARAMS, versions
 from fgscale.cluster import get_client
@@ -88,6 +88,17 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     """
     if resume and out is None:
         raise ValueError("resume=True continues the cross-validation saved in out: give out")
+    if out is None:
+        return _cross_validate(store_path, params, n_folds, client, echo, task, None, False)
+    # a second command on the file would train the folds again and write them between these
+    with exclusive_name(out, busy=f"{out}: another fgscale cv is writing these results; wait "
+                                  "for it to end (--resume then finds them), or choose another "
+                                  "--out"):
+        return _cross_validate(store_path, params, n_folds, client, echo, task, out, resume)
+
+
+def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume) -> dict:
+    """:func:`cross_validate`, while it holds ``out``."""
     store = open_store(store_path)
     clf = make_estimator(store, params, task)
     clf._check_params(warn_level=3)

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from fgscale._cli_runs import test_score
-from fgscale._files import atomic_path, check_writable
+from fgscale._files import atomic_path, check_writable, exclusive_name
 from fgscale._params import check_device, params_to_json
 from fgscale._run_folder import RunFolder
 from fgscale.cluster import get_client
@@ -61,6 +61,17 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
         these parameters is not run again: its saved summary comes back, with
         ``already_complete`` set.
     """
+    # a second command on the folder, its job submitted twice or resubmitted while the first
+    # still runs, would write checkpoints and metrics between the first's
+    with exclusive_name(out, busy=f"{out}: another fgscale train is running in this run folder; "
+                                  "wait for it to end (--resume then finds its result), or "
+                                  "choose another --out"):
+        return _train_run(store_path, out, params=params, resume=resume, client=client,
+                          task=task)
+
+
+def _train_run(store_path, out, *, params, resume, client, task) -> dict:
+    """:func:`train_run`, while it holds the run folder."""
     folder = RunFolder(out)
     store = open_store(store_path)
     clf = make_estimator(store, params, folder.saved_task(task, resume))

@@ -212,7 +212,7 @@ def test_a_conversion_into_a_store_being_converted_waits_for_it(converted, tmp_p
     swapped = [",".join(swap.get(f, f) if i == col else str(table.parent / f) if i == path
                         else f for i, f in enumerate(line.split(","))) for line in lines[1:]]
     other.write_text("\n".join([lines[0], *swapped]) + "\n")
-    with exclusive_name(out, "held by the test"):  # the first conversion, still running
+    with exclusive_name(out, waiting="held by the test"):  # the first conversion, still running
         proc = subprocess.Popen([sys.executable, "-m", "fgscale", "convert", str(other),
                                  "--out", str(out), "--block-rows", "8", "--no-progress"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -246,7 +246,7 @@ def test_a_lock_on_a_name_is_held_by_one_at_a_time(tmp_path):
 
     def work(i):
         for _ in range(5):
-            with exclusive_name(tmp_path / "s.zarr", "waiting"):
+            with exclusive_name(tmp_path / "s.zarr", waiting="waiting"):
                 if inside:
                     overlaps.append((i, set(inside)))
                 inside.add(i)
@@ -262,6 +262,30 @@ def test_a_lock_on_a_name_is_held_by_one_at_a_time(tmp_path):
     assert not overlaps
     assert len(entered) == 30
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_folder_or_cv_file_being_written_is_refused_to_a_second_command(
+        converted, tmp_path, capsys):
+    """A training job submitted twice (or resubmitted with --resume while the first still
+    ran) trained twice into one folder, each writing its checkpoints and metrics between the
+    other's; two cv commands on one --out trained every fold twice. The second is now refused
+    at once, with nothing written, and the same command runs once the first has ended."""
+    from fgscale._files import exclusive_name
+
+    _, store = converted
+    run, results = tmp_path / "runs" / "fg", tmp_path / "cv.json"
+    for argv, out, message in [
+            (["train", store, "--out", run, *FAST], run,
+             r"fg: another fgscale train is running in this run folder; wait for it to end"),
+            (["cv", store, "--folds", "2", "--out", results, *FAST], results,
+             r"cv\.json: another fgscale cv is writing these results; wait for it to end")]:
+        with exclusive_name(out, waiting="the first command"):
+            refused(argv, capsys, message)
+            assert not out.exists()
+        assert main([str(a) for a in argv]) == 0
+        assert out.exists()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(
+        ["runs", "cv.json", *(p.name for p in run.rglob("*")), "fg"])
 
 
 STATS_SCRIPT = """

@@ -207,8 +207,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         check_writable(out, "; choose another --out; nothing converted")
     # one conversion into a store at a time: another one, of other inputs, would remove the
     # store this one writes into as unfinished; of the same inputs, it would do its work twice
-    with exclusive_name(out, f"{out}: another conversion into it is running; waiting for it "
-                             "to end"):
+    with exclusive_name(out, waiting=f"{out}: another conversion into it is running; waiting "
+                                     "for it to end"):
         return _convert(cohort, out, mask=mask, resample=resample, nan=nan, labels=labels,
                         classes=classes, columns=columns, intersect_mask=intersect_mask,
                         client=client, n_workers=n_workers, block_rows=block_rows,
