@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import signal
 import sys
@@ -86,6 +87,7 @@ def run_command(main) -> int:
     ignored ... KeyboardInterrupt" and a traceback over a command that succeeded.
     """
     signal.signal(signal.SIGTERM, _terminate)
+    logging.getLogger("asyncio").addFilter(_gathers_left)
     try:
         status = main()
     except KeyboardInterrupt as exc:  # before the command's own handler: parsing the arguments
@@ -96,6 +98,16 @@ def run_command(main) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, functools.partial(_exit_now, status))
     return status
+
+
+def _gathers_left(record: logging.LogRecord) -> bool:
+    """Whether asyncio's log record is worth showing: not "Task exception was never retrieved"
+    of the tasks with which a ``distributed`` gather waits on each key, which end with its
+    ``AllExit`` once the keys are released. distributed quiets that exception when the gather
+    ends; a gather interrupted by Ctrl-C never collects it, and the garbage collector's report
+    of it, a traceback, would come before the command's one line."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (type(exc).__name__ == "AllExit" and type(exc).__module__.startswith("distributed"))
 
 
 def _exit_now(status: int, signum, frame) -> None:
