@@ -164,13 +164,15 @@ def exclusive_name(path, *, waiting: str | None = None,
     ----------
     path : str or Path
     waiting : str, optional
-        Logged (a warning) when another process holds the lock, which is then waited for.
+        Logged (a warning) when another process holds the lock, which is then waited for;
+        default "<path>: in use by another process; waiting for it".
     busy : str, optional
         Instead, the message of the ValueError raised at once when another process holds it:
         for work too long to wait for (a training run).
     """
     path = Path(path).resolve()  # "." has no name to put beside it; "run/.." another
     lock = path.with_name(f".{path.name}.lock") if path.name else None  # "/": no lock
+    waiting = waiting or f"{path}: in use by another process; waiting for it"
     fd = None if lock is None else _lock(lock, waiting, busy)
     try:
         yield
@@ -182,7 +184,7 @@ def exclusive_name(path, *, waiting: str | None = None,
             os.close(fd)
 
 
-def _lock(lock: Path, waiting: str | None, busy: str | None) -> int | None:
+def _lock(lock: Path, waiting: str, busy: str | None) -> int | None:
     """A descriptor of ``lock`` holding its ``flock``, once the file it locks is still the one
     at that name; None where there is no lock to take."""
     try:
