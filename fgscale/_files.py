@@ -180,7 +180,10 @@ def exclusive_name(path, *, waiting: str | None = None,
         if fd is not None:
             # removed while still held: a process waiting on it then finds its file gone
             # (:func:`_lock`) and locks a new one, never this one after the next holder's
-            lock.unlink(missing_ok=True)
+            try:
+                lock.unlink(missing_ok=True)
+            except OSError:  # a disk gone read-only: the command says what it could not write
+                pass
             os.close(fd)
 
 
@@ -194,7 +197,8 @@ def _lock(lock: Path, waiting: str, busy: str | None) -> int | None:
     while True:
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)  # the folder's parent, made anyway
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+            # read-only: an open file for writing would keep its file system from a remount
+            fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o666)
         except OSError:
             return None
         try:
