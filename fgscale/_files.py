@@ -6,6 +6,7 @@ one command at a time on a folder (:func:`exclusive`) or on a name that comes an
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "exclusive_name",
-           "read_json", "replaced_folder"]
+           "pid_alive", "read_json", "replaced_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +27,18 @@ def atomic_path(path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it to ``path``.
 
     A crash mid-write leaves the previous file intact. The temporary name keeps the file's
-    suffixes (``.nii.gz``, ``.json``) so that writers that look at them still work.
+    suffixes (``.nii.gz``, ``.json``) so that writers that look at them still work, and holds
+    the process id: two processes writing one file at once (two ``predict --out`` of one CSV)
+    each write their own, and the file is the whole of one of them, never a mix. The
+    temporary files of writers killed before they renamed them are removed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
+    for stale in path.parent.glob(f".tmp-*-{glob.escape(path.name)}"):
+        pid = stale.name[len(".tmp-"):].partition("-")[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            stale.unlink(missing_ok=True)
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
         yield tmp
         os.replace(tmp, path)
@@ -41,6 +49,17 @@ def atomic_path(path) -> Iterator[Path]:
                                  "version, if any, is kept") from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this id runs on this machine (the owner of a temporary file)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 @contextmanager

@@ -250,6 +250,30 @@ def test_atomic_path_keeps_the_old_file_when_a_write_fails(tmp_path):
     assert target.read_text() == "new" and list(tmp_path.iterdir()) == [target]
 
 
+_WRITER = """
+import sys
+from fgscale._files import atomic_path
+for _ in range(300):
+    with atomic_path(sys.argv[1]) as tmp:
+        tmp.write_bytes(sys.argv[2].encode() * 200_000)
+"""
+
+
+def test_two_processes_writing_one_file_at_once_leave_one_whole(tmp_path):
+    """Both wrote into the one temporary name '.tmp-<name>': one's rename took the other's
+    half-written bytes, or failed ('No such file or directory'). A writer killed before its
+    rename leaves its temporary file, which the next write removes."""
+    target = tmp_path / "predictions.csv"
+    dead = tmp_path / ".tmp-999999999-predictions.csv"  # of a writer killed mid-write
+    dead.write_text("half")
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(target), byte],
+                              stderr=subprocess.PIPE, text=True) for byte in "ab"]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    assert target.read_bytes() in (b"a" * 200_000, b"b" * 200_000)
+    assert list(tmp_path.iterdir()) == [target]
+
+
 def test_atomic_path_error_names_the_file_not_its_temporary(tmp_path, monkeypatch):
     from fgscale._files import atomic_path, read_json
 
@@ -259,7 +283,7 @@ def test_atomic_path_error_names_the_file_not_its_temporary(tmp_path, monkeypatc
     with pytest.raises(OSError) as err, atomic_path("final.json") as tmp:
         tmp.write_text("new")
     assert str(err.value.strerror).startswith("final.json: not written (")
-    assert ".tmp" not in str(err.value) and not (tmp_path / ".tmp-final.json").exists()
+    assert ".tmp" not in str(err.value) and not list(tmp_path.glob(".tmp-*"))
     (tmp_path / "config.json").write_text('{"params": {"alpha": 0.1')  # cut short
     with pytest.raises(ValueError, match=r"^config.json: not a valid run configuration \("):
         read_json("config.json", "run configuration")

@@ -66,6 +66,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from fgscale._files import pid_alive
 from fgscale.store._reader import FORMAT_VERSION, Store, open_group_checked, open_store
 from fgscale.store._records import labels_array, row_records, target_array
 from fgscale.store._shards import ShardRowReader, StoreError
@@ -162,7 +163,7 @@ def create_whole(out: Path, **kwargs) -> zarr.Group:
     for stale in [*out.parent.glob(glob.escape(out.name) + ".creating*"),  # of a killed run
                   *out.parent.glob(glob.escape(out.name) + ".removing*")]:
         pid = stale.name.rpartition(".")[2]
-        if not pid.isdigit() or not _alive(int(pid)):
+        if not pid.isdigit() or not pid_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     tmp = out.with_name(f"{out.name}.creating.{os.getpid()}")  # a conversion at once has its own
     create_store(tmp, **kwargs)
@@ -186,17 +187,6 @@ def remove_aside(path: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)  # this process's own, interrupted earlier
     os.replace(path, aside)
     shutil.rmtree(aside)
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process of this id runs on this machine (the owner of a temporary store)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def block_range(block: int, block_rows: int, n_samples: int) -> tuple[int, int]:
@@ -272,7 +262,7 @@ def reopen_damaged(path) -> list[int]:
     """
     for tmp in (Path(path) / "X" / "c").glob("*/.*.tmp"):  # ShardRowReader.write's, of a
         pid = tmp.name.rpartition(".")[0].rpartition(".")[2]  # killed run: a shard's bytes each
-        if not pid.isdigit() or not _alive(int(pid)):
+        if not pid.isdigit() or not pid_alive(int(pid)):
             tmp.unlink(missing_ok=True)
     blocks = damaged_blocks(path)
     if blocks:
