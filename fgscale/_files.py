@@ -36,7 +36,7 @@ def atomic_path(path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".tmp-*-{glob.escape(path.name)}"):
         pid = stale.name[len(".tmp-"):].partition("-")[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)) and stale.is_file():
             stale.unlink(missing_ok=True)
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
