@@ -189,7 +189,7 @@ def exclusive_name(path, *, waiting: str | None = None,
         Instead, the message of the ValueError raised at once when another process holds it:
         for work too long to wait for (a training run).
     """
-    path = Path(path).resolve()  # "." has no name to put beside it; "run/.." another
+    path = Path(path).expanduser().resolve()  # "." has no name to put beside it; "run/.." another
     lock = path.with_name(f".{path.name}.lock") if path.name else None  # "/": no lock
     waiting = waiting or f"{path}: in use by another process; waiting for it"
     fd = None if lock is None else _lock(lock, waiting, busy)

@@ -234,7 +234,7 @@ def test_a_conversion_into_a_store_being_converted_waits_for_it(converted, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.csv", "s.zarr"]
 
 
-def test_a_lock_on_a_name_is_held_by_one_at_a_time(tmp_path):
+def test_a_lock_on_a_name_is_held_by_one_at_a_time(tmp_path, monkeypatch):
     """The lock file goes as its holder lets go: a waiter that had opened the file then holds
     a lock on a removed file, which must not let it in beside a newcomer that made a new one."""
     import threading
@@ -262,6 +262,11 @@ def test_a_lock_on_a_name_is_held_by_one_at_a_time(tmp_path):
     assert not overlaps
     assert len(entered) == 30
     assert list(tmp_path.iterdir()) == []
+    # "~" is the home folder, not a folder of that name made in the working one
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with exclusive_name("~/s.zarr"):
+        assert [p.name for p in tmp_path.iterdir()] == [".s.zarr.lock"]
 
 
 def test_a_run_folder_or_cv_file_being_written_is_refused_to_a_second_command(
