@@ -192,7 +192,7 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
     with cluster, Client(cluster, set_as_default=False) as local:
         kind = "worker process(es)" if processes else "in-process worker(s)"
         log_dashboard(local, f"started a local Dask cluster of {n_workers} {kind} "
-                              f"x {threads_per_worker} thread(s)")
+                             f"x {threads_per_worker} thread(s)")
         try:
             yield local
         except BaseException:  # an interrupt: the client leaves first, releasing its tasks, so

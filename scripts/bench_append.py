@@ -67,7 +67,7 @@ def main() -> None:
             shutil.copytree(base, grown)
 
         whole = best_monitored(convert(table, fresh), args.repeat,
-                        lambda: shutil.rmtree(fresh, ignore_errors=True))
+                               lambda: shutil.rmtree(fresh, ignore_errors=True))
         append = best_monitored(convert(table, grown, "--append"), args.repeat, copy_base)
         a, b = open_store(grown), open_store(fresh)
         equal = (np.array_equal(a.X[:], b.X[:]) and np.array_equal(a.y, b.y)
