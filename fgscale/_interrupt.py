@@ -88,6 +88,7 @@ def run_command(main) -> int:
     """
     signal.signal(signal.SIGTERM, _terminate)
     logging.getLogger("asyncio").addFilter(_gathers_left)
+    logging.getLogger("tornado.application").addFilter(_sync_cancel_left)
     try:
         status = main()
     except KeyboardInterrupt as exc:  # before the command's own handler: parsing the arguments
@@ -108,6 +109,23 @@ def _gathers_left(record: logging.LogRecord) -> bool:
     of it, a traceback, would come before the command's one line."""
     exc = record.exc_info[1] if record.exc_info else None
     return not (type(exc).__name__ == "AllExit" and type(exc).__module__.startswith("distributed"))
+
+
+def _sync_cancel_left(record: logging.LogRecord) -> bool:
+    """Whether tornado's log record of a failed callback is worth showing: not the NameError of
+    ``distributed.utils.sync``'s ``cancel``. When Ctrl-C lands before the coroutine that
+    ``sync`` hands the event loop has started, ``sync`` schedules ``cancel``, which reads that
+    coroutine's future before it is set; the traceback tornado logs of it would come before the
+    command's one line. There is nothing to cancel then."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if not isinstance(exc, NameError):
+        return True
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code if tb is not None else None
+    return not (code is not None and code.co_name == "cancel"
+                and os.path.join("distributed", "utils.py") in code.co_filename)
 
 
 def _exit_now(status: int, signum, frame) -> None:

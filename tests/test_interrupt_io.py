@@ -115,3 +115,41 @@ def test_the_tasks_an_interrupted_gather_leaves_are_not_reported(mode):
     assert done.returncode == 0, done.stderr
     assert "ValueError: a real error" in done.stderr
     assert ("AllExit" in done.stderr) == (mode == "bare"), done.stderr
+
+
+# distributed's sync() interrupted before the coroutine it hands the event loop has started:
+# the cancel it schedules then reads an unset variable, and tornado logs the NameError
+_SYNC_LEFT = textwrap.dedent("""
+    import asyncio, logging, os, signal, sys, threading, time
+    from distributed.utils import LoopRunner, sync
+    from fgscale._interrupt import run_command
+
+    def command():
+        runner = LoopRunner(asynchronous=False)
+        runner.start()
+        runner.loop.add_callback(time.sleep, 1.0)  # the loop busy: sync's coroutine waits
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            sync(runner.loop, asyncio.sleep, 5)
+        except KeyboardInterrupt:
+            pass
+        runner.loop.add_callback(lambda: 1 / 0)
+        time.sleep(1.5)
+        runner.stop()
+        return 0
+
+    logging.basicConfig()
+    sys.exit(run_command(command) if sys.argv[1] == "cli" else command())
+""")
+
+
+@pytest.mark.parametrize("mode", ["cli", "bare"])
+def test_a_sync_interrupted_before_its_coroutine_started_is_not_reported(mode):
+    """A Ctrl-C during a bank printed tornado's traceback of distributed's sync() cancelling a
+    future it had not yet set, before the command's one line; another callback's error is still
+    reported."""
+    done = subprocess.run([sys.executable, "-c", _SYNC_LEFT, mode], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "ZeroDivisionError" in done.stderr
+    assert ("NameError" in done.stderr) == (mode == "bare"), done.stderr
