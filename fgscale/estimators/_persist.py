@@ -7,9 +7,9 @@ and ``mask.nii.gz``.
                   parameters (tuples and 1-D arrays as lists, their types in "sequences",
                   so that they load as given), its fitted attributes (a classifier's classes_
                   and their dtype and class_weight_, n_features_in_, the selected alpha_,
-                  dropout_, n_clusters_, n_iter_,
-                  batch_size_, a regressor's y_mean_ and y_scale_, cv_results_, history_) and
-                  the SHA-256 of model.npz; written last, so that it marks a complete save
+                  dropout_, n_clusters_, n_iter_, batch_size_, a regressor's y_mean_ and
+                  y_scale_, cv_results_, history_) and the SHA-256 of model.npz; written
+                  last, so that it marks a complete save
     model.npz     the torch model's state_dict (arrays ``model.<name>``), the
                   standardization vectors ``mean_`` and ``scale_`` (absent without it), and
                   a ``mask`` parameter given as an array or a sparse adjacency, as it was:
@@ -39,7 +39,7 @@ import torch
 from sklearn.base import is_classifier
 from sklearn.utils.validation import check_is_fitted
 
-from fgscale._files import atomic_path, replaced_folder
+from fgscale._files import atomic_path, exclusive_name, replaced_folder
 from fgscale._params import PARAMS, params_to_json, validate_params
 from fgscale.estimators._saved_mask import (
     MASK,
@@ -54,8 +54,7 @@ from fgscale.estimators._saved_mask import (
 )
 from fgscale.training._models import build_model
 
-__all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model",
-           "write_model"]
+__all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model", "write_model"]
 
 FORMAT_VERSION = 1
 MODEL_JSON = "model.json"
@@ -129,11 +128,11 @@ def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> 
     estimator : FeatureGroupingClassifier or FeatureGroupingRegressor
         Fitted.
     folder : str or Path
-        Created if needed. A previous save there is replaced file by file, each file written
-        under a temporary name then renamed; ``model.json`` comes last and records the
-        checksum of ``model.npz``, so a save killed midway is refused at load, never mixed.
-        A run folder of ``fgscale train`` (it has a ``config.json``) is refused: its
-        configuration, maps and scores would describe its own model beside this one.
+        Created if needed. A previous save there is replaced file by file, each under a
+        temporary name then renamed; ``model.json`` comes last with the checksum of
+        ``model.npz``, so a save killed midway is refused at load, never mixed; saves into one
+        folder at once run one after the other. A run folder of ``fgscale train`` (it has a
+        ``config.json``) is refused: its configuration, maps and scores are of its own model.
     mask_img : nibabel image, optional
         The mask to save when the estimator has no ``mask_img_`` (a run folder passes its
         store's).
@@ -148,14 +147,16 @@ def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> 
         The ``model.json`` written.
     """
     folder = Path(folder).expanduser()
-    if not (folder / "config.json").is_file():
-        return write_model(estimator, folder, mask_img=mask_img)
-    if not overwrite:
-        raise FileExistsError(f"{folder}: a run folder of fgscale train (config.json), whose "
-                              "configuration, maps and scores are of its own model: save into "
-                              "another folder, or pass overwrite=True to replace it whole")
-    with replaced_folder(folder) as new:
-        write_model(estimator, new, mask_img=mask_img)
+    with exclusive_name(folder, waiting=f"{folder}: another save into it is running; waiting "
+                                        "for it to end"):
+        if not (folder / "config.json").is_file():
+            return write_model(estimator, folder, mask_img=mask_img)
+        if not overwrite:
+            raise FileExistsError(f"{folder}: a run folder of fgscale train (config.json), whose "
+                                  "configuration, maps and scores are of its own model: save "
+                                  "into another folder, or pass overwrite=True to replace it whole")
+        with replaced_folder(folder) as new:
+            write_model(estimator, new, mask_img=mask_img)
     return folder / MODEL_JSON
 
 

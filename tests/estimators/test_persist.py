@@ -292,3 +292,29 @@ def test_parameters_set_since_the_fit_are_refused_before_a_save_no_load_could_re
     save_model(clf.set_params(**before), tmp_path / "m")
     np.testing.assert_array_equal(load_model(tmp_path / "m").predict_proba(X),
                                   clf.predict_proba(X))
+
+
+def test_a_save_into_a_folder_another_save_is_writing_waits_for_it(saved, problem, tmp_path):
+    """Two saves into one folder at once each wrote model.npz then model.json: one's json could
+    record the other's weights, a checksum and all. The second now waits for the first."""
+    import subprocess
+    import sys
+
+    from fgscale._files import exclusive_name
+
+    clf, folder = saved
+    X = problem[0]
+    out = tmp_path / "model"
+    code = ("import sys; from fgscale import load_model, save_model; "
+            "save_model(load_model(sys.argv[1]), sys.argv[2])")
+    with exclusive_name(out, waiting="held by the test"):  # the first save, still writing
+        proc = subprocess.Popen([sys.executable, "-c", code, str(folder), str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=8)
+        assert not out.exists()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "model: another save into it is running; waiting for it to end" in err
+    np.testing.assert_array_equal(load_model(out).predict_proba(X), clf.predict_proba(X))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
