@@ -124,17 +124,35 @@ _SYNC_LEFT = textwrap.dedent("""
     from distributed.utils import LoopRunner, sync
     from fgscale._interrupt import run_command
 
+    def in_sync_wait(tid):
+        frame = sys._current_frames().get(tid)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "wait" and code.co_filename.endswith("distributed/utils.py"):
+                return True
+            frame = frame.f_back
+        return False
+
     def command():
         runner = LoopRunner(asynchronous=False)
         runner.start()
-        runner.loop.add_callback(time.sleep, 1.0)  # the loop busy: sync's coroutine waits
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        released = threading.Event()
+
+        def hold():  # the loop busy until Ctrl-C has landed in sync's wait
+            while not in_sync_wait(threading.main_thread().ident):
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+            released.wait(60)
+
+        runner.loop.add_callback(hold)
         try:
             sync(runner.loop, asyncio.sleep, 5)
         except KeyboardInterrupt:
-            pass
+            released.set()
         runner.loop.add_callback(lambda: 1 / 0)
-        time.sleep(1.5)
+        ran = threading.Event()
+        runner.loop.add_callback(ran.set)  # after the callbacks before it
+        ran.wait(60)
         runner.stop()
         return 0
 
