@@ -120,7 +120,7 @@ def test_the_tasks_an_interrupted_gather_leaves_are_not_reported(mode):
 # distributed's sync() interrupted before the coroutine it hands the event loop has started:
 # the cancel it schedules then reads an unset variable, and tornado logs the NameError
 _SYNC_LEFT = textwrap.dedent("""
-    import asyncio, logging, os, signal, sys, threading, time
+    import asyncio, logging, signal, sys, threading, time
     from distributed.utils import LoopRunner, sync
     from fgscale._interrupt import run_command
 
@@ -141,7 +141,8 @@ _SYNC_LEFT = textwrap.dedent("""
         def hold():  # the loop busy until Ctrl-C has landed in sync's wait
             while not in_sync_wait(threading.main_thread().ident):
                 time.sleep(0.01)
-            os.kill(os.getpid(), signal.SIGINT)
+            # to the main thread: a signal that another thread takes would not wake its wait
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             released.wait(60)
 
         runner.loop.add_callback(hold)
