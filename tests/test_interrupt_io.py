@@ -149,6 +149,7 @@ _SYNC_LEFT = textwrap.dedent("""
         try:
             sync(runner.loop, asyncio.sleep, 5)
         except KeyboardInterrupt:
+            print("interrupted", flush=True)
             released.set()
         runner.loop.add_callback(lambda: 1 / 0)
         ran = threading.Event()
@@ -157,6 +158,7 @@ _SYNC_LEFT = textwrap.dedent("""
         runner.stop()
         return 0
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a background run ignores it
     logging.basicConfig()
     sys.exit(run_command(command) if sys.argv[1] == "cli" else command())
 """)
@@ -170,5 +172,5 @@ def test_a_sync_interrupted_before_its_coroutine_started_is_not_reported(mode):
     done = subprocess.run([sys.executable, "-c", _SYNC_LEFT, mode], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "ZeroDivisionError" in done.stderr
+    assert done.stdout == "interrupted\n" and "ZeroDivisionError" in done.stderr
     assert ("NameError" in done.stderr) == (mode == "bare"), done.stderr
