@@ -2,7 +2,9 @@
 folder or a saved model; JSON read back with the file named in its errors (:func:`read_json`);
 whether a folder takes a new file, tried for real (:func:`can_write`, :func:`check_writable`);
 one command at a time on a folder (:func:`exclusive`) or on a name that comes and goes
-(:func:`exclusive_name`); a folder replaced whole (:func:`replaced_folder`)."""
+(:func:`exclusive_name`); a folder replaced whole (:func:`replaced_folder`); the tag that names
+a temporary file's writer, and whether that writer is gone (:func:`owner_tag`,
+:func:`owner_gone`)."""
 
 from __future__ import annotations
 
@@ -10,16 +12,20 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "exclusive_name",
-           "pid_alive", "read_json", "replaced_folder"]
+           "owner_gone", "owner_tag", "pid_alive", "read_json", "replaced_folder"]
 
 log = logging.getLogger(__name__)
+# letters, digits and "_" only: a tag splits from the name around it at "-" or "."
+_HOST = re.sub(r"\W", "_", socket.gethostname()) or "localhost"
 
 
 @contextmanager
@@ -35,10 +41,9 @@ def atomic_path(path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".tmp-*-{glob.escape(path.name)}"):
-        pid = stale.name[len(".tmp-"):].partition("-")[0]
-        if pid.isdigit() and not pid_alive(int(pid)) and stale.is_file():
+        if owner_gone(stale.name[len(".tmp-"):].partition("-")[0]) and stale.is_file():
             stale.unlink(missing_ok=True)
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    tmp = path.with_name(f".tmp-{owner_tag()}-{path.name}")
     try:
         yield tmp
         os.replace(tmp, path)
@@ -49,6 +54,22 @@ def atomic_path(path) -> Iterator[Path]:
                                  "version, if any, is kept") from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def owner_tag() -> str:
+    """This process's tag in the names of its temporary files, ``<pid>@<host>``: on a file
+    system that several machines share (a cluster's), two writers of one file on two nodes
+    have two names even with the same process id, and none takes the other's for its own."""
+    return f"{os.getpid()}@{_HOST}"
+
+
+def owner_gone(tag: str) -> bool:
+    """Whether the writer that ``tag`` (:func:`owner_tag`) names has ended, so that its
+    temporary file may be removed: a process of this machine that no longer runs. Another
+    machine's is never taken for gone; a bare process id (earlier versions' names) is taken
+    for this machine's."""
+    pid, _, host = tag.partition("@")
+    return pid.isdigit() and host in ("", _HOST) and not pid_alive(int(pid))
 
 
 def pid_alive(pid: int) -> bool:

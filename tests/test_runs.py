@@ -262,16 +262,23 @@ for _ in range(300):
 def test_two_processes_writing_one_file_at_once_leave_one_whole(tmp_path):
     """Both wrote into the one temporary name '.tmp-<name>': one's rename took the other's
     half-written bytes, or failed ('No such file or directory'). A writer killed before its
-    rename leaves its temporary file, which the next write removes."""
+    rename leaves its temporary file, which the next write on its machine removes; on a file
+    system that nodes share, the next write on another node, where no process has that id, took
+    it for dead and removed it, a file that writer might still rename."""
+    from fgscale._files import owner_tag
+
+    host = owner_tag().partition("@")[2]
     target = tmp_path / "predictions.csv"
-    dead = tmp_path / ".tmp-999999999-predictions.csv"  # of a writer killed mid-write
-    dead.write_text("half")
+    for tag in ("999999999", f"999999999@{host}"):  # of writers killed mid-write
+        (tmp_path / f".tmp-{tag}-predictions.csv").write_text("half")
+    elsewhere = tmp_path / f".tmp-999999999@{host}x-predictions.csv"  # another node's
+    elsewhere.write_text("half")
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(target), byte],
                               stderr=subprocess.PIPE, text=True) for byte in "ab"]
     for proc in procs:
         assert proc.wait(timeout=300) == 0, proc.stderr.read()
     assert target.read_bytes() in (b"a" * 200_000, b"b" * 200_000)
-    assert list(tmp_path.iterdir()) == [target]
+    assert sorted(tmp_path.iterdir()) == [elsewhere, target]
 
 
 def test_atomic_path_error_names_the_file_not_its_temporary(tmp_path, monkeypatch):

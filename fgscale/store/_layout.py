@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale._files import pid_alive
+from fgscale._files import owner_gone, owner_tag
 from fgscale.store._reader import FORMAT_VERSION, Store, open_group_checked, open_store
 from fgscale.store._records import labels_array, row_records, target_array
 from fgscale.store._shards import ShardRowReader, StoreError
@@ -162,10 +162,9 @@ def create_whole(out: Path, **kwargs) -> zarr.Group:
     store when it has the same inputs (``attrs["params"]["fingerprint"]``)."""
     for stale in [*out.parent.glob(glob.escape(out.name) + ".creating*"),  # of a killed run
                   *out.parent.glob(glob.escape(out.name) + ".removing*")]:
-        pid = stale.name.rpartition(".")[2]
-        if not pid.isdigit() or not pid_alive(int(pid)):
+        if owner_gone(stale.name.rpartition(".")[2]):
             shutil.rmtree(stale, ignore_errors=True)
-    tmp = out.with_name(f"{out.name}.creating.{os.getpid()}")  # a conversion at once has its own
+    tmp = out.with_name(f"{out.name}.creating.{owner_tag()}")  # a conversion at once has its own
     create_store(tmp, **kwargs)
     try:
         os.replace(tmp, out)
@@ -179,11 +178,11 @@ def create_whole(out: Path, **kwargs) -> zarr.Group:
 
 
 def remove_aside(path: Path) -> None:
-    """Remove the folder ``path``, renamed aside first (``<name>.removing.<pid>``, one atomic
+    """Remove the folder ``path``, renamed aside first (``<name>.removing.<pid>@<host>``, one atomic
     step) then deleted: an interruption leaves either the whole folder at ``path`` or none,
     never a part that the next command would refuse as not a store; the next conversion
     removes what a killed removal left aside (:func:`create_whole`)."""
-    aside = path.with_name(f"{path.name}.removing.{os.getpid()}")
+    aside = path.with_name(f"{path.name}.removing.{owner_tag()}")
     shutil.rmtree(aside, ignore_errors=True)  # this process's own, interrupted earlier
     os.replace(path, aside)
     shutil.rmtree(aside)
@@ -260,9 +259,9 @@ def reopen_damaged(path) -> list[int]:
     blocks : list of int
         The blocks reopened (none for a store of another layout, which is not checked).
     """
-    for tmp in (Path(path) / "X" / "c").glob("*/.*.tmp"):  # ShardRowReader.write's, of a
-        pid = tmp.name.rpartition(".")[0].rpartition(".")[2]  # killed run: a shard's bytes each
-        if not pid.isdigit() or not pid_alive(int(pid)):
+    # the temporary shard files (ShardRowReader.write's: a shard's bytes each) of killed runs
+    for tmp in (Path(path) / "X" / "c").glob("*/.*.tmp"):
+        if owner_gone(tmp.name.rpartition(".")[0].rpartition(".")[2]):
             tmp.unlink(missing_ok=True)
     blocks = damaged_blocks(path)
     if blocks:

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from fgscale._files import owner_tag
+
 __all__ = ["ShardRowReader", "StoreError", "resumable_write"]
 
 
@@ -197,7 +199,7 @@ class ShardRowReader:
         index = index.tobytes()
         path = self.root / self.array.metadata.encode_chunk_key((int(shard), 0))
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp = path.with_name(f".{path.name}.{owner_tag()}.tmp")
         try:
             with open(tmp, "wb") as f:
                 written = 0
