@@ -160,10 +160,15 @@ def create_whole(out: Path, **kwargs) -> zarr.Group:
     the re-run would refuse as foreign, only the temporary folder, which the re-run removes. Two
     conversions started at once each write their own; the second to rename uses the first's
     store when it has the same inputs (``attrs["params"]["fingerprint"]``)."""
+    here = owner_tag().partition("@")[2]
     for stale in [*out.parent.glob(glob.escape(out.name) + ".creating*"),  # of a killed run
                   *out.parent.glob(glob.escape(out.name) + ".removing*")]:
-        if owner_gone(stale.name.rpartition(".")[2]):
+        tag = stale.name.rpartition(".")[2]
+        if owner_gone(tag):
             shutil.rmtree(stale, ignore_errors=True)
+        elif tag.partition("@")[2] not in ("", here):  # whether it still runs is not known here
+            log.warning("%s: left by a process on %s; remove it once no conversion runs there",
+                        stale, tag.partition("@")[2])
     tmp = out.with_name(f"{out.name}.creating.{owner_tag()}")  # a conversion at once has its own
     create_store(tmp, **kwargs)
     try:
