@@ -3,8 +3,8 @@ folder or a saved model; JSON read back with the file named in its errors (:func
 whether a folder takes a new file, tried for real (:func:`can_write`, :func:`check_writable`);
 one command at a time on a folder (:func:`exclusive`) or on a name that comes and goes
 (:func:`exclusive_name`); a folder replaced whole (:func:`replaced_folder`); the tag that names
-a temporary file's writer, and whether that writer is gone (:func:`owner_tag`,
-:func:`owner_gone`)."""
+a temporary file's writer, its machine when another, and whether that writer is gone
+(:func:`owner_tag`, :func:`owner_elsewhere`, :func:`owner_gone`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "exclusive_name",
-           "owner_gone", "owner_tag", "pid_alive", "read_json", "replaced_folder"]
+           "owner_elsewhere", "owner_gone", "owner_tag", "pid_alive", "read_json", "replaced_folder"]
 
 log = logging.getLogger(__name__)
 # letters, digits and "_" only: a tag splits from the name around it at "-" or "."
@@ -63,13 +63,19 @@ def owner_tag() -> str:
     return f"{os.getpid()}@{_HOST}"
 
 
+def owner_elsewhere(tag: str) -> str | None:
+    """The machine that ``tag`` (:func:`owner_tag`) names when it is another one; None for
+    this machine, and for a bare process id (earlier versions' names)."""
+    host = tag.partition("@")[2]
+    return None if host in ("", _HOST) else host
+
+
 def owner_gone(tag: str) -> bool:
     """Whether the writer that ``tag`` (:func:`owner_tag`) names has ended, so that its
     temporary file may be removed: a process of this machine that no longer runs. Another
-    machine's is never taken for gone; a bare process id (earlier versions' names) is taken
-    for this machine's."""
-    pid, _, host = tag.partition("@")
-    return pid.isdigit() and host in ("", _HOST) and not pid_alive(int(pid))
+    machine's (:func:`owner_elsewhere`) is never taken for gone."""
+    pid = tag.partition("@")[0]
+    return pid.isdigit() and owner_elsewhere(tag) is None and not pid_alive(int(pid))
 
 
 def pid_alive(pid: int) -> bool:

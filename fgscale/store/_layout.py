@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale._files import owner_gone, owner_tag
+from fgscale._files import owner_elsewhere, owner_gone, owner_tag
 from fgscale.store._reader import FORMAT_VERSION, Store, open_group_checked, open_store
 from fgscale.store._records import labels_array, row_records, target_array
 from fgscale.store._shards import ShardRowReader, StoreError
@@ -160,15 +160,14 @@ def create_whole(out: Path, **kwargs) -> zarr.Group:
     the re-run would refuse as foreign, only the temporary folder, which the re-run removes. Two
     conversions started at once each write their own; the second to rename uses the first's
     store when it has the same inputs (``attrs["params"]["fingerprint"]``)."""
-    here = owner_tag().partition("@")[2]
     for stale in [*out.parent.glob(glob.escape(out.name) + ".creating*"),  # of a killed run
                   *out.parent.glob(glob.escape(out.name) + ".removing*")]:
         tag = stale.name.rpartition(".")[2]
         if owner_gone(tag):
             shutil.rmtree(stale, ignore_errors=True)
-        elif tag.partition("@")[2] not in ("", here):  # whether it still runs is not known here
+        elif host := owner_elsewhere(tag):  # whether it still runs is not known here
             log.warning("%s: left by a process on %s; remove it once no conversion runs there",
-                        stale, tag.partition("@")[2])
+                        stale, host)
     tmp = out.with_name(f"{out.name}.creating.{owner_tag()}")  # a conversion at once has its own
     create_store(tmp, **kwargs)
     try:
