@@ -4,10 +4,13 @@ whether a folder takes a new file, tried for real (:func:`can_write`, :func:`che
 one command at a time on a folder (:func:`exclusive`) or on a name that comes and goes
 (:func:`exclusive_name`); a folder replaced whole (:func:`replaced_folder`); the tag that names
 a temporary file's writer, its machine when another, and whether that writer is gone
-(:func:`owner_tag`, :func:`owner_elsewhere`, :func:`owner_gone`)."""
+(:func:`owner_tag`, :func:`owner_elsewhere`, :func:`owner_gone`); what was written made to
+survive a crash of the machine, not only of the process (:func:`fsync_file`, :func:`fsync_dir`,
+:func:`fsync_tree`)."""
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import logging
@@ -21,7 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "exclusive_name",
-           "owner_elsewhere", "owner_gone", "owner_tag", "pid_alive", "read_json", "replaced_folder"]
+           "fsync_dir", "fsync_file", "fsync_tree", "owner_elsewhere", "owner_gone", "owner_tag",
+           "pid_alive", "read_json", "replaced_folder"]
 
 log = logging.getLogger(__name__)
 # letters, digits and "_" only: a tag splits from the name around it at "-" or "."
@@ -36,7 +40,9 @@ def atomic_path(path) -> Iterator[Path]:
     suffixes (``.nii.gz``, ``.json``) so that writers that look at them still work, and holds
     the process id: two processes writing one file at once (two ``predict --out`` of one CSV)
     each write their own, and the file is the whole of one of them, never a mix. The
-    temporary files of writers killed before they renamed them are removed.
+    temporary files of writers killed before they renamed them are removed. The file's bytes
+    reach the disk before the rename, and the rename before the function returns: a machine
+    that crashes (power lost, kernel panic) keeps the previous file or the new one, whole.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +52,9 @@ def atomic_path(path) -> Iterator[Path]:
     tmp = path.with_name(f".tmp-{owner_tag()}-{path.name}")
     try:
         yield tmp
+        fsync_file(tmp)
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except OSError as exc:  # a full or read-only disk: say which file, and what is kept
         if exc.filename2 is None and _as_path(exc.filename) == path:
             raise  # names the file already, and not by its temporary name
@@ -110,9 +118,51 @@ def replaced_folder(folder) -> Iterator[Path]:
         except OSError:
             os.rename(old, folder)
             raise
+        fsync_dir(folder.parent)
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(new, ignore_errors=True)
+
+
+def fsync_file(path) -> None:
+    """Wait until the bytes written to file ``path`` are on the disk, not only in the OS's
+    cache (``fsync``): before a rename or a flag claims them whole."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path) -> None:
+    """Wait until folder ``path``'s entries (a file created or renamed into it) are on the
+    disk. Passed over where a folder cannot be opened or flushed (Windows; file systems that
+    refuse it, with EINVAL): there the rename's own order is all there is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except (PermissionError, IsADirectoryError):
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path, skip=()) -> None:
+    """:func:`fsync_file` every file below folder ``path`` (bar the folders named in ``skip``,
+    relative to ``path``), then :func:`fsync_dir` every folder: a tree written through a
+    library that does not flush (zarr's metadata and small arrays) before a rename or a flag
+    claims it."""
+    path = Path(path)
+    skipped = {path / name for name in skip}
+    for top, folders, files in os.walk(path, topdown=True):
+        folders[:] = [f for f in folders if Path(top, f) not in skipped]
+        for name in files:
+            fsync_file(Path(top, name))
+        fsync_dir(top)
 
 
 def can_write(folder) -> bool:

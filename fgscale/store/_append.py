@@ -28,7 +28,7 @@ import numpy as np
 
 from fgscale.store._inputs import changed, describe, input_fingerprint
 from fgscale.store._records import row_records, target_array
-from fgscale.store._shards import StoreError
+from fgscale.store._shards import StoreError, sync_node
 
 __all__ = ["append_rows", "check_append"]
 
@@ -119,6 +119,7 @@ def append_rows(g, *, n_old: int, rows, targets, stats, fingerprint: str, params
     pending = g.attrs.get("appending") or {
         "from": g.attrs["params"]["fingerprint"], "to": fingerprint, "n_old": n_old}
     g.attrs.update({"complete": False, "appending": pending})
+    sync_node(g)  # before the arrays grow: a machine's crash leaves the store still appending
     n, step = len(rows), int(g.attrs["block_rows"])
     if g["X"].shape[0] != n:
         g["X"].resize((n, g["X"].shape[1]))
@@ -143,3 +144,4 @@ def append_rows(g, *, n_old: int, rows, targets, stats, fingerprint: str, params
         g[name][...] = data
     g.attrs.update({"params": {**params, "fingerprint": fingerprint},
                     "synthetic": bool(g.attrs.get("synthetic")) or synthetic})
+    sync_node(g, whole=True, skip=("X/c",))  # before the new blocks: the shards are flushed as written

@@ -34,6 +34,7 @@ import zarr
 
 from fgscale.store._derived import read_locations
 from fgscale.store._reader import Store, open_group_checked
+from fgscale.store._shards import sync_node, sync_rows
 
 __all__ = ["BANKS", "DONE", "LABELS", "PARAMS", "Bank", "BankError", "bank_key", "bank_params", "create_bank",
            "delete_bank", "find_banks", "list_banks", "open_bank", "rows_hash"]
@@ -172,7 +173,9 @@ class Bank:
     def write(self, index: int, labels) -> None:
         """Write grouping ``index``, then its flag (a flag never claims a half-written row)."""
         self.labels[index] = np.asarray(labels, dtype=np.int32)
+        sync_rows(self.labels, index)
         self.done[index] = True
+        sync_rows(self.done, index)
 
     def check(self, params: dict, n_features: int) -> None:
         """Raise a BankError unless the bank holds ``params`` on ``n_features`` features (a
@@ -318,12 +321,15 @@ def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_f
                          fill_value=False)
         if rows is not None:
             sub.create_array(ROWS, data=np.unique(np.asarray(rows, dtype=np.int64)))
+        sync_node(sub, whole=True)  # before any task writes a grouping in it
         return Bank(key, sub, _name(group))
     bank = Bank(key, banks[key], _name(group))
     bank.check(params, n_features)
     if bank.n_groupings < n_groupings:
         bank.labels.resize((n_groupings, n_features))
         bank.done.resize((n_groupings,))
+        sync_node(bank.labels)
+        sync_node(bank.done)
     return bank
 
 

@@ -66,10 +66,10 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale._files import owner_elsewhere, owner_gone, owner_tag
+from fgscale._files import fsync_dir, fsync_tree, owner_elsewhere, owner_gone, owner_tag
 from fgscale.store._reader import FORMAT_VERSION, Store, open_group_checked, open_store
 from fgscale.store._records import labels_array, row_records, target_array
-from fgscale.store._shards import ShardRowReader, StoreError
+from fgscale.store._shards import ShardRowReader, StoreError, sync_node, sync_rows
 
 __all__ = ["block_range", "create_store", "create_whole", "damaged_blocks", "default_block_rows",
            "mark_complete", "remove_aside", "reopen_damaged", "write_block", "write_block_rows",
@@ -170,8 +170,10 @@ def create_whole(out: Path, **kwargs) -> zarr.Group:
                         stale, host)
     tmp = out.with_name(f"{out.name}.creating.{owner_tag()}")  # a conversion at once has its own
     create_store(tmp, **kwargs)
+    fsync_tree(tmp)  # on the disk before the rename: a machine's crash leaves it whole or absent
     try:
         os.replace(tmp, out)
+        fsync_dir(out.parent)
     except OSError:  # the other conversion renamed its own first: resumed, as a re-run would
         shutil.rmtree(tmp, ignore_errors=True)
         if kwargs["attrs"]["params"]["fingerprint"] != open_group_checked(out).attrs.get(
@@ -249,7 +251,9 @@ def _write_rows(path, g: zarr.Group, X: zarr.Array, block: int,
             raise ValueError(f"{path}: block {block} holds {stop - start} rows of "
                              f"{X.shape[1]} voxels, got {X_block.shape}")
         X[start:stop] = X_block
+        sync_rows(X, start, stop)
     g["done"][block] = 1  # after the data: a flag never claims a half-written shard
+    sync_rows(g["done"], block)
 
 
 def reopen_damaged(path) -> list[int]:
@@ -300,6 +304,7 @@ def mark_complete(path, **attrs) -> None:
         raise StoreError(f"{path}: cannot mark complete, blocks {missing[:10].tolist()} "
                          "are not written")
     g.attrs.update({**attrs, "complete": True})
+    sync_node(g)
 
 
 def write_store(path, X, y, mask, affine, *, classes=None, target=None, split=None, groups=None,
@@ -349,7 +354,9 @@ def write_store(path, X, y, mask, affine, *, classes=None, target=None, split=No
         start, stop = block_range(b, rows, X.shape[0])
         write_block(tmp, b, X[start:stop])
     mark_complete(tmp)
+    fsync_tree(tmp, skip=("X/c",))  # the shards are flushed as written
     if path.exists():
         remove_aside(path)
     os.replace(tmp, path)
+    fsync_dir(path.parent)
     return open_store(path)

@@ -1,11 +1,14 @@
 """Direct reads and writes of the shard files of a store's ``X``, following the Zarr v3 spec.
 
 The lowest layer of :mod:`fgscale.store`: it knows the byte layout of a shard (rows back to
-back, then an index of (offset, nbytes) per row and its crc32c), not what the rows mean.
+back, then an index of (offset, nbytes) per row and its crc32c), not what the rows mean; and
+where zarr keeps an array's chunks and a node's attributes, to flush them to the disk before a
+flag claims them (:func:`sync_rows`, :func:`sync_node`).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -14,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale._files import owner_tag
+from fgscale._files import fsync_dir, fsync_file, fsync_tree, owner_tag
 
-__all__ = ["ShardRowReader", "StoreError", "resumable_write"]
+__all__ = ["ShardRowReader", "StoreError", "resumable_write", "sync_node", "sync_rows"]
 
 
 class StoreError(ValueError):
@@ -215,7 +218,10 @@ class ShardRowReader:
                     raise ValueError(f"{path}: shard {shard} holds {n_rows} rows, got {written}")
                 f.write(index)
                 f.write(np.uint32(google_crc32c.value(index)).astype("<u4").tobytes())
+                f.flush()
+                os.fsync(f.fileno())  # on the disk before the rename, and the flag, claim it
             os.replace(tmp, path)
+            fsync_dir(path.parent)
         except BaseException:
             tmp.unlink(missing_ok=True)  # a failed task leaves no partial file behind
             raise
@@ -235,3 +241,58 @@ class ShardRowReader:
                     raise StoreError(f"{path}: truncated, row chunk at byte {offset} is "
                                      f"shorter than {nbytes} bytes")
                 yield i, buffer
+
+
+def _local_root(node) -> Path | None:
+    """The folder of a zarr array or group in a store of local files; None for other stores."""
+    from zarr.storage import LocalStore
+
+    store = node.store_path.store
+    return Path(store.root) / node.store_path.path if isinstance(store, LocalStore) else None
+
+
+def sync_rows(array: zarr.Array, start: int, stop: int | None = None) -> None:
+    """Flush to the disk what zarr wrote of rows ``start:stop`` of ``array`` (default row
+    ``start`` alone): the chunk files that hold them, and their folders.
+
+    zarr writes each chunk to a temporary name and renames it, but does not flush it: after a
+    crash of the machine (power lost, kernel panic, not only of the process) a flag written
+    later could say done over rows that never reached the disk. Called after the rows and after
+    their flag. Nothing to do for a store that is not local files.
+    """
+    root = _local_root(array)
+    if root is None:
+        return
+    stop = start + 1 if stop is None else stop
+    grid = array.shards or array.chunks
+    others = list(itertools.product(*(range(-(-n // c)) for n, c in zip(array.shape[1:], grid[1:],
+                                                                          strict=True))))
+    _sync([root / array.metadata.encode_chunk_key((i, *rest))
+           for i in range(start // grid[0], -(-stop // grid[0])) for rest in others])
+
+
+def sync_node(node, *, whole: bool = False, skip: tuple[str, ...] = ()) -> None:
+    """Flush to the disk a zarr group's or array's ``zarr.json`` (its attributes, an array's
+    shape), or with ``whole`` every file below it bar the folders in ``skip`` (a store or a
+    bank just created, before it is renamed into place or written to). Nothing to do for a
+    store that is not local files."""
+    root = _local_root(node)
+    if root is None:
+        return
+    if whole:
+        fsync_tree(root, skip)
+    else:
+        _sync([root / "zarr.json"])
+
+
+def _sync(paths: list[Path]) -> None:
+    folders = set()
+    for path in paths:
+        try:
+            fsync_file(path)
+        except FileNotFoundError:  # a chunk of fill values only: zarr removed its file
+            pass
+        folders.add(path.parent)
+    for folder in folders:
+        if folder.is_dir():
+            fsync_dir(folder)

@@ -43,7 +43,7 @@ from fgscale._files import exclusive
 from fgscale.cluster import get_client, run_tasks
 from fgscale.store._derived import read_locations, write_location
 from fgscale.store._reader import Store, open_store
-from fgscale.store._shards import resumable_write
+from fgscale.store._shards import resumable_write, sync_node, sync_rows
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +142,11 @@ def _block_task(path: str, derived: str, key: str, index: int, rows: np.ndarray)
     n, mean, m2 = _partials(X)
     with resumable_write(derived, f"the statistics of block {index}"):
         group = zarr.open_group(derived, mode="r+")[f"{STATS}/{key}"]
-        group["partial_count"][index] = n
-        group["partial_mean"][index] = mean
-        group["partial_m2"][index] = m2
+        for name, value in (("partial_count", n), ("partial_mean", mean), ("partial_m2", m2)):
+            group[name][index] = value
+            sync_rows(group[name], index)
         group["done"][index] = 1  # after the partials: a flag never claims a half-written block
+        sync_rows(group["done"], index)
     return index
 
 
@@ -269,6 +270,7 @@ def _prepare(group: zarr.Group, key: str, rows: np.ndarray, n_blocks: int, span:
     sub.create_array("done", shape=(n_blocks,), dtype="uint8", chunks=(1,), fill_value=0)
     sub.attrs.update({"n_rows": int(rows.size), "n_blocks": n_blocks, "span": span,
                       "complete": False})
+    sync_node(sub, whole=True)  # before any task writes a partial in it
     return sub
 
 
@@ -355,7 +357,9 @@ def _save_result(sub: zarr.Group, n_blocks: int) -> tuple[np.ndarray, np.ndarray
         if name in sub:
             del sub[name]
         sub.create_array(name, data=value, chunks=value.shape, compressors=None)
+        sync_node(sub[name], whole=True)
     sub.attrs["complete"] = True  # after the result: a flag never claims a half-written one
+    sync_node(sub)
     for name in ("partial_mean", "partial_m2"):
         del sub[name]
     return mean, std
