@@ -6,7 +6,7 @@ one command at a time on a folder (:func:`exclusive`) or on a name that comes an
 a temporary file's writer, its machine when another, and whether that writer is gone
 (:func:`owner_tag`, :func:`owner_elsewhere`, :func:`owner_gone`); what was written made to
 survive a crash of the machine, not only of the process (:func:`fsync_file`, :func:`fsync_dir`,
-:func:`fsync_tree`)."""
+:func:`fsync_fd`, :func:`fsync_tree`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "exclusive_name",
-           "fsync_dir", "fsync_file", "fsync_tree", "owner_elsewhere", "owner_gone", "owner_tag",
+           "fsync_dir", "fsync_fd", "fsync_file", "fsync_tree", "owner_elsewhere", "owner_gone", "owner_tag",
            "pid_alive", "read_json", "replaced_folder"]
 
 log = logging.getLogger(__name__)
@@ -129,26 +129,37 @@ def fsync_file(path) -> None:
     cache (``fsync``): before a rename or a flag claims them whole."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fsync_fd(fd)
     finally:
         os.close(fd)
 
 
 def fsync_dir(path) -> None:
     """Wait until folder ``path``'s entries (a file created or renamed into it) are on the
-    disk. Passed over where a folder cannot be opened or flushed (Windows; file systems that
-    refuse it, with EINVAL): there the rename's own order is all there is."""
+    disk. Passed over where a folder cannot be opened (Windows)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except (PermissionError, IsADirectoryError):
         return
     try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
+        fsync_fd(fd)
     finally:
         os.close(fd)
+
+
+# what a file system that cannot flush this descriptor answers: there the order of the writes
+# and renames is all there is, as before any flush
+_CANNOT_FLUSH = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF}
+
+
+def fsync_fd(fd: int) -> None:
+    """``os.fsync(fd)``; an error that says the file system cannot flush it is passed over, any
+    other (EIO: the bytes are lost; ENOSPC on a network file system) is raised."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_FLUSH:
+            raise
 
 
 def fsync_tree(path, skip=()) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale._files import fsync_dir, fsync_file, fsync_tree, owner_tag
+from fgscale._files import fsync_dir, fsync_fd, fsync_file, fsync_tree, owner_tag
 
 __all__ = ["ShardRowReader", "StoreError", "resumable_write", "sync_node", "sync_rows"]
 
@@ -219,7 +219,7 @@ class ShardRowReader:
                 f.write(index)
                 f.write(np.uint32(google_crc32c.value(index)).astype("<u4").tobytes())
                 f.flush()
-                os.fsync(f.fileno())  # on the disk before the rename, and the flag, claim it
+                fsync_fd(f.fileno())  # on the disk before the rename, and the flag, claim it
             os.replace(tmp, path)
             fsync_dir(path.parent)
         except BaseException:
@@ -286,6 +286,7 @@ def sync_node(node, *, whole: bool = False, skip: tuple[str, ...] = ()) -> None:
 
 
 def _sync(paths: list[Path]) -> None:
+    """Flush each file of ``paths`` that exists, then each of their folders."""
     folders = set()
     for path in paths:
         try:
