@@ -143,3 +143,29 @@ def test_conversion_training_and_saves_flush_before_they_claim(tiny_cohort, tmp_
               f"save_model(FeatureGroupingClassifier(max_epochs=2).fit(X, y), {str(saved)!r})")
     calls = traced([sys.executable, "-c", script], tmp_path / "save.log", tmp_path)
     assert check_renames(calls, saved, tmp_name) >= 2
+
+
+def test_an_append_flushes_its_state_before_the_store_grows(tiny_cohort, tmp_path):
+    """``--append``: the store marked as appending is on the disk before its arrays grow, each
+    new shard before its flag, and ``complete`` after the last flag."""
+    from fgscale.store import convert
+
+    folder = tmp_path / "cohort"  # the tables beside the images
+    shutil.copytree(Path(tiny_cohort).parent, folder)
+    lines = Path(tiny_cohort).read_text().splitlines(keepends=True)
+    part, whole = folder / "part.csv", folder / "whole.csv"
+    part.write_text("".join(lines[:17]))  # the header and 16 of the 24 images: 2 blocks of 8
+    whole.write_text("".join(lines))
+    store = tmp_path / "s.zarr"
+    convert(part, store, block_rows=8, progress=False)
+    calls = traced([sys.executable, "-m", "fgscale", "convert", str(whole), "--out", str(store),
+                    "--append", "--block-rows", "8", "--n-workers", "1", "--no-progress"],
+                   tmp_path / "append.log", tmp_path)
+    appending = first(calls, "fsync", store / "zarr.json")
+    assert 0 <= appending < first(calls, "rename", store / "X" / "zarr.json")
+    assert check_renames(calls, store / "X", re.compile(r"^\..*\.tmp$")) == 1
+    # the new block's flag (the old ones are flushed again with the grown arrays)
+    flag = first(calls, "fsync", store / "done" / "c" / "2")
+    assert 0 <= first(calls, "rename", store / "X" / "c" / "2" / "0") < flag
+    assert first(calls, "fsync", store / "zarr.json", flag) > flag
+    assert open_store(store).n_samples == 24 and open_store(store).attrs["complete"]
