@@ -164,8 +164,10 @@ def test_an_append_flushes_its_state_before_the_store_grows(tiny_cohort, tmp_pat
     appending = first(calls, "fsync", store / "zarr.json")
     assert 0 <= appending < first(calls, "rename", store / "X" / "zarr.json")
     assert check_renames(calls, store / "X", re.compile(r"^\..*\.tmp$")) == 1
-    # the new block's flag (the old ones are flushed again with the grown arrays)
+    # the grown records before the new block, the new block before its flag
+    shard = first(calls, "rename", store / "X" / "c" / "2" / "0")
+    assert 0 <= first(calls, "fsync", store / "source" / "zarr.json") < shard
+    assert shard < first(calls, "fsync", store / "done" / "c" / "2")
     flag = first(calls, "fsync", store / "done" / "c" / "2")
-    assert 0 <= first(calls, "rename", store / "X" / "c" / "2" / "0") < flag
     assert first(calls, "fsync", store / "zarr.json", flag) > flag
     assert open_store(store).n_samples == 24 and open_store(store).attrs["complete"]

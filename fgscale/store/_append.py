@@ -28,7 +28,7 @@ import numpy as np
 
 from fgscale.store._inputs import changed, describe, input_fingerprint
 from fgscale.store._records import row_records, target_array
-from fgscale.store._shards import StoreError, sync_node
+from fgscale.store._shards import StoreError, sync_node, sync_rows
 
 __all__ = ["append_rows", "check_append"]
 
@@ -144,4 +144,12 @@ def append_rows(g, *, n_old: int, rows, targets, stats, fingerprint: str, params
         g[name][...] = data
     g.attrs.update({"params": {**params, "fingerprint": fingerprint},
                     "synthetic": bool(g.attrs.get("synthetic")) or synthetic})
-    sync_node(g, whole=True, skip=("X/c",))  # before the new blocks: the shards are flushed as written
+    # on the disk before the new blocks are written: what this function changed, and only that
+    # (the shards are flushed as written; a bank or statistics may be another user's files)
+    for name in arrays:
+        sync_node(g[name], whole=True)
+    for name in ("X", "done"):
+        sync_node(g[name])
+    if n_old % step:
+        sync_rows(g["done"], n_old // step)
+    sync_node(g)
