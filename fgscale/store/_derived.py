@@ -38,7 +38,7 @@ import zarr
 
 from fgscale._files import can_write
 from fgscale.store._reader import Store
-from fgscale.store._shards import StoreError
+from fgscale.store._shards import StoreError, sync_node
 
 __all__ = ["CACHE_DIR_ENV", "DERIVED_ENV", "cache_dir", "cache_path", "derived_mode",
            "read_locations", "writable", "write_location"]
@@ -190,6 +190,7 @@ def write_location(store: Store) -> str:
     group = zarr.open_group(str(cache), mode="a")
     if "rows_sample" not in group.attrs:  # the store's path: for a person looking at the cache
         group.attrs.update({"fgscale_derived_of": path, "rows_sample": _rows_sample(store)})
+        sync_node(group)
     elif (other := _other_rows(store, cache)) is not None:
         raise StoreError(f"{path}: its cache store {cache} was made for {other}, of the same "
                          "identity but other rows; remove that folder, or set "
