@@ -173,13 +173,14 @@ def create_whole(out: Path, **kwargs) -> zarr.Group:
     fsync_tree(tmp)  # on the disk before the rename: a machine's crash leaves it whole or absent
     try:
         os.replace(tmp, out)
-        fsync_dir(out.parent)
     except OSError:  # the other conversion renamed its own first: resumed, as a re-run would
         shutil.rmtree(tmp, ignore_errors=True)
         if kwargs["attrs"]["params"]["fingerprint"] != open_group_checked(out).attrs.get(
                 "params", {}).get("fingerprint"):
             raise StoreError(f"{out}: another conversion, of other inputs, created it "
                              "meanwhile; remove it or choose another --out") from None
+    # outside the try: a failed flush (EIO) is not the other conversion's rename, and is raised
+    fsync_dir(out.parent)
     return open_group_checked(out, "r+")
 
 
