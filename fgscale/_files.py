@@ -118,8 +118,8 @@ def replaced_folder(folder) -> Iterator[Path]:
         except OSError:
             os.rename(old, folder)
             raise
-        fsync_dir(folder.parent)
         shutil.rmtree(old, ignore_errors=True)
+        fsync_dir(folder.parent)  # after the old one is gone: a failed flush leaves no .old- folder
     finally:
         shutil.rmtree(new, ignore_errors=True)
 
