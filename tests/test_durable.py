@@ -171,3 +171,38 @@ def test_an_append_flushes_its_state_before_the_store_grows(tiny_cohort, tmp_pat
     flag = first(calls, "fsync", store / "done" / "c" / "2")
     assert first(calls, "fsync", store / "zarr.json", flag) > flag
     assert open_store(store).n_samples == 24 and open_store(store).attrs["complete"]
+
+
+def test_blocks_reopened_for_a_changed_file_are_flushed_before_its_new_record(tmp_path, rng):
+    """A file rewritten before an unfinished conversion resumes: the flags of its blocks, set
+    back to not done, reach the disk before the store's record of the files as they are now,
+    and that record before the block is written again (else a crash between them would leave
+    the new record over a block flagged done with the file's former rows)."""
+    import nibabel as nib
+    import numpy as np
+
+    from fgscale.store._convert import convert
+
+    shape, folder = (6, 7, 5), tmp_path / "cohort"
+    folder.mkdir()
+    series = [(rng.standard_normal((*shape, 2)) + 5).astype(np.float32) for _ in range(6)]
+    series[5][1, 2, 3, 1] = np.nan  # stops the first conversion after blocks 0 and 1
+    for i, data in enumerate(series):
+        nib.save(nib.Nifti1Image(data, np.eye(4)), folder / f"sub{i}.nii.gz")
+    (folder / "cohort.csv").write_text("path,label\n" + "".join(
+        f"sub{i}.nii.gz,c{i % 2}\n" for i in range(6)))
+    mask = tmp_path / "mask.nii.gz"
+    nib.save(nib.Nifti1Image(np.ones(shape, np.uint8), np.eye(4)), mask)
+    store = tmp_path / "s.zarr"
+    with pytest.raises(ValueError, match="NaN/inf"):
+        convert(folder / "cohort.csv", store, mask=mask, block_rows=4, progress=False)
+    nib.save(nib.Nifti1Image(series[3] + 1, np.eye(4)), folder / "sub3.nii.gz")  # block 1
+    calls = traced([sys.executable, "-m", "fgscale", "convert", str(folder / "cohort.csv"),
+                    "--out", str(store), "--mask", str(mask), "--nan", "zero", "--block-rows",
+                    "4", "--n-workers", "1", "--no-progress"], tmp_path / "resume.log", tmp_path)
+    # a flag set back to 0, zarr's fill value, removes its chunk file: its folder is flushed
+    reopened = first(calls, "fsync", store / "done" / "c")
+    record = first(calls, "fsync", store / "inputs" / "c" / "0" / "0")
+    assert 0 <= reopened < record < first(calls, "rename", store / "X" / "c" / "1" / "0")
+    assert first(calls, "rename", store / "X" / "c" / "0" / "0") == -1  # block 0 kept
+    assert open_store(store).attrs["complete"]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fgscale.store._shards import sync_node, sync_rows
+
 log = logging.getLogger(__name__)
 
 _FIELDS = ("file", "volume", "label", "group", "split")  # of a row, as convert lists them
@@ -93,7 +95,11 @@ def check_inputs(out: Path, g, stats: np.ndarray, paths: list, n_rows: list, com
     redo = [b for b in blocks if done[b]]
     for b in redo:
         g["done"][b] = 0
+        sync_rows(g["done"], b)
+    # on the disk after the flags it reopens: a crash between them must not leave the new
+    # record over blocks still flagged done with the files' former rows
     g["inputs"][:] = stats
+    sync_node(g["inputs"], whole=True)
     if redo:
         log.warning("%s: %s changed (size or modification time) since this conversion began: "
                     "converting again the %d block(s) that hold their rows", out, which,
