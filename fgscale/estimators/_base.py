@@ -26,6 +26,7 @@ from fgscale.estimators._inputs import (
     is_store,
     mask_image_of,
     refuse_multioutput,
+    refuse_odd_item,
     refuse_table_of_images,
     resolve_graph,
     rows_of,
@@ -105,6 +106,7 @@ class FeatureGroupingBase(BaseEstimator):
                 self.__dict__.pop(name, None)
             check_not_empty(X, "fit on")
             refuse_table_of_images(X)
+            refuse_odd_item(X)
             refuse_multioutput(self, y)
             if is_store(X):
                 if y is not None or groups is not None:

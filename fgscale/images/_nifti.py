@@ -39,12 +39,14 @@ def _why(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def load_img(img) -> nib.Nifti1Image:
+def load_img(img, name: str | None = None) -> nib.Nifti1Image:
     """Normalise a path or an image to a ``Nifti1Image`` (header only: data stays on disk).
 
     Parameters
     ----------
     img : str, Path or nibabel spatial image
+    name : str, optional
+        The file to name in errors, for an image read from its bytes; default the image's own.
 
     Returns
     -------
@@ -68,8 +70,8 @@ def load_img(img) -> nib.Nifti1Image:
             raise ValueError(f"{path}: not a readable NIfTI image ({_why(exc)})") from exc
     if not isinstance(img, nib.spatialimages.SpatialImage):
         raise ValueError(f"expected a NIfTI path or a nibabel image, got {type(img).__name__}")
-    _check_shape(_name(img), img.shape)
-    _check_values(_name(img), img.get_data_dtype(), img.affine)
+    _check_shape(name := name or _name(img), img.shape)
+    _check_values(name, img.get_data_dtype(), img.affine)
     if not isinstance(img, nib.Nifti1Image):
         data = getattr(img.file_map.get("image"), "filename", None)  # a pair's .img
         if data and not Path(data).is_file():  # named as given: the .hdr of the table
@@ -256,7 +258,7 @@ def read_image(path) -> tuple[nib.Nifti1Image, np.ndarray]:
         img = nib.Nifti1Image.from_bytes(payload)
     except _READ_ERRORS as exc:
         raise ValueError(f"{path}: not a readable NIfTI image ({_why(exc)})") from exc
-    img = load_img(img)  # same checks as for a path (3D/4D)
+    img = load_img(img, str(path))  # same checks as for a path (3D/4D)
     proxy = img.dataobj
     if proxy.dtype == np.float32 and proxy.slope == 1 and proxy.inter == 0:
         # already float32, unscaled: a view of the decompressed bytes, no copy

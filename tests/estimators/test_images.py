@@ -369,3 +369,38 @@ def test_an_empty_image_that_empties_the_computed_mask_is_named(cohort, tmp_path
     nib.save(nib.Nifti1Image(np.zeros(TINY_GRID, np.float32), imgs[0].affine), zero)
     with pytest.raises(ValueError, match=r"zero\.nii\.gz: no voxel is finite and non-zero"):
         compute_mask([paths[0], str(zero), paths[1]])
+
+
+def test_an_item_that_is_no_image_in_a_list_of_images_is_named(cohort, tmp_path):
+    """A mistyped suffix or another format among paths was read as an array: numpy's "could not
+    convert string to float" named the first file, a good one."""
+    paths, y, _ = cohort
+    clf = FeatureGroupingClassifier(**FAST).fit(paths, y)
+    for X, message in [
+            (paths[:3] + [str(tmp_path / "typo.nii.gzz")], r"^X\[3\]: '.*typo\.nii\.gzz' is not "
+                                                           r"a NIfTI path \(\.nii, \.nii\.gz"),
+            (np.array(paths[:2] + ["scan.mgz"]), r"^X\[2\]: 'scan\.mgz' is not a NIfTI path"),
+            (["a.mgz", "b.mgz"], r"^X\[0\]: 'a\.mgz' is not a NIfTI path"),
+            (paths[:2] + [np.zeros(3)], r"^X\[2\]: an object of type ndarray among NIfTI images")]:
+        with pytest.raises(ValueError, match=message):
+            clf.predict(X)
+        with pytest.raises(ValueError, match=message):
+            FeatureGroupingClassifier(**FAST).fit(X, y[:len(X)])
+    np.testing.assert_array_equal(clf.predict(paths[:3]), clf.predict(mask_images(
+        paths[:3], clf.mask_img_)))
+
+
+def test_an_unreadable_image_read_with_a_mask_is_named_by_its_file(cohort, tmp_path):
+    """Read from its bytes (the fast path of a .nii.gz file), the image was named
+    "<in-memory image>" in the errors of its shape and voxel type."""
+    paths, y, _ = cohort
+    img = nib.load(paths[0])
+    odd = {"complex.nii.gz": (np.asarray(img.dataobj).astype(np.complex64), "voxels of type "
+                              r"complex64"),
+           "empty.nii.gz": (np.zeros((*TINY_GRID, 0), np.float32), r"image of shape .* holds no "
+                                                                   "voxel")}
+    clf = FeatureGroupingClassifier(mask=compute_mask(paths), **FAST)
+    for name, (data, message) in odd.items():
+        nib.save(nib.Nifti1Image(data, img.affine), tmp_path / name)
+        with pytest.raises(ValueError, match=rf"^{tmp_path / name}: {message}"):
+            clf.fit([*paths[:-1], str(tmp_path / name)], y)
