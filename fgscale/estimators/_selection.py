@@ -94,10 +94,15 @@ def check_groups(groups, n_samples: int):
     return groups
 
 
+_GROUP_DRAWS = 50  # splits by group drawn until one holds every class on both sides
+
+
 def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
-                      stratify: bool = True):
+                     stratify: bool = True, classes=None):
     """Split rows into training and validation: by group when groups are given (no subject on
-    both sides), else stratified when every class allows it."""
+    both sides; with ``stratify``, the first of scikit-learn's ``GroupShuffleSplit`` draws that
+    leaves no class out of either side, with a warning naming the class, of ``classes``, when
+    none does), else stratified when every class allows it."""
     rows = np.arange(len(y))
     n_val = max(1, int(round(fraction * len(y))))
     if len(y) - n_val < 1:
@@ -105,11 +110,33 @@ def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
                          f"validation_fraction={fraction} leave {len(y) - n_val} to train on; give "
                          "more samples, a smaller validation_fraction or early_stopping=False")
     if groups is not None and len(np.unique(groups)) >= 2:
-        splitter = GroupShuffleSplit(n_splits=1, test_size=fraction, random_state=seed)
-        return next(splitter.split(rows, y, groups))
+        # the first draw does not depend on n_splits: a split that holds every class is kept
+        splitter = GroupShuffleSplit(n_splits=_GROUP_DRAWS if stratify else 1,
+                                     test_size=fraction, random_state=seed)
+        draws = splitter.split(rows, y, groups)
+        first = next(draws)
+        n_classes = len(np.unique(y))
+        for train, val in itertools.chain([first], draws):
+            if not stratify or all(len(np.unique(y[side])) == n_classes for side in (train, val)):
+                return train, val
+        _warn_class_left_out(y, groups, first, classes)
+        return first
     counts = np.bincount(y) if stratify else None
     strata = y if stratify and counts.min() >= 2 and n_val >= len(counts) else None
     return train_test_split(rows, test_size=n_val, random_state=seed, stratify=strata)
+
+
+def _warn_class_left_out(y, groups, split, classes) -> None:
+    side, left_out = next((side, np.setdiff1d(np.unique(y), y[rows]))
+                          for side, rows in zip(("training", "validation"), split, strict=True)
+                          if len(np.setdiff1d(np.unique(y), y[rows])))
+    name = left_out[0] if classes is None else classes[left_out[0]]
+    n_groups = len(np.unique(groups[y == left_out[0]]))
+    warnings.warn(f"no split of the rows by group (groups=) keeps every class on both sides: the "
+                  f"{side} rows lack class '{name}' (its samples are in {n_groups} group(s)), so "
+                  "early stopping and the choice of hyper-parameters are judged without it; "
+                  "give more subjects of each class, or no groups to split by sample",
+                  UserWarning, stacklevel=2)
 
 
 def split_rows(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups=None, *,
@@ -120,7 +147,8 @@ def split_rows(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups
     if validation:
         train, val = validation_split(y_idx[rows], estimator.validation_fraction, seed,
                                       None if groups is None else groups[rows],
-                                      stratify=is_classifier(estimator))
+                                      stratify=is_classifier(estimator),
+                                      classes=getattr(estimator, "classes_", None))
         return rows[train], rows[val]
     if n_candidates > 1:
         off = estimator.early_stopping is False

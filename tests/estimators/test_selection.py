@@ -220,3 +220,43 @@ def test_a_split_with_no_training_rows_names_the_fraction(rng, n, fraction, mess
     reg = FeatureGroupingRegressor(early_stopping=True, validation_fraction=fraction)
     with pytest.raises(ValueError, match=message):
         reg.fit(X, np.arange(n, dtype=float) + rng.standard_normal(n))
+
+
+def test_a_split_by_group_keeps_every_class_on_both_sides_where_one_can(rng):
+    """A few subjects of a rare class (3 patients of 15): a split drawn by group alone left
+    every patient out of the validation rows for half the seeds, and early stopping judged the
+    model without them. The first draw that holds every class is kept; where one holds them
+    (most seeds), it is scikit-learn's own GroupShuffleSplit draw, unchanged."""
+    from sklearn.model_selection import GroupShuffleSplit
+
+    from fgscale.estimators._selection import validation_split
+
+    groups = np.repeat(np.arange(15), 2)
+    y = (groups < 3).astype(int)  # subjects 0-2 are patients
+    kept = 0
+    for seed in range(40):
+        train, val = validation_split(y, 0.2, seed, groups)
+        assert set(y[train]) == set(y[val]) == {0, 1}
+        assert not set(groups[train]) & set(groups[val])
+        plain = next(GroupShuffleSplit(1, test_size=0.2, random_state=seed).split(y, y, groups))
+        if set(y[plain[1]]) == {0, 1}:
+            kept += 1
+            np.testing.assert_array_equal(val, plain[1])
+    assert 5 <= kept <= 35  # both cases were met
+    # a regressor's split is the plain draw
+    np.testing.assert_array_equal(validation_split(y, 0.2, 3, groups, stratify=False)[1], next(
+        GroupShuffleSplit(1, test_size=0.2, random_state=3).split(y, y, groups))[1])
+
+
+def test_a_class_of_one_subject_is_named_in_a_warning(rng):
+    """Two subjects, one class each: no split by subject can hold both classes on both sides."""
+    X, y, mask = _problem(rng, n=24)
+    labels = np.where(np.arange(24) < 12, "face", "house")
+    clf = FeatureGroupingClassifier(mask=mask, max_epochs=2, n_clusters=0.2, **SMALL)
+    with pytest.warns(UserWarning, match=r"no split of the rows by group \(groups=\) keeps every "
+                                         r"class on both sides: the training rows lack class "
+                                         r"'(face|house)' \(its samples are in 1 group\(s\)\)"):
+        clf.fit(X, labels, groups=np.arange(24) < 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf.fit(X, labels, groups=np.arange(24) // 3)  # 4 subjects of each class
