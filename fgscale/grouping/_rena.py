@@ -124,7 +124,10 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
         n_nodes = len(sizes)
         if edges.shape[1] == 0:
             raise ValueError(f"the graph has {n_nodes} connected components, more than "
-                             f"n_clusters={n_clusters}; each component needs its own cluster")
+                             f"n_clusters={n_clusters}; each component needs its own cluster: "
+                             f"give n_clusters >= {n_nodes} (a fraction >= "
+                             f"{np.ceil(1000 * n_nodes / p) / 1000:g} of the {p} features), a "
+                             "mask of fewer separate parts, or regularizer='l2'")
         means = sums if n_rounds == 0 else sums / sizes[:, None]
         ranking = _Ranking.draw(seed, n_rounds)
         keys = _edge_keys(_edge_weights(means, edges), ranking)

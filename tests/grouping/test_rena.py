@@ -12,6 +12,7 @@ from scipy import ndimage
 from scipy.sparse import csgraph
 from sklearn.datasets import load_digits
 
+from fgscale.grouping._bank import resolve_n_clusters
 from fgscale.grouping._rena import (
     _contract,
     _edge_keys,
@@ -250,8 +251,12 @@ def test_1d_mask_gives_contiguous_segments():
     mask = np.ones(50, bool)
     mask[[3, 20]] = False  # the chain breaks into 3 pieces, so k = 2 is impossible
     X = np.random.default_rng(1).standard_normal((6, 48))
-    with pytest.raises(ValueError, match="3 connected components"):
+    with pytest.raises(ValueError, match=r"3 connected components, more than n_clusters=2; .*"
+                                         r"give n_clusters >= 3 \(a fraction >= 0\.063 of the "
+                                         r"48 features\), a mask of fewer separate parts, or "
+                                         r"regularizer='l2'"):
         rena(X, mask, 2)
+    assert resolve_n_clusters(0.063, 48) >= 3
     labels = rena(X, mask, 5)
     _check_partition(labels, 5, grid_edges(mask))
     assert np.count_nonzero(np.diff(labels[:3])) + np.count_nonzero(np.diff(labels[3:19])) \
