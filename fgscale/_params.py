@@ -35,7 +35,8 @@ from fgscale._constraints import (
 )
 
 __all__ = ["PARAMS", "RUNTIME_PARAMS", "Param", "check_device", "check_prefetch",
-           "estimator_signature", "numpydoc", "params_of", "params_to_json", "validate_params"]
+           "estimator_signature", "numpydoc", "params_of", "params_to_json", "plain_json",
+           "validate_params"]
 
 
 # ------------------------------------------------------------------------- the table
@@ -207,6 +208,18 @@ def numpydoc(task: str) -> str:
         lines += textwrap.wrap(text + ".", width=92, initial_indent=" " * 8,
                                subsequent_indent=" " * 8)
     return "\n".join(lines)
+
+
+def plain_json(value):
+    """``value`` with numpy scalars, arrays and tuples as JSON's numbers and lists, dict keys
+    as str."""
+    if isinstance(value, dict):
+        return {str(k): plain_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v) for v in value]
+    if isinstance(value, (np.generic, np.ndarray)):
+        return plain_json(value.tolist())
+    return value
 
 
 def params_to_json(params: dict) -> dict:

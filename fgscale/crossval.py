@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.base import clone, is_classifier
 
 from fgscale._files import atomic_path, check_writable, exclusive_name
-from fgscale._params import params_to_json
+from fgscale._params import params_to_json, plain_json
 from fgscale._run_folder import UNSEEN_PARAMS, versions
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
@@ -135,10 +135,10 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
                 if name == "r2":
                     metrics.update(targets=table["target"], predictions=table["prediction"])
                 # as JSON keeps it: a resumed cross-validation reads its saved folds back
-                folds.append(json.loads(json.dumps(
+                folds.append(json.loads(json.dumps(plain_json(
                     {"fold": fold, "n_train": int(train.size), **metrics,
                      "selected": {"alpha": model.alpha_, "dropout": model.dropout_,
-                                  "n_clusters": model.n_clusters_}}, default=_plain)))
+                                  "n_clusters": model.n_clusters_}}))))
                 if out is not None:
                     _write(out, header, folds)
                 if echo is not None:
@@ -187,13 +187,6 @@ def _splits(rows, store, n_folds: int, grouped: bool, name: str, seed: int):
         return StratifiedKFold(n_splits=n_folds, shuffle=True,
                                random_state=seed).split(rows, store.y[rows])
     return KFold(n_splits=n_folds, shuffle=True, random_state=seed).split(rows)
-
-
-def _plain(value):
-    """A numpy number as the Python one (``json.dumps``'s ``default``)."""
-    if isinstance(value, (np.generic, np.ndarray)):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _summary(folds: list, name: str) -> dict:

@@ -40,17 +40,17 @@ from sklearn.base import is_classifier
 from sklearn.utils.validation import check_is_fitted
 
 from fgscale._files import atomic_path, exclusive_name, replaced_folder
-from fgscale._params import PARAMS, params_to_json, validate_params
+from fgscale._params import PARAMS, params_to_json, plain_json, validate_params
 from fgscale.estimators._saved_mask import (
     MASK,
     MASK_PARAM,
     MODEL_NPZ,
     NPZ_MASK_PARAM,
     mask_arrays_of,
+    mask_param,
     mask_to_save,
     placed_mask,
     read_mask,
-    saved_mask_param,
 )
 from fgscale.training._models import build_model
 
@@ -62,19 +62,6 @@ _FORMAT = "fgscale-model"
 _SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_")
 _CLASS_KINDS = "Uiubf"  # the dtypes of labels that JSON gives back as they were (and "O")
 _PREFIX = "model."  # state_dict arrays in model.npz, apart from mean_ and scale_
-
-
-def _plain(value):
-    """``value`` with numpy scalars, arrays and tuples as JSON's numbers and lists."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _plain(value.tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def _sha256(path: Path) -> str:
@@ -147,6 +134,9 @@ def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> 
         The ``model.json`` written.
     """
     folder = Path(folder).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"{folder}: a file, not a folder; save_model writes a folder "
+                              f"({MODEL_JSON}, {MODEL_NPZ}, {MASK}): choose another path")
     with exclusive_name(folder, waiting=f"{folder}: another save into it is running; waiting "
                                         "for it to end"):
         if not (folder / "config.json").is_file():
@@ -213,7 +203,7 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
     if hasattr(estimator, "feature_names_in_"):
         doc["feature_names_in_"] = list(map(str, estimator.feature_names_in_))
     with atomic_path(folder / MODEL_JSON) as tmp:
-        tmp.write_text(json.dumps(_plain(doc), indent=2) + "\n")
+        tmp.write_text(json.dumps(plain_json(doc), indent=2) + "\n")
     return folder / MODEL_JSON
 
 
@@ -255,9 +245,11 @@ def _read_json(path: Path) -> dict:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
         raise ValueError(f"{path}: not an fgscale model (expected \"format\": \"{_FORMAT}\")")
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: model format version {doc.get('format_version')!r}, this "
-                         f"fgscale reads version {FORMAT_VERSION}; save the model again")
+    version = doc.get("format_version")
+    if version != FORMAT_VERSION:  # a newer fgscale's: no save again here can read it
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        raise ValueError(f"{path}: model format version {version!r}, this fgscale reads version "
+                         f"{FORMAT_VERSION}; {'upgrade fgscale' if newer else 'save the model again'}")
     return doc
 
 
@@ -289,12 +281,8 @@ def _params(doc: dict, mask_img, path: Path, arrays: dict) -> dict:
     unknown = sorted(set(params) - {p.name for p in PARAMS})
     if unknown:
         raise ValueError(f"{path}: unknown parameter(s) {unknown} (a newer fgscale's model?)")
-    if params.get("mask") == MASK_PARAM:
-        params["mask"] = mask_img
-    elif params.get("mask") == NPZ_MASK_PARAM:
-        params["mask"] = saved_mask_param(arrays, doc["n_features_in_"], path.parent / MODEL_NPZ)
-    elif params.get("mask") is not None and not isinstance(params["mask"], str):
-        params["mask"] = None
+    params["mask"] = mask_param(params.get("mask"), mask_img, arrays, doc["n_features_in_"],
+                                path.parent)
     if not (params.get("random_state") is None or isinstance(params["random_state"], int)):
         params["random_state"] = None  # a RandomState was saved as its repr: not restorable
     _as_given(params, doc.get("sequences", {}), path)
@@ -353,7 +341,8 @@ def load_model(folder, *, affine=None):
     estimator : FeatureGroupingClassifier or FeatureGroupingRegressor
         Its parameters, fitted attributes and model as saved, the model on the CPU (moved to
         ``device`` to predict); ``bank_`` is None. An image ``mask`` parameter comes back
-        as the saved mask image, an array (a 3D boolean grid, a CNN's 2D grid) or a sparse
+        as the saved mask image, a path as it was (the saved image where the path is gone: a
+        model moved to another machine), an array (a 3D boolean grid, a CNN's 2D grid) or a sparse
         adjacency as it was, and ``mask_img_`` is None where it was None (an array has no
         affine); a ``RandomState`` as None.
 

@@ -4,6 +4,7 @@ arrays of ``model.npz``."""
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -14,8 +15,10 @@ import numpy as np
 from fgscale.images._masking import as_mask_image
 from fgscale.images._nifti import space_codes, with_space_codes
 
-__all__ = ["MASK", "MASK_PARAM", "MODEL_NPZ", "NPZ_MASK_PARAM", "mask_arrays_of", "mask_to_save",
-           "placed_mask", "read_mask", "saved_mask_param"]
+log = logging.getLogger(__name__)
+
+__all__ = ["MASK", "MASK_PARAM", "MODEL_NPZ", "NPZ_MASK_PARAM", "mask_arrays_of", "mask_param",
+           "mask_to_save", "placed_mask", "read_mask", "saved_mask_param"]
 
 MODEL_NPZ, MASK = "model.npz", "mask.nii.gz"
 MASK_PARAM = {"saved": MASK}  # an image ``mask`` parameter: the saved mask
@@ -54,6 +57,23 @@ def mask_arrays_of(mask) -> dict:
     if isinstance(mask, np.ndarray):
         return {"mask": mask != 0}
     return {}
+
+
+def mask_param(saved, mask_img, arrays: dict, n_features: int, folder: Path):
+    """The ``mask`` parameter of a loaded model, from its saved value ``saved``: the saved mask
+    image, the arrays of model.npz (popped from ``arrays``), or a path. A path that is gone (the
+    model moved to another machine) gives way to the saved ``mask_img``, the mask as the fit
+    used it, so that a clone of the model fits again; None for anything else."""
+    if saved == MASK_PARAM:
+        return mask_img
+    if saved == NPZ_MASK_PARAM:
+        return saved_mask_param(arrays, n_features, folder / MODEL_NPZ)
+    if not isinstance(saved, str):
+        return None
+    if mask_img is not None and not os.path.exists(saved):
+        log.info("%s: the mask %s is gone; its copy %s stands for it", folder, saved, MASK)
+        return mask_img
+    return saved
 
 
 def saved_mask_param(arrays: dict, n_features: int, path: Path):

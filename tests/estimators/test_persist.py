@@ -9,6 +9,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 from helpers import mask_img, smooth_problem
+from sklearn.base import clone
 
 from fgscale import FeatureGroupingClassifier, load_model, save_model
 
@@ -160,6 +161,12 @@ def test_a_relative_mask_path_refits_from_another_working_folder(problem, tmp_pa
     loaded = load_model("model")
     assert loaded.mask == str(tmp_path / "data" / "mask.nii.gz")
     np.testing.assert_array_equal(loaded.fit(X, y).coef_, clf.coef_)
+    # the model shared without its mask file: the saved copy stands for the path, so that a
+    # clone of it fits again (it raised FileNotFoundError for the former path)
+    (tmp_path / "data" / "mask.nii.gz").unlink()
+    moved = load_model("model")
+    np.testing.assert_array_equal(moved.mask.get_fdata(), mask_img(mask).get_fdata())
+    np.testing.assert_array_equal(clone(moved).fit(X, y).coef_, clf.coef_)
 
 
 def test_a_regressor_round_trips(problem, tmp_path):
@@ -227,6 +234,20 @@ def test_errors_name_the_file_and_the_problem(saved, problem, tmp_path):
     with pytest.raises(ValueError, match=r"model\.npz: array 'model\.first\.weight' must be "
                                          r"float of shape \(2, \d+\)"):
         load_model(folder)
+
+    folder = _copy(saved, tmp_path / "g")
+    _edit_json(folder, lambda doc: doc.update(format_version=2))
+    with pytest.raises(ValueError, match=r"model\.json: model format version 2, this fgscale "
+                                         r"reads version 1; upgrade fgscale$"):
+        load_model(folder)
+    _edit_json(folder, lambda doc: doc.update(format_version=0))
+    with pytest.raises(ValueError, match=r"version 0, .*; save the model again$"):
+        load_model(folder)
+    (tmp_path / "a_file").write_text("notes")
+    with pytest.raises(FileExistsError, match=r"a_file: a file, not a folder; save_model writes "
+                                              r"a folder \(model\.json, model\.npz, "):
+        save_model(saved[0], tmp_path / "a_file")
+    assert (tmp_path / "a_file").read_text() == "notes"
 
     folder = _copy(saved, tmp_path / "e")
     (folder / "model.npz").write_bytes(b"\0" + (folder / "model.npz").read_bytes())
