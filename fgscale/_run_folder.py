@@ -46,7 +46,7 @@ from fgscale._files import atomic_path, read_json
 from fgscale._params import RUNTIME_PARAMS, params_to_json
 from fgscale.estimators._persist import load_model, write_model
 from fgscale.maps import MAPS_IMAGE, write_maps
-from fgscale.reports import target_name, write_table
+from fgscale.reports import write_table
 from fgscale.training._loop import _History, cuda_device
 
 __all__ = ["PREDICTIONS", "UNSEEN_PARAMS", "RunFolder", "versions"]
@@ -126,6 +126,12 @@ class RunFolder:
                                    for k in changed)
                 raise ValueError(f"{self.path}: --resume with other parameters than the saved "
                                  f"run ({detail}; see {config})")
+            given, before = params.get("max_epochs"), saved.get("max_epochs")
+            if isinstance(given, int) and isinstance(before, int) and given < before:
+                # its epochs so far stay: the run would be saved with fewer than it holds
+                raise ValueError(f"{self.path}: --resume with max_epochs {given}, fewer than the "
+                                 f"saved run's {before}: a run is extended, never shortened; "
+                                 "leave --max-epochs out, or train into another --out")
             final = self / "final.json"
             if final.exists() and all(saved.get(k) == params[k] for k in params
                                       if k not in UNSEEN_PARAMS):
@@ -148,20 +154,23 @@ class RunFolder:
                                      f"({exc.strerror or exc}): choose another --out, or make its "
                                      "parent folder writable") from None
         self._write_json({"params": params, "task": task,
-                          # a regression's target, by the cohort table's column (scores name it)
-                          "target": target_name(store) if task == "regression" else None,
+                          # a regression's target, by the cohort table's column (scores name
+                          # it); None where the store did not keep it (a store of arrays)
+                          "target": store.attrs.get("target_name") if task == "regression"
+                          else None,
                           "store": str(store.path.resolve()),
                           "store_id": identity,
                           "synthetic": bool(store.attrs.get("synthetic", False)),
                           "versions": versions()}, "config.json")
         return None
 
-    def target(self) -> str:
-        """The name of the run's target (config.json's, else "target": a run of an fgscale
-        that did not keep it)."""
+    def target(self, known: bool = False) -> str | None:
+        """The name of the run's target (config.json's, else "target": a run of a store that
+        did not keep it, or of an fgscale that did not; with ``known``, None then)."""
         config = self / "config.json"
         saved = read_json(config, "run configuration") if config.is_file() else {}
-        return (saved.get("target") if isinstance(saved, dict) else None) or "target"
+        name = saved.get("target") if isinstance(saved, dict) else None
+        return name if known else name or "target"
 
     def _saved_params(self) -> dict | None:
         config = self / "config.json"

@@ -18,7 +18,7 @@ from fgscale.cluster import get_client
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._factory import make_estimator
 from fgscale.maps import has_maps
-from fgscale.reports import check_store, predict_inputs, score_store, target_name, write_table
+from fgscale.reports import check_store, predict_inputs, score_store, write_table
 from fgscale.store._reader import open_store
 
 __all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_line", "predict_run",
@@ -218,7 +218,7 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
         check_writable(predictions, "; choose another --predictions; nothing evaluated")
     check_store(clf, store)  # a store of other voxels: refused before a cluster starts
     if not isinstance(clf, FeatureGroupingClassifier):
-        _check_target(RunFolder(run_dir).target(), store)
+        _check_target(RunFolder(run_dir).target(known=True), store)
     with get_client(client, processes=False) as client:  # full rows: no socket for them
         report, table = _evaluate(clf, store, client, rows, progress=progress,
                                   hint="; --rows all (rows='all') scores every row")
@@ -227,12 +227,12 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     return report
 
 
-def _check_target(trained: str, store) -> None:
+def _check_target(trained: str | None, store) -> None:
     """Say when a regression run is scored on a store whose target is another column than the
-    one it learnt (a mistake, or an outcome measured twice); "target" when either did not keep
-    its name, which says nothing."""
-    scored = target_name(store)
-    if trained != scored and "target" not in (trained, scored):
+    one it learnt (a mistake, or an outcome measured twice); not where either name is unknown
+    (None: a store of arrays, or of an fgscale that did not keep it), which says nothing."""
+    scored = store.attrs.get("target_name")
+    if trained and scored and trained != scored:
         log.warning("%s: its target is %s, the run was trained on %s: the scores compare "
                     "predictions of %s with %s", store.path, scored, trained, trained, scored)
 

@@ -442,3 +442,13 @@ def test_evaluate_says_when_the_store_has_another_target_than_the_run(regression
     assert (f"{tmp_path / 'score.zarr'}: its target is score, the run was trained on age: the "
             "scores compare predictions of age with score" in caplog.text)
     assert capsys.readouterr().out.splitlines()[-1].startswith("score on ")
+    # a column named "target" is a name like any: it was taken for one that was not kept
+    table = tmp_path / "target.csv"
+    table.write_text("path,target,split\n" + "".join(
+        f"{r['path']},{r['target']},{r['split']}\n" for r in rows))
+    assert main(["convert", str(table), "--out", str(tmp_path / "target.zarr"), "--n-workers",
+                 "1", "--no-progress"]) == 0
+    caplog.clear()
+    assert main(["evaluate", str(run), str(tmp_path / "target.zarr"), "--n-workers", "1",
+                 "--no-progress"]) == 0
+    assert "its target is target, the run was trained on age" in caplog.text

@@ -165,6 +165,14 @@ def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path)
     assert summary["epochs"] == 4
     train_run(tiny_store.path, tmp_path / "whole", params=dict(PARAMS, max_epochs=4), client=client)
     assert_same_model(run, tmp_path / "whole", rtol=1e-6, atol=1e-7)
+    # a smaller max_epochs is refused, the run left as it is: it was accepted, and config.json
+    # then said 3 epochs for a model of 4
+    config = (run / "config.json").read_text()
+    with pytest.raises(ValueError, match=r"run: --resume with max_epochs 3, fewer than the saved "
+                                         r"run's 4: a run is extended, never shortened"):
+        train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=3), resume=True,
+                  client=client)
+    assert (run / "config.json").read_text() == config and (run / "final.json").exists()
 
 
 def test_an_extension_killed_mid_way_resumes_rather_than_passing_for_finished(tiny_store, client,
