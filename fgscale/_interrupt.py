@@ -16,6 +16,7 @@ interrupted on purpose must end with its one-line message only.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import logging
 import os
@@ -87,6 +88,11 @@ def run_command(main) -> int:
     ignored ... KeyboardInterrupt" and a traceback over a command that succeeded.
     """
     signal.signal(signal.SIGTERM, _terminate)
+    sys.stdout = _PipeSafe(sys.stdout)
+    # the last of the exit handlers (they run in reverse): past it the interpreter sets Python's
+    # handlers back to the default action, and a Ctrl-C in its last clean-up (freeing modules,
+    # half a second) would kill the process with 130 over a command that succeeded
+    atexit.register(_ignore_signals)
     logging.getLogger("asyncio").addFilter(_gathers_left)
     logging.getLogger("tornado.application").addFilter(_sync_cancel_left)
     try:
@@ -126,6 +132,40 @@ def _sync_cancel_left(record: logging.LogRecord) -> bool:
     code = tb.tb_frame.f_code if tb is not None else None
     return not (code is not None and code.co_name == "cancel"
                 and os.path.join("distributed", "utils.py") in code.co_filename)
+
+
+class _PipeSafe:
+    """The command's standard output, where a reader that has gone (``fgscale runs | head -1``)
+    makes the rest go to /dev/null rather than fail the command with "Broken pipe" after its
+    work was done; the status stays the command's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def _call(self, method, *args):
+        try:
+            return getattr(self._stream, method)(*args)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())  # the buffer's rest, and the exit's flush
+            os.close(devnull)
+            return len(args[0]) if args else None
+
+    def write(self, text):
+        return self._call("write", text)
+
+    def flush(self):
+        return self._call("flush")
+
+
+def _ignore_signals() -> None:
+    """Ignore Ctrl-C and SIGTERM from now on: an ignored signal is left so at the interpreter's
+    end, where a Python handler is set back to the default action."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _exit_now(status: int, signum, frame) -> None:

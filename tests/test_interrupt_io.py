@@ -79,6 +79,34 @@ def test_ctrl_c_after_the_command_returned_exits_at_once_with_its_status(args, s
         assert done.stderr == ""
 
 
+# the same, with the signal in the interpreter's last clean-up (a module's objects freed), past
+# the point where it sets Python's handlers back to the default action
+_AT_THE_END = textwrap.dedent("""
+    import os, signal, sys, time
+    from fgscale.cli import run
+
+    class FreedLast:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+            print("freed", flush=True)
+
+    sys.argv = ["fgscale", *sys.argv[1:]]
+    status = run()
+    freed_last = FreedLast()
+    sys.exit(status)
+""")
+
+
+@pytest.mark.parametrize("args,status", [([], 0), (["train"], 2)])
+def test_ctrl_c_in_the_interpreters_last_clean_up_keeps_the_commands_status(args, status):
+    """It killed the process with 130 (-2 here), which said a command that succeeded failed."""
+    done = subprocess.run([sys.executable, "-c", _AT_THE_END, *args], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == status, done.stderr
+    assert done.stdout.splitlines()[-1] == "freed"
+
+
 
 # a distributed gather's waiting tasks, left with AllExit by a gather that Ctrl-C interrupted,
 # then collected: asyncio logs "Task exception was never retrieved" and a traceback
@@ -174,3 +202,21 @@ def test_a_sync_interrupted_before_its_coroutine_started_is_not_reported(mode):
     assert done.returncode == 0, done.stderr
     assert done.stdout == "interrupted\n" and "ZeroDivisionError" in done.stderr
     assert ("NameError" in done.stderr) == (mode == "bare"), done.stderr
+
+
+def test_a_reader_gone_before_the_output_does_not_fail_the_command(tmp_path):
+    """``fgscale runs | head -1``, the pipe closed before the command writes: it ended with
+    "error: [Errno 32] Broken pipe" and status 2 after its work was done."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "fgscale", "runs", str(tmp_path)],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == ""
+    done = subprocess.run([sys.executable, "-m", "fgscale", "runs", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout == f"{tmp_path}: no run folder in it or below\n"
