@@ -126,12 +126,14 @@ class RunFolder:
                                    for k in changed)
                 raise ValueError(f"{self.path}: --resume with other parameters than the saved "
                                  f"run ({detail}; see {config})")
-            given, before = params.get("max_epochs"), saved.get("max_epochs")
-            if isinstance(given, int) and isinstance(before, int) and given < before:
-                # its epochs so far stay: the run would be saved with fewer than it holds
-                raise ValueError(f"{self.path}: --resume with max_epochs {given}, fewer than the "
-                                 f"saved run's {before}: a run is extended, never shortened; "
-                                 "leave --max-epochs out, or train into another --out")
+            trained = max((len(p.read_text().splitlines())
+                           for p in self.path.glob("metrics*.jsonl")), default=0)
+            if isinstance(params.get("max_epochs"), int) and params["max_epochs"] < trained:
+                # its epochs so far stay: config.json would say fewer than the model took
+                raise ValueError(f"{self.path}: --resume with max_epochs {params['max_epochs']}, "
+                                 f"fewer than the {trained} epochs the run has trained: leave "
+                                 "--max-epochs out, give at least that, or train into another "
+                                 "--out")
             final = self / "final.json"
             if final.exists() and all(saved.get(k) == params[k] for k in params
                                       if k not in UNSEEN_PARAMS):

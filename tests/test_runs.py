@@ -168,8 +168,8 @@ def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path)
     # a smaller max_epochs is refused, the run left as it is: it was accepted, and config.json
     # then said 3 epochs for a model of 4
     config = (run / "config.json").read_text()
-    with pytest.raises(ValueError, match=r"run: --resume with max_epochs 3, fewer than the saved "
-                                         r"run's 4: a run is extended, never shortened"):
+    with pytest.raises(ValueError, match=r"run: --resume with max_epochs 3, fewer than the 4 "
+                                         r"epochs the run has trained: leave --max-epochs out"):
         train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=3), resume=True,
                   client=client)
     assert (run / "config.json").read_text() == config and (run / "final.json").exists()
