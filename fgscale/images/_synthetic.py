@@ -132,6 +132,10 @@ def _design(n_samples, n_classes, n_subjects, test_fraction, rng):
                          f"got n_classes={n_classes}, n_samples={n_samples}")
     if not 0.0 <= test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+    if n_subjects and n_subjects * n_classes > n_samples:  # else fewer subjects than said
+        raise ValueError(f"n_subjects={n_subjects} needs n_samples >= n_subjects x n_classes = "
+                         f"{n_subjects * n_classes} (each subject has a sample of every class), "
+                         f"got n_samples={n_samples}")
     y = np.arange(n_samples) % n_classes
     split = np.full(n_samples, "train", dtype="<U5")
     if n_subjects:

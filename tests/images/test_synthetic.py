@@ -104,10 +104,18 @@ def test_bad_design():
         make_classification_volumes(3, 4, grid=TINY_GRID)
     with pytest.raises(ValueError, match="test_fraction"):
         make_classification_volumes(8, 2, grid=TINY_GRID, test_fraction=1.0)
+    # 5 subjects of 4 classes in 12 samples gave 3 subjects, and cohort.json said 5
+    with pytest.raises(ValueError, match=r"n_subjects=5 needs n_samples >= n_subjects x "
+                                         r"n_classes = 20 \(each subject has a sample of every "
+                                         r"class\), got n_samples=12"):
+        make_classification_volumes(12, 4, grid=TINY_GRID, n_subjects=5)
+    _, _, _, _, groups, _ = make_classification_volumes(20, 4, grid=TINY_GRID, n_subjects=5,
+                                                        return_groups=True)
+    assert len(set(groups)) == 5
 
 
 @pytest.mark.parametrize("bad", [dict(snr_db=float("nan")), dict(snr_db=float("-inf")),
-                                 dict(n_samples=2), dict(smooth_noise=2.0)])
+                                 dict(n_samples=2), dict(smooth_noise=2.0), dict(n_subjects=3)])
 def test_a_refused_cohort_writes_nothing(tmp_path, bad):
     """A NaN SNR would write images of NaN only (and NaN into cohort.json, not JSON); every
     refusal comes before the folder is made."""
