@@ -232,7 +232,9 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
             same = "" if first_path == e["path"] else f" (the same file as {first_path})"
             raise ValueError(f"{e['where']}: {e['path']} is listed again{same} (first at "
                              f"{first_where}); each file must appear once (a 4D file gives "
-                             "one row per volume by itself)")
+                             "one row per volume by itself, each with the file's label: to "
+                             "label its volumes apart, split it into 3D files, as nibabel's "
+                             "four_to_three or fslsplit do)")
         seen[real] = e["path"], e["where"]
         if known and has_labels and not e["label"]:
             raise ValueError(f"{e['where']}: missing label for {e['path']}")

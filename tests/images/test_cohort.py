@@ -135,6 +135,11 @@ def test_a_file_listed_twice_is_refused_naming_both_lines(tmp_path):
     with pytest.raises(ValueError, match=r"cohort.csv:4: .*a.nii is listed again \(first at "
                                          r".*cohort.csv:2\)"):
         read_cohort(table)
+    # the volumes of a 4D run labelled one by one (a beta series): said how to label them
+    table.write_text("path,volume,label\nrun.nii.gz,0,face\nrun.nii.gz,1,house\n")
+    with pytest.raises(ValueError, match=r"cohort.csv:3: .*run.nii.gz is listed again .* to "
+                                         r"label its volumes apart, split it into 3D files"):
+        read_cohort(table)
 
 
 def test_a_row_of_more_cells_than_columns_is_refused_naming_its_line(tmp_path):
