@@ -78,6 +78,8 @@ def run_rows(folder) -> list[dict]:
         ``test`` (the test score of a finished run) and ``store``.
     """
     folder = Path(folder).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder}: not a folder; give the folder that holds the runs")
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder")
     configs = []
@@ -94,9 +96,12 @@ def run_rows(folder) -> list[dict]:
             continue
         run, params = config.parent, saved["params"]
         state, test = _state(run)
-        rows.append({"run": str(run.relative_to(folder)), "state": state,
-                     "task": str(saved.get("task") or "classification"),
-                     "model": f"{params.get('model')}/{params.get('regularizer')}",
+        task = str(saved.get("task") or "classification")
+        # as train names it: a regression's "logreg" is a linear model
+        model = "linear" if task == "regression" and params.get("model") == "logreg" else \
+            params.get("model")
+        rows.append({"run": str(run.relative_to(folder)), "state": state, "task": task,
+                     "model": f"{model}/{params.get('regularizer')}",
                      "test": test, "store": str(saved.get("store", ""))})
     return rows
 

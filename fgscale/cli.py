@@ -163,7 +163,7 @@ def _cmd_convert(args) -> int:
     from fgscale.store._convert import convert, summary_line
 
     cohort = args.cohort[0] if len(args.cohort) == 1 and args.labels is None else args.cohort
-    classes = args.classes.split(",") if args.classes else None
+    classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
     kwargs = dict(mask=args.mask, resample=args.resample, nan=args.nan, labels=args.labels,
                   classes=classes, intersect_mask=args.intersect_mask, block_rows=args.block_rows,
                   columns=columns_of(args), progress=not args.no_progress, append=args.append)

@@ -158,6 +158,11 @@ def test_convert_progress_then_already_complete(tmp_path, capsys):
                           f"{open_store(quiet).n_features} voxels)"
     assert "Dask dashboard" not in err  # no cluster started to do nothing
     assert _mtimes(quiet) == files
+    # --classes typed with spaces after the commas, as the table's labels are read stripped
+    assert main(["convert", str(table), "--out", str(tmp_path / "classes.zarr"), "--n-workers",
+                 "1", "--no-progress", "--classes", "class_2, class_0, class_1"]) == 0
+    assert list(open_store(tmp_path / "classes.zarr").classes) == ["class_2", "class_0", "class_1"]
+    assert "3 classes" in capsys.readouterr().out
 
 
 @dashboard_port_may_be_taken

@@ -2,6 +2,7 @@
 (SYNTHETIC runs)."""
 
 import json
+import re
 import shutil
 
 from helpers import refused
@@ -36,3 +37,12 @@ def test_runs_lists_each_run_with_its_state_and_test_score(tiny_runs, tmp_path, 
     assert main(["runs", str(empty)]) == 0
     assert capsys.readouterr().out.strip() == f"{empty}: no run folder in it or below"
     refused(["runs", tmp_path / "missing"], capsys, rf"{tmp_path / 'missing'}: no such folder")
+    (tmp_path / "cohort.csv").write_text("path,label\n")
+    refused(["runs", tmp_path / "cohort.csv"], capsys, r"cohort\.csv: not a folder; give the "
+                                                       r"folder that holds the runs")
+    # a regression's model, as train names it (it said logreg/feature_grouping)
+    config = json.loads((root / "logreg" / "config.json").read_text())
+    (root / "logreg" / "config.json").write_text(json.dumps({**config, "task": "regression"}))
+    assert main(["runs", str(root)]) == 0
+    assert re.search(r"^logreg +finished +regression +linear/feature_grouping ",
+                     capsys.readouterr().out, flags=re.M)

@@ -358,7 +358,8 @@ def summary_line(store: Store) -> str:
     """What ``fgscale convert`` says of the store it wrote: its size, what it holds to learn,
     and the conversion's speed."""
     s = store.attrs.get("summary", {})
-    what = (f"{len(store.classes)} classes" if store.has_labels else "a target (regression)")
+    n = len(store.classes) if store.has_labels else 0
+    what = f"{n} class{'es' * (n != 1)}" if store.has_labels else "a target (regression)"
     if store.has_labels and store.target is not None:  # train picks the labels unless told
         what += " and a target (train --task regression)"
     appended = f", {s['rows_appended']} rows appended" if "rows_appended" in s else ""
