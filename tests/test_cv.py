@@ -68,7 +68,7 @@ def test_cli(grouped_store, client, capsys):
 
 
 def test_more_folds_than_subjects_or_rows_partly_grouped_are_refused(grouped_store, tmp_path,
-                                                                     capsys):
+                                                                     capsys, caplog, client):
     """Refused before any fold trains, not split into folds that share a subject."""
     for folds, most in ((7, "6 training subjects"), (1, "6 training subjects")):
         assert main(["cv", str(grouped_store.path), "--folds", str(folds)]) == 2
@@ -87,6 +87,10 @@ def test_more_folds_than_subjects_or_rows_partly_grouped_are_refused(grouped_sto
     with pytest.raises(ValueError, match=r"partly\.zarr: 3 of the 48 training rows have no "
                                          "group: give each row its subject, or none of them"):
         cross_validate(partly.path, params=PARAMS, n_folds=3)
+    # train takes it, splitting by row, and says so: it said nothing
+    with caplog.at_level("WARNING"):
+        FeatureGroupingClassifier(**QUICK).fit(str(partly.path), client=client)
+    assert "partly.zarr: 3 of its rows have no group: the validation split is by row" in caplog.text
 
 
 # --- the results file (--out) and --resume ---

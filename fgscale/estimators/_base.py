@@ -217,7 +217,11 @@ class FeatureGroupingBase(BaseEstimator):
                 mean, std = compute_stats(store.path, rows, client=client,
                                           progress=bool(self.verbose))
                 self.mean_, self.scale_ = mean, (1.0 / std).astype(np.float32)
-            groups = store.groups if (store.groups != "").all() else None
+            grouped = store.groups != ""
+            groups = store.groups if grouped.all() else None
+            if grouped.any() and groups is None:  # its subjects may straddle the split
+                log.warning("%s: %d of its rows have no group: the validation split is by row, not "
+                            "by subject; give each row its subject", store.path, (~grouped).sum())
             sources = {}
             for k in counts:
                 bank, info = None, {"key": "", "location": None}
