@@ -93,7 +93,9 @@ def make_store(work: Path, grid, n_samples: int, n_workers: int) -> Path:
     csv_path = work / "cohort" / "cohort.csv"
     if not csv_path.exists():
         start = time.perf_counter()
-        make_cohort(csv_path.parent, n_samples=n_samples, grid=grid, compress=False, **COHORT)
+        # a smaller cohort (--n-samples) has as many subjects as it holds samples of each class
+        design = {**COHORT, "n_subjects": min(COHORT["n_subjects"], n_samples // COHORT["n_classes"])}
+        make_cohort(csv_path.parent, n_samples=n_samples, grid=grid, compress=False, **design)
         log(f"wrote the SYNTHETIC cohort ({n_samples} volumes, grid {grid}) in "
             f"{time.perf_counter() - start:.0f} s")
     start = time.perf_counter()
