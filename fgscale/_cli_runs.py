@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["add_runs_command", "run_rows", "runs_table", "test_score"]
+__all__ = ["add_runs_command", "model_label", "run_rows", "runs_table", "test_score"]
 
 _HEADER = ("run", "state", "task", "model", "test", "store")
 
@@ -33,6 +33,13 @@ def _json(path: Path):
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+
+
+def model_label(params: dict, regression: bool) -> str:
+    """A run's ``model/regularizer`` as the commands say it: ``model="logreg"`` is least squares
+    for a regressor, its linear model."""
+    model = "linear" if regression and params.get("model") == "logreg" else params.get("model")
+    return f"{model}/{params.get('regularizer')}"
 
 
 def test_score(test: dict) -> str:
@@ -97,11 +104,8 @@ def run_rows(folder) -> list[dict]:
         run, params = config.parent, saved["params"]
         state, test = _state(run)
         task = str(saved.get("task") or "classification")
-        # as train names it: a regression's "logreg" is a linear model
-        model = "linear" if task == "regression" and params.get("model") == "logreg" else \
-            params.get("model")
         rows.append({"run": str(run.relative_to(folder)), "state": state, "task": task,
-                     "model": f"{model}/{params.get('regularizer')}",
+                     "model": model_label(params, task == "regression"),
                      "test": test, "store": str(saved.get("store", ""))})
     return rows
 

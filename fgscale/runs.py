@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from fgscale._cli_runs import test_score
+from fgscale._cli_runs import model_label, test_score
 from fgscale._files import atomic_path, check_writable, exclusive_name
 from fgscale._params import check_device, params_to_json
 from fgscale._run_folder import RunFolder
@@ -158,9 +158,7 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
     refit's, the test score, the values chosen among candidates, the run folder and its maps."""
     test = summary["test"]
     refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
-    # model="logreg" is least squares for a regressor: its linear model
-    model = "linear" if "r2" in test and params["model"] == "logreg" else params["model"]
-    lines = [f"trained {model}/{params['regularizer']} for {summary['epochs']} epochs"
+    lines = [f"trained {model_label(params, 'r2' in test)} for {summary['epochs']} epochs"
              f"{refit} in {summary['seconds']:.1f} s; test {test_score(test)} on {test['n']} rows"]
     candidates = summary.get("candidates") or []
     if len(candidates) > 1:  # the epochs above are the chosen candidate's

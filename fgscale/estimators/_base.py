@@ -26,7 +26,6 @@ from fgscale.estimators._inputs import (
     is_store,
     mask_image_of,
     refuse_multioutput,
-    refuse_odd_item,
     refuse_table_of_images,
     resolve_graph,
     rows_of,
@@ -94,7 +93,7 @@ class FeatureGroupingBase(BaseEstimator):
     def fit(self, X, y=None, *, groups=None, client=None):
         """Check the parameters, then fit on a store (streamed), on images or on arrays; the
         subclasses document it and encode ``y`` (:meth:`_encode_targets`)."""
-        from fgscale.images._masking import is_images
+        from fgscale.images._masking import is_images, refuse_odd_item
 
         self._check_params(warn_level=5)  # the caller of the subclass's fit
         # a refit refused or interrupted leaves the previous model whole, not half replaced

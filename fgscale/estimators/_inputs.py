@@ -10,7 +10,7 @@ import numpy as np
 from sklearn.base import is_classifier
 
 __all__ = ["check_not_empty", "check_targets_present", "cnn_grid", "images_to_rows", "is_store",
-           "mask_image_of", "missing", "refuse_multioutput", "refuse_odd_item", "refuse_table_of_images",
+           "mask_image_of", "missing", "refuse_multioutput", "refuse_table_of_images",
            "resolve_graph", "rows_of", "warn_unused_mask"]
 
 
@@ -82,26 +82,6 @@ def refuse_table_of_images(X) -> None:
         if dtype.kind == "O" and is_images(X[name].iloc[:1].tolist()):
             raise ValueError(f"X is a table whose column {name!r} holds NIfTI paths: give that "
                              f"column, X[{name!r}], for the images it names")
-
-
-def refuse_odd_item(X) -> None:
-    """Refuse a list of images with an item that is none (a mistyped suffix, an .mgz file, an
-    array among paths), or a list of strings none of which names a NIfTI file, naming the first
-    such item: numpy would fail on the first string, a good file, as a float to convert."""
-    from fgscale.images._masking import _is_one_image, _is_sequence
-
-    if isinstance(X, (str, os.PathLike)) or not _is_sequence(X) or not len(X):
-        return
-    items = list(X)
-    images = [_is_one_image(x) for x in items]
-    if all(images) or not (any(images) or all(isinstance(x, (str, os.PathLike)) for x in items)):
-        return
-    i = images.index(False)
-    what = (f"'{items[i]}' is not a NIfTI path (.nii, .nii.gz, .img, .hdr, or a pattern of "
-            "them)" if isinstance(items[i], (str, os.PathLike))
-            else f"an object of type {type(items[i]).__name__} among NIfTI images")
-    raise ValueError(f"X[{i}]: {what}; give a list of NIfTI paths or nibabel images, or an "
-                     "array of rows")
 
 
 def refuse_multioutput(estimator, y) -> None:
@@ -232,7 +212,7 @@ def _refuse_path(X) -> None:
 
 def rows_of(X, mask_img, owner: str, resample: bool = False):
     """``X`` as it is, or images masked with ``mask_img`` (the fitted estimator's)."""
-    from fgscale.images._masking import is_images, mask_images
+    from fgscale.images._masking import is_images, mask_images, refuse_odd_item
 
     check_not_empty(X, "predict")
     refuse_table_of_images(X)

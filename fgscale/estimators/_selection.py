@@ -127,9 +127,9 @@ def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
 
 
 def _warn_class_left_out(y, groups, split, classes) -> None:
-    side, left_out = next((side, np.setdiff1d(np.unique(y), y[rows]))
-                          for side, rows in zip(("training", "validation"), split, strict=True)
-                          if len(np.setdiff1d(np.unique(y), y[rows])))
+    lacks = {side: np.setdiff1d(y, y[rows]) for side, rows in zip(("training", "validation"),
+                                                                   split, strict=True)}
+    side, left_out = next((side, lack) for side, lack in lacks.items() if lack.size)
     name = left_out[0] if classes is None else classes[left_out[0]]
     n_groups = len(np.unique(groups[y == left_out[0]]))
     warnings.warn(f"no split of the rows by group (groups=) keeps every class on both sides: the "

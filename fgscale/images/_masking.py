@@ -28,7 +28,8 @@ from fgscale.images._nifti import (
     with_space_codes,
 )
 
-__all__ = ["as_mask_image", "bool_mask_array", "compute_mask", "image_list", "is_images", "mask_images"]
+__all__ = ["as_mask_image", "bool_mask_array", "compute_mask", "image_list", "is_images", "mask_images",
+           "refuse_odd_item"]
 
 _NIFTI_SUFFIXES = (".nii", ".nii.gz", ".img", ".hdr")
 
@@ -74,6 +75,24 @@ def is_images(X) -> bool:
     if _is_sequence(X) and len(X) > 0:
         return all(_is_one_image(x) for x in X)
     return False
+
+
+def refuse_odd_item(X) -> None:
+    """Refuse a list of images with an item that is none (a mistyped suffix, an .mgz file, an
+    array among paths), or a list of strings none of which names a NIfTI file, naming the first
+    such item: numpy would fail on the first string, a good file, as a float to convert."""
+    if isinstance(X, (str, os.PathLike)) or not _is_sequence(X) or not len(X):
+        return
+    items = list(X)
+    images = [_is_one_image(x) for x in items]
+    if all(images) or not (any(images) or all(isinstance(x, (str, os.PathLike)) for x in items)):
+        return
+    i = images.index(False)
+    what = (f"'{items[i]}' is not a NIfTI path ({', '.join(_NIFTI_SUFFIXES)}, or a pattern of "
+            "them)" if isinstance(items[i], (str, os.PathLike))
+            else f"an object of type {type(items[i]).__name__} among NIfTI images")
+    raise ValueError(f"X[{i}]: {what}; give a list of NIfTI paths or nibabel images, or an "
+                     "array of rows")
 
 
 def image_list(imgs) -> list:
