@@ -201,7 +201,10 @@ def _build(store: Store, key: str, params: dict, rows, n_groupings: int, found: 
     groupings; returns the bank and the number of groupings built."""
     where = _build_location(store, key, found, overwrite)
     root = zarr.open_group(where, mode="r+")
-    root.require_group(BANKS)
+    try:
+        root.require_group(BANKS)
+    except zarr.errors.ContainsGroupError:  # made meanwhile by another command building a bank
+        pass
     # another command building this bank (two jobs on one cohort) finishes first: both would
     # build every grouping, and a creation could wipe the rows the other had written
     with exclusive(Path(where) / BANKS):
