@@ -11,6 +11,7 @@ labels, with :mod:`sklearn.metrics`.
 from __future__ import annotations
 
 import csv
+import itertools
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -19,7 +20,13 @@ import numpy as np
 
 from fgscale._files import atomic_path
 from fgscale._progress import tqdm
-from fgscale.images._cohort import TABLE_SUFFIXES, named_columns, read_cohort
+from fgscale.images._cohort import (
+    TABLE_SUFFIXES,
+    entry_headers,
+    entry_volumes,
+    named_columns,
+    read_cohort,
+)
 from fgscale.images._masking import image_list, mask_images
 from fgscale.images._nifti import load_img, same_grid
 from fgscale.store._reader import Store, open_store
@@ -159,18 +166,23 @@ def _store_blocks(store: Store, rows: np.ndarray) -> Iterator[tuple[dict, np.nda
 
 # ---------------------------------------------------------------------------------- images
 
-def _image_blocks(clf, entries: list[dict], resample: bool, with_volume: bool):
+def _image_blocks(clf, entries: list[dict], volumes: list[range], resample: bool,
+                  with_volume: bool):
     mask = getattr(clf, "mask_img_", None)
     # a cohort table's label and target, when any file has one: blank for the others
     copied = [c for c in ("label", "target") if any(e.get(c) not in (None, "") for e in entries)]
-    for e in entries:
-        x = mask_images(e["path"], mask, resample=resample)
-        info = {"path": [e["path"]] * len(x)}
-        if with_volume:
-            info["volume"] = list(range(len(x))) if load_img(e["path"]).ndim == 4 else [""]
-        for column in copied:
-            info[column] = [e[column] if e.get(column) is not None else ""] * len(x)
-        yield info, x
+    # the rows of one 4D run listed by volume, one after another in the table: masked at once
+    for path, run in itertools.groupby(zip(entries, volumes, strict=True),
+                                       key=lambda ev: ev[0]["path"]):
+        x = mask_images(path, mask, resample=resample)
+        four_d = load_img(path).ndim == 4
+        for e, vs in run:
+            info = {"path": [path] * len(vs)}
+            if with_volume:
+                info["volume"] = list(vs) if four_d else [""]
+            for column in copied:
+                info[column] = [e[column] if e.get(column) is not None else ""] * len(vs)
+            yield info, x[vs.start:vs.stop]
 
 
 def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
@@ -235,12 +247,13 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
             raise ValueError("rows selects a store's rows or a cohort table's files by split; "
                              "NIfTI files have none")
         # a pattern the shell left alone (quoted, or no shell) names the files it matches
-        entries = [{"path": str(p)} for p in image_list([str(p) for p in inputs])]
-    shapes = [load_img(e["path"]).shape for e in entries]  # headers only
-    with_volume = any(len(shape) == 4 for shape in shapes)
-    return _proba_columns(clf, _image_blocks(clf, entries, resample, with_volume),
-                          progress=progress,
-                          total=sum(shape[3] if len(shape) == 4 else 1 for shape in shapes))
+        entries = [{"path": str(p), "where": str(p), "volume": None}
+                   for p in image_list([str(p) for p in inputs])]
+    headers = entry_headers(entries)
+    volumes = entry_volumes(entries, headers)
+    with_volume = any(len(h.shape) == 4 for h in headers)
+    return _proba_columns(clf, _image_blocks(clf, entries, volumes, resample, with_volume),
+                          progress=progress, total=sum(map(len, volumes)))
 
 
 # ---------------------------------------------------------------------------------- reports

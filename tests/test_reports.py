@@ -228,6 +228,29 @@ def test_four_d_files_give_a_line_per_volume(trained, tmp_path, capsys):
     np.testing.assert_allclose(proba(table, store.classes), clf.predict_proba(X), **FLOAT32)
 
 
+def test_a_table_of_volumes_gives_a_line_per_listed_volume(trained, tmp_path, capsys):
+    """A cohort table with a ``volume`` column: a line per row, in the table's order, with its
+    label; a run's volumes listed out of order and some left out."""
+    store, run = trained
+    cohort = make_cohort(tmp_path / "c4", n_samples=9, n_classes=3, grid=TINY_GRID,
+                         n_subjects=2, four_d=True, seed=5)
+    runs = sorted(f for f in cohort.parent.glob("*.nii.gz") if nib.load(f).shape[3] > 1)
+    listed = [(f, v) for f in runs for v in reversed(range(nib.load(f).shape[3]))][1:]
+    assert len(runs) >= 2 and len(listed) >= 3
+    table = tmp_path / "volumes.csv"
+    table.write_text("path,volume,label\n" + "".join(f"{f},{v},lab{v}\n" for f, v in listed))
+    code, _, err = predict(capsys, run, table, out=tmp_path / "p.csv")
+    assert code == 0, err
+    lines = read_csv(tmp_path / "p.csv")
+    assert [(r["path"], int(r["volume"]), r["label"]) for r in lines] == [
+        (str(f), v, f"lab{v}") for f, v in listed]
+    X = np.stack([np.asarray(nib.load(f).dataobj)[..., v][store.mask]
+                  for f, v in listed]).astype(np.float32)
+    clf = load_run(run)
+    assert [r["prediction"] for r in lines] == clf.predict(X).tolist()
+    np.testing.assert_allclose(proba(lines, store.classes), clf.predict_proba(X), **FLOAT32)
+
+
 def test_an_image_on_another_grid_needs_resample(trained, tiny_cohort, tmp_path, capsys):
     store, run = trained
     img = nib.load(sorted(tiny_cohort.parent.glob("synthetic_*.nii.gz"))[0])

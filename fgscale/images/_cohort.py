@@ -2,10 +2,14 @@
 
 A cohort is a ``.csv``/``.tsv`` table with columns ``path``, ``label`` (a class name, for
 classification) and/or ``target`` (a finite number, for regression), and optionally ``group``
-(subject) and ``split`` (``train``/``test``); or a list of files / glob patterns with one label
-per file. A table needs ``label`` or ``target`` (or both); when it has a column, every row must
-fill it; a table of images to predict needs neither (``known=False``). Reading a cohort opens
-no image: it checks the table and names the file and line of every problem.
+(subject), ``split`` (``train``/``test``) and ``volume``; or a list of files / glob patterns
+with one label per file. A table needs ``label`` or ``target`` (or both); when it has a column,
+every row must fill it; a table of images to predict needs neither (``known=False``). A row
+stands for all the volumes of its file (one of a 3D file), each with the row's label, or, with
+a ``volume`` (0-based, as nibabel and FSL count them), for that volume alone: the volumes of
+one 4D run labelled apart, as in nilearn's Haxby example. Reading a cohort opens no image: it
+checks the table and names the file and line of every problem; :func:`entry_volumes` checks
+the volumes against the files' headers.
 """
 
 from __future__ import annotations
@@ -17,16 +21,18 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["TABLE_SUFFIXES", "entry_headers", "entry_name", "named_columns", "read_cohort"]
+__all__ = ["TABLE_SUFFIXES", "entry_headers", "entry_name", "entry_volumes", "named_columns",
+           "read_cohort"]
 
 log = logging.getLogger(__name__)
 
 _SPLITS = {"train", "test", ""}
-_COLUMNS = ("path", "label", "target", "group", "split")
+_COLUMNS = ("path", "label", "target", "group", "split", "volume")
 # other names of the optional columns in common use (BIDS participants.tsv, nilearn, pandas)
 _ALIASES = {"group": ("subject", "subject_id", "participant_id", "participant", "sub"),
             "split": ("set", "subset")}
-_EXPECTED = "path,label[,target][,group][,split] or path,target[,group][,split]"
+_EXPECTED = ("path,label[,target][,group][,split][,volume] or "
+             "path,target[,group][,split][,volume]")
 TABLE_SUFFIXES = (".csv", ".tsv", ".tab")  # a cohort table's; the last two tab-separated
 
 
@@ -44,6 +50,17 @@ def _parse_target(text: str, where: str, file: str) -> float:
         raise ValueError(f"{where}: target {text!r} for {file} is not finite; expected a "
                          "finite number")
     return value
+
+
+def _parse_volume(text: str, where: str, file: str) -> int | None:
+    """A row's volume (0-based), or None for an empty cell: all of the file's volumes."""
+    text = text.strip()
+    if not text:
+        return None
+    if not text.isdigit():  # "3.0" or "-1": a spreadsheet's float, or a count from the end
+        raise ValueError(f"{where}: volume {text!r} for {file}; expected the volume's index in "
+                         "the file (an integer from 0), or an empty cell for all its volumes")
+    return int(text)
 
 
 def _read_table(path: Path, known: bool = True, columns=None) -> tuple[list[dict], bool]:
@@ -103,6 +120,7 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
                                     else None),
                          "group": (rec.get(names["group"]) or "").strip(),
                          "split": (rec.get(names["split"]) or "").strip().lower(),
+                         "volume": _parse_volume(rec.get("volume") or "", where, file),
                          "where": where})
     return rows, label in columns
 
@@ -125,7 +143,7 @@ def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
         names[name] = name if name in fieldnames or not found else found[0]
         if names[name] != name:
             log.warning("%s: reading column %r as %r", path, names[name], name)
-    unused = [c for c in fieldnames if c != "path" and c not in names.values()]
+    unused = [c for c in fieldnames if c not in ("path", "volume", *names.values())]
     if unused:
         log.warning("%s: column(s) %s not used (fgscale reads %s)", path, unused,
                     ", ".join(_COLUMNS))
@@ -172,7 +190,7 @@ def _read_globs(patterns, labels) -> list[dict]:
         raise ValueError(f"got {len(labels)} labels for {len(files)} files; expected one label "
                          "per file, in the files' sorted order")
     return [{"path": f, "label": str(lab).strip(), "target": None, "group": "", "split": "",
-             "where": f} for f, lab in zip(files, labels, strict=True)]
+             "volume": None, "where": f} for f, lab in zip(files, labels, strict=True)]
 
 
 def named_columns(columns: dict | None, is_table: bool) -> dict:
@@ -208,7 +226,8 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
     -------
     entries : list of dict
         Keys path, label ("" for a table without a ``label`` column), target (float, or None
-        without a ``target`` column), group, split, where (file and line, for messages).
+        without a ``target`` column), group, split, volume (int, or None: all the file's
+        volumes), where (file and line, for messages).
     """
     is_table = isinstance(cohort, (str, Path)) and Path(cohort).suffix.lower() in TABLE_SUFFIXES
     columns = named_columns(columns, is_table)
@@ -219,7 +238,7 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
     if classes is not None and not has_labels:
         raise ValueError(f"{cohort}: classes were given but the cohort table has no 'label' "
                          "column")
-    seen = {}
+    seen, by_volume = {}, {}
     for e in entries:
         # the file itself: a symlink to a listed file, or "sub/../x", is the same image (in
         # the training and the test rows, perhaps under another label)
@@ -227,15 +246,16 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
             raise ValueError(f"{e['where']}: path {e['path']!r} holds a NUL byte; expected a "
                              "file name")
         real = os.path.realpath(e["path"])
-        if real in seen:
-            first_path, first_where = seen[real]
-            same = "" if first_path == e["path"] else f" (the same file as {first_path})"
-            raise ValueError(f"{e['where']}: {e['path']} is listed again{same} (first at "
-                             f"{first_where}); each file must appear once (a 4D file gives "
-                             "one row per volume by itself, each with the file's label: to "
-                             "label its volumes apart, split it into 3D files, as nibabel's "
-                             "four_to_three or fslsplit do)")
-        seen[real] = e["path"], e["where"]
+        # a file is listed whole (volume None) once, or by distinct volumes, never both
+        key = (real, e["volume"])
+        if key in seen:
+            _listed_again(e, *seen[key], again=True)
+        clash = by_volume.get(real) if e["volume"] is None else seen.get((real, None))
+        if clash:
+            _listed_again(e, *clash, again=False)
+        seen[key] = e["path"], e["where"]
+        if e["volume"] is not None:
+            by_volume.setdefault(real, seen[key])
         if known and has_labels and not e["label"]:
             raise ValueError(f"{e['where']}: missing label for {e['path']}")
         if classes is not None and e["label"] not in classes:
@@ -246,6 +266,26 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
                              "'train', 'test' or empty")
     _check_numeric_labels(entries)
     return entries
+
+
+def _listed_again(e: dict, first_path: str, first_where: str, again: bool):
+    """Refuse a file (or one of its volumes) listed a second time (``again``), or listed whole
+    and by volume, naming both rows."""
+    whole = e["volume"] is None
+    same = "" if first_path == e["path"] else f" (the same file as {first_path})"
+    if again and e["volume"] is not None:
+        raise ValueError(f"{e['where']}: volume {e['volume']} of {e['path']} is listed again"
+                         f"{same} (first at {first_where}); expected each volume once")
+    if again:
+        raise ValueError(f"{e['where']}: {e['path']} is listed again{same} (first at "
+                         f"{first_where}); each file must appear once (a 4D file gives one "
+                         "row per volume by itself, each with the file's label: to label its "
+                         "volumes apart, give a row per volume with a 'volume' column, its "
+                         "index from 0)")
+    raise ValueError(f"{e['where']}: {e['path']} is listed {'whole' if whole else 'by volume'}"
+                     f"{same}, and {'by volume' if whole else 'whole'} at {first_where}; "
+                     "expected either a row for the whole file (an empty volume) or a row per "
+                     "volume")
 
 
 def _check_numeric_labels(entries: list[dict]) -> None:
@@ -273,16 +313,34 @@ def entry_name(entry: dict) -> str:
 
 
 def entry_headers(entries: list[dict]) -> list:
-    """The NIfTI header of each entry's file (:func:`fgscale.images.read_header`); a file that
-    is missing or unreadable is named by :func:`entry_name`."""
+    """The NIfTI header of each entry's file (:func:`fgscale.images.read_header`), read once
+    per file (a row per volume of a run lists it hundreds of times); a file that is missing or
+    unreadable is named by :func:`entry_name`."""
     from fgscale.images._nifti import read_header
 
-    headers = []
+    headers, read = [], {}
     for e in entries:
         try:
-            headers.append(read_header(e["path"]))
+            if e["path"] not in read:
+                read[e["path"]] = read_header(e["path"])
+            headers.append(read[e["path"]])
         except (FileNotFoundError, ValueError) as exc:
             if e["where"] == e["path"]:
                 raise
             raise type(exc)(f"{e['where']}: {exc}") from None
     return headers
+
+
+def entry_volumes(entries: list[dict], headers: list) -> list[range]:
+    """The volumes of its file each entry stands for: all of them (one of a 3D file), or the
+    one of its ``volume``, which must be in the file (named with the table's line)."""
+    volumes = []
+    for e, header in zip(entries, headers, strict=True):
+        n = header.shape[3] if len(header.shape) == 4 else 1
+        v = e.get("volume")
+        if v is not None and v >= n:
+            raise ValueError(f"{entry_name(e)}: volume {v}, but the file has {n} volume"
+                             f"{'s' * (n != 1)} (0 to {n - 1}); expected a volume of the file, "
+                             "counted from 0")
+        volumes.append(range(n) if v is None else range(v, v + 1))
+    return volumes

@@ -47,9 +47,9 @@ def check_append(out, g, *, rows, targets, counts, stats, mask, resample, block_
         The table's rows now, (file, volume, label, group, split) each.
     targets : list of float or None
     counts : list of int
-        Each file's rows (volumes).
-    stats : ndarray of shape (n_files, 2)
-        The files' sizes and modification times now.
+        Each entry's rows (the volumes of a file listed whole, else 1).
+    stats : ndarray of shape (n_entries, 2)
+        The entries' files' sizes and modification times now.
     mask, resample, block_rows, intersect_mask, nan, classes
         The conversion's arguments.
     grid : tuple
@@ -81,13 +81,13 @@ def check_append(out, g, *, rows, targets, counts, stats, mask, resample, block_
     if params.get("nan") != nan:
         raise StoreError(f"{out}: converted with --nan {params.get('nan')}; append with the same")
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-    n_files = int(np.searchsorted(starts, n_old, side="right")) - 1
+    n_entries = int(np.searchsorted(starts, n_old, side="right")) - 1
     paths = [r[0] for r in rows]
-    if starts[n_files] != n_old:
-        raise StoreError(f"{out}: {paths[starts[n_files]]} has more volumes than when the store "
+    if starts[n_entries] != n_old:
+        raise StoreError(f"{out}: {paths[starts[n_entries]]} has more volumes than when the store "
                          "was converted; convert the table afresh into another --out")
-    if "inputs" in g and g["inputs"].shape[0] >= n_files:
-        moved = np.flatnonzero((g["inputs"][:n_files] != stats[:n_files]).any(axis=1))
+    if "inputs" in g and g["inputs"].shape[0] >= n_entries:
+        moved = np.flatnonzero((g["inputs"][:n_entries] != stats[:n_entries]).any(axis=1))
         if moved.size:
             raise StoreError(f"{out}: {paths[starts[moved[0]]]} changed (size or modification "
                              "time) since the store was converted: the store holds its former "

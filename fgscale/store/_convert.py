@@ -13,7 +13,8 @@ Steps, each checked before the next so that bad input fails before anything is w
    writes shard i of ``X`` (its own object: no two tasks share a chunk), then sets ``done[i]``;
 4. mark the store complete and record a summary.
 
-Every row of a file (each volume of a 4D file) gets the file's label and target. A cohort
+Every row of a file (each volume of a 4D file) gets the file's label and target, unless the
+table lists the file's volumes one per row (its ``volume`` column): then each gets its row's. A cohort
 without labels gives a store with no classes (``y`` all 0), one without targets a store with no
 ``target`` array (see :mod:`fgscale.store._layout`).
 
@@ -45,7 +46,7 @@ import numpy as np
 
 from fgscale._files import check_writable, exclusive_name
 from fgscale.cluster import ThreadTasks, active_client, check_count, cpu_count, get_client, run_tasks
-from fgscale.images._cohort import entry_headers, read_cohort
+from fgscale.images._cohort import entry_headers, entry_volumes, read_cohort
 from fgscale.images._nifti import load_img, space_codes
 from fgscale.images._volumes import iter_volumes
 from fgscale.store._append import append_rows, check_append
@@ -222,13 +223,15 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
     entries = read_cohort(cohort, labels, classes, columns=columns)
     headers = entry_headers(entries)
     paths = [e["path"] for e in entries]
-    stats, counts = file_stats(paths), [_n_rows(h) for h in headers]
-    per_row = [(e, v) for e, img in zip(entries, headers, strict=True)
-               for v in range(_n_rows(img))]
+    volumes = entry_volumes(entries, headers)
+    # per entry (a file, or one volume of it): a file listed by volume has a record per row
+    stats, counts = file_stats(paths), [len(v) for v in volumes]
+    per_row = [(e, v, _n_rows(h)) for e, h, vs in zip(entries, headers, volumes, strict=True)
+               for v in vs]
     rows = [(str(Path(e["path"]).resolve()), v, e["label"], e["group"], e["split"])
-            for e, v in per_row]
+            for e, v, _ in per_row]
     has_labels = any(e["label"] for e in entries)  # a table without a label column has none
-    targets = None if entries[0]["target"] is None else [e["target"] for e, _ in per_row]
+    targets = None if entries[0]["target"] is None else [e["target"] for e, _, _ in per_row]
     mask_img = None if mask is None else load_img(mask)
     grid, resampled = target_grid(entries, headers, mask_img, resample)
     grid = (tuple(grid[0]), np.asarray(grid[1]).tolist())
@@ -281,8 +284,7 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
             log.info("%s into %s", "appending rows" if n_old is not None else
                      "resuming the conversion", out)
     # each row's file, volume and the file's volumes (read_volumes reads whole files at once)
-    sources = [(r[0], r[1], n) for r, n in zip(rows, [n for n in counts for _ in range(n)],
-                                               strict=True)]
+    sources = [(r[0], r[1], n) for r, (_, _, n) in zip(rows, per_row, strict=True)]
     n_to_read = len(rows) - (n_old or 0)
     with _workers(client, n_workers, n_to_read * int(np.prod(grid[0])) * 4) as c:
         params = {"fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),

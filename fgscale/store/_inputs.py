@@ -56,12 +56,14 @@ def check_inputs(out: Path, g, stats: np.ndarray, paths: list, n_rows: list, com
         The store.
     g : zarr.Group
         The store, opened read-write.
-    stats : ndarray of shape (n_files, 2)
+    stats : ndarray of shape (n_entries, 2)
         :func:`file_stats` of ``paths`` now.
     paths : list of str
-        The cohort's files, in its order.
+        The file of each of the cohort's entries, in its order (a file listed by volume, once
+        per volume).
     n_rows : list of int
-        The rows of each file (volumes of a 4D file), in the same order.
+        The rows of each entry (the volumes of a 4D file listed whole, else 1), in the same
+        order.
     computed_mask : bool
         Whether the store's mask was computed from the images.
     complete : bool
@@ -77,7 +79,8 @@ def check_inputs(out: Path, g, stats: np.ndarray, paths: list, n_rows: list, com
     files = np.flatnonzero((g["inputs"][:] != stats).any(axis=1)).tolist()
     if not files:
         return True
-    which = f"{paths[files[0]]}" + (f" and {len(files) - 1} other file(s)" if files[1:] else "")
+    named = list(dict.fromkeys(paths[i] for i in files))  # a file listed by volume: once
+    which = named[0] + (f" and {len(named) - 1} other file(s)" if named[1:] else "")
     if complete:
         log.warning("%s: %s changed (size or modification time) since the store was converted:"
                     " it holds their former data; remove it and convert again to take the new",

@@ -14,8 +14,8 @@ Layout of a store (a directory ``STORE.zarr``, one Zarr v3 group)::
     group    str     (n_samples,)             subject / study ("" when none)
     split    str     (n_samples,)             "train", "test" or "" (unassigned)
     done     uint8   (n_blocks,)              1 once row block i of X is written
-    inputs   int64   (n_files, 2)             of a converted store: each file's size and
-                                              modification time (ns), as converted
+    inputs   int64   (n_entries, 2)           of a converted store: the size and modification
+                                              time (ns) of each table row's file, as converted
     bank     int32   (b, n_features)          added later by the bank step (not written here)
 
 A store carries class labels, a target, or both: one without labels (a regression cohort) keeps

@@ -1,8 +1,12 @@
 """Cohort tables: labels, targets, or both, and the file:line of every bad value."""
 
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
 import pytest
 
-from fgscale.images._cohort import read_cohort
+from fgscale.images._cohort import entry_headers, entry_volumes, read_cohort
 
 
 def write_table(path, header, rows):
@@ -135,11 +139,52 @@ def test_a_file_listed_twice_is_refused_naming_both_lines(tmp_path):
     with pytest.raises(ValueError, match=r"cohort.csv:4: .*a.nii is listed again \(first at "
                                          r".*cohort.csv:2\)"):
         read_cohort(table)
-    # the volumes of a 4D run labelled one by one (a beta series): said how to label them
-    table.write_text("path,volume,label\nrun.nii.gz,0,face\nrun.nii.gz,1,house\n")
+    # the volumes of a 4D run labelled one by one without a volume column: said how to
+    table.write_text("path,label\nrun.nii.gz,face\nrun.nii.gz,house\n")
     with pytest.raises(ValueError, match=r"cohort.csv:3: .*run.nii.gz is listed again .* to "
-                                         r"label its volumes apart, split it into 3D files"):
+                                         r"label its volumes apart, give a row per volume with "
+                                         r"a 'volume' column"):
         read_cohort(table)
+
+
+def test_a_volume_column_lists_a_runs_volumes_one_per_row(tmp_path):
+    table = tmp_path / "cohort.csv"
+    table.write_text("path,volume,label\nrun.nii.gz,3,face\nrun.nii.gz,0,house\nb.nii,,x\n")
+    assert [(Path(e["path"]).name, e["volume"], e["label"]) for e in read_cohort(table)] == [
+        ("run.nii.gz", 3, "face"), ("run.nii.gz", 0, "house"), ("b.nii", None, "x")]
+    refused = {  # rows after the header: the message
+        "run.nii.gz,3,face\nrun.nii.gz,3,house\n":
+            r"cohort.csv:3: volume 3 of .*run.nii.gz is listed again \(first at .*cohort.csv:2\)",
+        "run.nii.gz,3,face\n./run.nii.gz,,house\n":
+            r"cohort.csv:3: .*run.nii.gz is listed whole, and by volume at .*cohort.csv:2",
+        "run.nii.gz,,face\nrun.nii.gz,1,house\n":
+            r"cohort.csv:3: .*run.nii.gz is listed by volume, and whole at .*cohort.csv:2",
+        "run.nii.gz,1.0,face\n": r"cohort.csv:2: volume '1.0' for .*run.nii.gz; expected the "
+                                 r"volume's index in the file \(an integer from 0\)",
+        "run.nii.gz,-1,face\n": r"cohort.csv:2: volume '-1'",
+    }
+    for rows, message in refused.items():
+        table.write_text("path,volume,label\n" + rows)
+        with pytest.raises(ValueError, match=message):
+            read_cohort(table)
+
+
+def test_a_volume_beyond_the_files_is_refused_naming_its_line(tmp_path):
+    nib.save(nib.Nifti1Image(np.ones((2, 2, 2, 4), np.float32), np.eye(4)), tmp_path / "run.nii")
+    nib.save(nib.Nifti1Image(np.ones((2, 2, 2), np.float32), np.eye(4)), tmp_path / "a.nii")
+    table = tmp_path / "cohort.csv"
+    table.write_text("path,volume,label\nrun.nii,3,x\na.nii,0,y\nrun.nii,0,y\n")
+    entries = read_cohort(table)
+    assert entry_volumes(entries, entry_headers(entries)) == [range(3, 4), range(0, 1),
+                                                              range(0, 1)]
+    for rows, message in {"run.nii,4,x\n": r"cohort.csv:2: .*run.nii: volume 4, but the file "
+                                           r"has 4 volumes \(0 to 3\)",
+                          "a.nii,1,x\n": r"cohort.csv:2: .*a.nii: volume 1, but the file has 1 "
+                                         r"volume \(0 to 0\)"}.items():
+        table.write_text("path,volume,label\n" + rows)
+        entries = read_cohort(table)
+        with pytest.raises(ValueError, match=message):
+            entry_volumes(entries, entry_headers(entries))
 
 
 def test_a_row_of_more_cells_than_columns_is_refused_naming_its_line(tmp_path):
