@@ -124,26 +124,27 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
-    from fgscale.reports import format_report
+    from fgscale.reports import STDOUT, format_report
     from fgscale.runs import evaluate_run
 
     with _client(args, processes=worker_processes(args, auto=False)) as client:
         report = evaluate_run(args.run, args.store, device=args.device, client=client,
                               predictions=args.predictions, progress=not args.no_progress,
                               rows=args.rows)
-    print(json.dumps(report) if args.json else format_report(report))
-    if args.predictions is not None and not args.json:
+    said = sys.stderr if args.predictions == STDOUT else sys.stdout  # stdout: the predictions
+    print(json.dumps(report) if args.json else format_report(report), file=said)
+    if args.predictions not in (None, STDOUT) and not args.json:
         print(f"predictions of the {report['n']} {args.rows} rows: {args.predictions}")
     return 0
 
 
 def _cmd_predict(args) -> int:
-    from fgscale.runs import predict_line, predict_run
+    from fgscale.runs import STDOUT, predict_line, predict_run
 
     summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
                           resample=args.resample, device=args.device, columns=columns_of(args),
                           progress=not args.no_progress)
-    print(predict_line(summary))
+    print(predict_line(summary), file=sys.stderr if args.out == STDOUT else sys.stdout)
     return 0
 
 
@@ -230,7 +231,6 @@ def _cmd_report(args) -> int:
 
 def _version() -> str:
     from fgscale import __version__
-
     return __version__
 
 
@@ -262,9 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     # --- store commands (convert, export) ---
     p = sub.add_parser("convert", help="convert a NIfTI cohort into a Zarr store (resumable)")
     p.add_argument("cohort", nargs="+",
-                   help="cohort table (.csv/.tsv: path, then label and/or a numeric target, "
-                        "[group], [split], [volume]: a 4D file's volume from 0, else all of "
-                        "them) or files/globs with --labels")
+                   help="cohort table (.csv/.tsv: path, label and/or a numeric target, [group], "
+                        "[split], [volume]: of a 4D file, from 0) or files/globs with --labels")
     p.add_argument("--out", required=True, help="the store to write (STORE.zarr)")
     p.add_argument("--labels", default=None,
                    help="with files/globs: one label per line, per file (default: none)")
@@ -344,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", help="the Zarr store (the run's, or another with its mask)")
     add_device_arg(p)
     p.add_argument("--predictions", default=None, metavar="FILE",
-                   help="also write each test row's label, prediction and probabilities (CSV; .tsv: tabs) "
-                        "(default: none)")
+                   help="also write each test row's label, prediction and probabilities (CSV; "
+                        ".tsv: tabs; -: the standard output) (default: none)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON line")
     p.add_argument("--rows", choices=["test", "all", "train"], default="test",
                    help="the store's rows scored, by split (all: new subjects without one)")
@@ -360,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="NIfTI files or a quoted pattern (3D or 4D: a line per volume), or one "
                         "cohort table (.csv/.tsv: path[,label or target, copied][,split]), or one store")
-    p.add_argument("--out", required=True, help="the predictions to write (CSV; a .tsv name: tab-separated)")
+    p.add_argument("--out", required=True, help="the predictions to write (CSV; .tsv: tabs; "
+                   "-: the standard output)")
     p.add_argument("--rows", choices=["all", "train", "test"], default="all",
                    help="a store's rows or a cohort table's files, by split (default: all)")
     p.add_argument("--resample", action="store_true",

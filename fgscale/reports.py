@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -31,9 +32,9 @@ from fgscale.images._masking import image_list, mask_images
 from fgscale.images._nifti import load_img, same_grid
 from fgscale.store._reader import Store, open_store
 
-__all__ = ["ROWS", "check_store", "classification_report", "format_report", "predict_inputs",
-           "proba_matrix", "regression_report", "score_store", "target_name",
-           "write_table"]
+__all__ = ["ROWS", "STDOUT", "check_store", "check_table_name", "classification_report",
+           "format_report", "predict_inputs", "proba_matrix", "regression_report", "score_store",
+           "target_name", "write_table"]
 
 ROWS = ("all", "train", "test")
 
@@ -379,16 +380,41 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+STDOUT = "-"  # a table's name for the standard output, as Unix tools read it
+# names a table of predictions is not written as: the CSV would sit under a spreadsheet's,
+# an array's or an image's name and be read (or refused) as one
+_NOT_TEXT = (".xlsx", ".xls", ".ods", ".parquet", ".feather", ".json", ".npy", ".npz", ".h5",
+             ".hdf5", ".pkl", ".pickle", ".nii", ".gz", ".zarr", ".html")
+
+
+def check_table_name(path, option: str) -> None:
+    """Refuse, before any work, a name for a table of predictions that says another format
+    than the CSV (or TSV) it would get: ``option`` names the argument in the message."""
+    suffix = "" if str(path) == STDOUT else Path(path).suffix.lower()
+    if suffix in _NOT_TEXT:
+        raise ValueError(f"{path}: a {suffix} name, but {option} is written as CSV; give a "
+                         ".csv name (.tsv: tab-separated), or - for the standard output")
+
+
 def write_table(table: dict, path) -> Path:
     """Write a table (dict of equal-length columns) as CSV, tab-separated for a ``.tsv`` name
-    (as BIDS tables are), under a temporary name then renamed; floats keep every digit."""
+    (as BIDS tables are), under a temporary name then renamed, or on the standard output for
+    ``"-"``; floats keep every digit."""
     path = Path(path)
     names = list(table)
     columns = [np.asarray(table[n]).tolist() for n in names]
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+
+    def write(f):
         # not csv's \r\n: grep, cut, awk
         writer = csv.writer(f, delimiter=delimiter, lineterminator="\n")
         writer.writerow(names)
         writer.writerows(zip(*columns, strict=True))
+
+    if str(path) == STDOUT:
+        write(sys.stdout)
+        sys.stdout.flush()
+        return path
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        write(f)
     return path

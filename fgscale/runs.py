@@ -18,7 +18,14 @@ from fgscale.cluster import get_client
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._factory import make_estimator
 from fgscale.maps import has_maps
-from fgscale.reports import check_store, predict_inputs, score_store, write_table
+from fgscale.reports import (
+    STDOUT,
+    check_store,
+    check_table_name,
+    predict_inputs,
+    score_store,
+    write_table,
+)
 from fgscale.store._reader import open_store
 
 __all__ = ["RunFolder", "atomic_path", "evaluate_run", "load_run", "predict_line", "predict_run",
@@ -196,8 +203,8 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
         Default the active ``distributed`` client, else an embedded LocalCluster of thread
         workers: evaluation reads full rows, which worker processes would send over a socket.
     predictions : str or Path, optional
-        Also write the per-row predictions there as CSV: ``row``, ``path``, ``volume``,
-        ``label``, ``prediction``, ``proba_<class>``.
+        Also write the per-row predictions there as CSV (``"-"``: on the standard output):
+        ``row``, ``path``, ``volume``, ``label``, ``prediction``, ``proba_<class>``.
     progress : bool, default=False
         Show a progress bar over the rows (tqdm, on stderr).
     rows : {"test", "all", "train"}, default="test"
@@ -213,7 +220,9 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     clf = load_run(run_dir, device=device)
     store = open_store(store_path)
     if predictions is not None:  # not found unwritable once every row is predicted
-        check_writable(predictions, "; choose another --predictions; nothing evaluated")
+        check_table_name(predictions, "--predictions")
+        if str(predictions) != STDOUT:
+            check_writable(predictions, "; choose another --predictions; nothing evaluated")
     check_store(clf, store)  # a store of other voxels: refused before a cluster starts
     if not isinstance(clf, FeatureGroupingClassifier):
         _check_target(RunFolder(run_dir).target(known=True), store)
@@ -248,7 +257,8 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         NIfTI files (3D or 4D), or one cohort table, or one store
         (:func:`fgscale.reports.predict_inputs`).
     out : str or Path
-        The CSV: one line per volume or store row, ``prediction`` and ``proba_<class>``.
+        The CSV (``"-"``: the standard output): one line per volume or store row,
+        ``prediction`` and ``proba_<class>``.
     rows : {"all", "train", "test"}, default="all"
         A store's rows, or a cohort table's files, by split.
     resample : bool, default=False
@@ -269,7 +279,9 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         (:func:`predict_line` says it).
     """
     clf = load_run(run_dir, device=device)
-    check_writable(out, "; choose another --out; nothing predicted")
+    check_table_name(out, "--out")
+    if str(out) != STDOUT:
+        check_writable(out, "; choose another --out; nothing predicted")
     table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress,
                            columns=columns)
     summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])

@@ -153,6 +153,32 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(command, tr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_a_dash_writes_the_predictions_on_stdout_and_the_rest_on_stderr(command, trained,
+                                                                       tiny_cohort, tmp_path,
+                                                                       capsys, monkeypatch):
+    """``--out -`` (``--predictions -``): the CSV alone on stdout, for a pipe, as Unix tools
+    read "-"; no file named "-" is written. A spreadsheet's name is refused before any work."""
+    store, run = trained
+    monkeypatch.chdir(tmp_path)
+    option = "--out" if command == "predict" else "--predictions"
+    argv = (["predict", run, tiny_cohort] if command == "predict" else
+            ["evaluate", run, store.path, "--n-workers", "1"])
+    assert main([*map(str, argv), option, "-", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    lines = list(csv.DictReader(captured.out.splitlines()))
+    assert len(lines) == (24 if command == "predict" else int(np.sum(store.split == "test")))
+    assert {"prediction", *(f"proba_{c}" for c in store.classes)} <= set(lines[0])
+    said = "predictions written to -" if command == "predict" else "accuracy"
+    assert said in captured.err and said not in captured.out
+    assert not (tmp_path / "-").exists()
+    assert main([*map(str, argv), option, "p.xlsx", "--no-progress"]) == 2
+    assert re.search(rf"p.xlsx: a .xlsx name, but {option} is written as CSV; give a .csv "
+                     r"name \(.tsv: tab-separated\), or - for the standard output",
+                     capsys.readouterr().err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_evaluate_scores_a_store_of_new_subjects_without_a_split(trained, tiny_cohort,
                                                                   tmp_path, capsys, caplog):
     """New subjects converted with the run's mask, as the README says, from files and labels:
