@@ -21,8 +21,8 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["TABLE_SUFFIXES", "entry_headers", "entry_name", "entry_volumes", "named_columns",
-           "read_cohort"]
+__all__ = ["TABLE_SUFFIXES", "class_order", "entry_headers", "entry_name", "entry_volumes",
+           "named_columns", "read_cohort"]
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,10 @@ _EXPECTED = ("path,label[,target][,group][,split][,volume] or "
 TABLE_SUFFIXES = (".csv", ".tsv", ".tab")  # a cohort table's; the last two tab-separated
 
 
-def _parse_target(text: str, where: str, file: str) -> float:
-    """A row's target as a float; an empty, non-numeric or non-finite value is an error."""
-    text = text.strip()
+def _parse_target(text: str, where: str, file: str, decimal_comma: bool = False) -> float:
+    """A row's target as a float (``decimal_comma``: "1,5" is 1.5); an empty, non-numeric or
+    non-finite value is an error."""
+    text = text.strip().replace(",", ".") if decimal_comma else text.strip()
     if not text:
         raise ValueError(f"{where}: missing target for {file}; expected a finite number")
     try:
@@ -76,12 +77,31 @@ def _read_table(path: Path, known: bool = True, columns=None) -> tuple[list[dict
                          f"expected UTF-8 text with columns {_EXPECTED}") from None
 
 
+def _delimiter(path: Path, f) -> str:
+    """Tabs for a ``.tsv``/``.tab`` table; else commas, or semicolons where the header has them
+    and no comma (a spreadsheet saved as CSV where the decimal mark is a comma, which its
+    targets then have)."""
+    if path.suffix.lower() in TABLE_SUFFIXES[1:]:
+        return "\t"
+    header = f.readline()
+    f.seek(0)
+    return ";" if ";" in header and "," not in header else ","
+
+
+def _field_name(name: str) -> str:
+    """A header's name as fgscale reads it: without the spaces typed around it ("path, label"),
+    and a known column's in lower case ("Path", "Label", "Subject")."""
+    name = name.strip()
+    known = {*_COLUMNS, *(a for aliases in _ALIASES.values() for a in aliases)}
+    return name.lower() if name.lower() in known else name
+
+
 def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool]:
-    delimiter = "\t" if path.suffix.lower() in TABLE_SUFFIXES[1:] else ","
     with open(path, newline="", encoding="utf-8-sig") as f:
+        delimiter = _delimiter(path, f)
         reader = csv.DictReader(f, delimiter=delimiter)
-        if reader.fieldnames:  # "path, label": the names, not the spaces typed around them
-            reader.fieldnames = [name.strip() for name in reader.fieldnames]
+        if reader.fieldnames:
+            reader.fieldnames = [_field_name(name) for name in reader.fieldnames]
         columns = set(reader.fieldnames or [])
         names = _column_names(path, list(reader.fieldnames or []), given)
         label, target = names["label"], names["target"]
@@ -115,7 +135,7 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
                                  "cell that holds the delimiter")
             rows.append({"path": file,
                          "label": (rec.get(label) or "").strip(),
-                         "target": (_parse_target(rec.get(target) or "", where, file)
+                         "target": (_parse_target(rec.get(target) or "", where, file, delimiter == ";")
                                     if target in columns and (known or rec.get(target))
                                     else None),
                          "group": (rec.get(names["group"]) or "").strip(),
@@ -265,6 +285,12 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
             raise ValueError(f"{e['where']}: split {e['split']!r} for {e['path']}; expected "
                              "'train', 'test' or empty")
     _check_numeric_labels(entries)
+    if classes is not None and known:
+        found = {e["label"] for e in entries}
+        empty = [c for c in classes if c not in found]
+        if empty:
+            log.warning("%s: class(es) %s (of the classes given) have no row: a model trained "
+                        "on it has outputs it never learns", cohort, empty)
     return entries
 
 
@@ -286,6 +312,17 @@ def _listed_again(e: dict, first_path: str, first_where: str, again: bool):
                      f"{same}, and {'by volume' if whole else 'whole'} at {first_where}; "
                      "expected either a row for the whole file (an empty volume) or a row per "
                      "volume")
+
+
+def class_order(labels) -> list[str]:
+    """The classes of ``labels`` (text) in the order of their indices: by value where every
+    label is a number ("2" before "10", as scikit-learn orders numeric labels), else sorted as
+    text."""
+    names = set(labels)
+    try:
+        return sorted(names, key=float)
+    except ValueError:
+        return sorted(names)
 
 
 def _check_numeric_labels(entries: list[dict]) -> None:

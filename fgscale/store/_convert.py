@@ -46,7 +46,7 @@ import numpy as np
 
 from fgscale._files import check_writable, exclusive_name
 from fgscale.cluster import ThreadTasks, active_client, check_count, cpu_count, get_client, run_tasks
-from fgscale.images._cohort import entry_headers, entry_volumes, read_cohort
+from fgscale.images._cohort import class_order, entry_headers, entry_volumes, read_cohort
 from fgscale.images._nifti import load_img, space_codes
 from fgscale.images._volumes import iter_volumes
 from fgscale.store._append import append_rows, check_append
@@ -297,7 +297,7 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
                 block_rows = _block_rows(len(rows), int(store_mask.sum()), c)
             names, y = None, None
             if has_labels:
-                names = list(classes) if classes is not None else sorted({r[2] for r in rows})
+                names = list(classes) if classes is not None else class_order(r[2] for r in rows)
                 y = np.array([names.index(r[2]) for r in rows])
             g = create_whole(
                 out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),

@@ -269,3 +269,29 @@ def test_a_folder_given_as_images_is_named_for_what_it_is(tmp_path, marker, what
         (folder / marker).write_text("{}")
     with pytest.raises(ValueError, match=f"x: {what}, not an image; give a cohort table"):
         read_cohort([str(folder)])
+
+
+def test_a_spreadsheets_csv_is_read_with_its_semicolons_and_capitalised_names(tmp_path):
+    """Excel saves "CSV" with semicolons where the decimal mark is a comma, and people write
+    "Path" and "Label": read as the table means, where they gave 'lacks column path'."""
+    table = tmp_path / "cohort.csv"
+    table.write_text("Path;Label;Subject;Diagnosis\na.nii;x;s1;1,5\nb.nii;y;s2;2,5\n")
+    entries = read_cohort(table, columns={"target": "Diagnosis"})
+    assert [(Path(e["path"]).name, e["label"], e["group"]) for e in entries] == [
+        ("a.nii", "x", "s1"), ("b.nii", "y", "s2")]
+    assert [e["target"] for e in entries] == [1.5, 2.5]  # the decimal mark of such a file
+    # a comma anywhere in the header: commas, as before (a path with a ';' stays whole)
+    table.write_text("path,label\na;b.nii,x\n")
+    assert Path(read_cohort(table)[0]["path"]).name == "a;b.nii"
+
+
+def test_numeric_labels_are_ordered_by_value_and_classes_without_rows_said(tmp_path, caplog):
+    from fgscale.images._cohort import class_order
+
+    assert class_order(["10", "2", "1", "2"]) == ["1", "2", "10"]
+    assert class_order(["b", "10", "a"]) == ["10", "a", "b"]
+    table = tmp_path / "cohort.csv"
+    table.write_text("path,label\na.nii,x\nb.nii,y\n")
+    with caplog.at_level("WARNING", logger="fgscale.images._cohort"):
+        read_cohort(table, classes=["x", "y", "z"])
+    assert "class(es) ['z'] (of the classes given) have no row" in caplog.text

@@ -252,3 +252,14 @@ def test_a_store_removal_interrupted_anywhere_blocks_no_conversion(tmp_path, rng
     store = convert(table, out, block_rows=1, progress=False)
     np.testing.assert_array_equal(store.X[:], oracle(store))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cohort", "driver.py", "s.zarr"]
+
+
+def test_numeric_labels_are_classes_in_the_order_of_their_values(tmp_path, rng):
+    """Labels 2, 10, 1 give classes ['1', '2', '10'] (scikit-learn's order of the numbers),
+    not the text order ['1', '10', '2'] that put 10 between 1 and 2 in every report."""
+    images = dict(zip(["a.nii.gz", "b.nii.gz", "c.nii.gz"], volumes(rng, 3), strict=True))
+    table = write_cohort(tmp_path / "cohort", images,
+                         "path,label\na.nii.gz,2\nb.nii.gz,10\nc.nii.gz,1\n")
+    store = convert(table, tmp_path / "s.zarr", progress=False)
+    assert store.classes.tolist() == ["1", "2", "10"]
+    assert store.y.tolist() == [1, 2, 0]
