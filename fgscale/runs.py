@@ -109,6 +109,9 @@ def _train_run(store_path, out, *, params, resume, client, task) -> dict:
     summary = {"test": test, "n_train": int(store.train_rows().size),
                "epochs": len(clf.history_) - len(refit),
                "refit_epochs": len(refit), "seconds": round(seconds, 2), "n_iter": clf.n_iter_,
+               # a resumed run's seconds are this command's; its epochs', those of all commands
+               "resumed": bool(resume and not fresh),
+               "epoch_seconds": round(sum(h.get("seconds", 0.0) for h in clf.history_), 2),
                "run": str(folder.path), "maps": None if maps is None else str(maps),
                "predictions": str(predictions),
                "selected": {"alpha": clf.alpha_, "dropout": clf.dropout_,
@@ -165,8 +168,11 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
     refit's, the test score, the values chosen among candidates, the run folder and its maps."""
     test = summary["test"]
     refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
+    resumed = (f" (resumed; {summary['epoch_seconds']:.1f} s of epochs in all)"
+               if summary.get("resumed") else "")
     lines = [f"trained {model_label(params, 'r2' in test)} for {summary['epochs']} epochs"
-             f"{refit} in {summary['seconds']:.1f} s; test {test_score(test)} on {test['n']} rows"]
+             f"{refit} in {summary['seconds']:.1f} s{resumed}; test {test_score(test)} on "
+             f"{test['n']} rows"]
     candidates = summary.get("candidates") or []
     if len(candidates) > 1:  # the epochs above are the chosen candidate's
         said = []

@@ -18,7 +18,7 @@ from helpers import TOLERANCE, assert_weight_map, synthetic_store
 from sklearn import metrics
 
 from fgscale.cli import main
-from fgscale.runs import evaluate_run, load_run, train_run
+from fgscale.runs import evaluate_run, load_run, summary_lines, train_run
 
 ARGS = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size", "8",
         "--learning-rate", "0.05", "--seed", "3"]
@@ -159,10 +159,16 @@ def test_a_run_folder_that_cannot_be_made_is_named_before_any_work(tiny_store, t
 
 def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path):
     run = tmp_path / "run"
-    train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
+    first = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
     summary = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=4), resume=True,
                         client=client)
     assert summary["epochs"] == 4
+    # its time: this command's, and that of the epochs of both commands, said as such
+    assert (first["resumed"], summary["resumed"]) == (False, True)
+    assert summary["epoch_seconds"] > first["epoch_seconds"] > 0
+    line = summary_lines(summary, dict(PARAMS))[0]
+    assert f"in {summary['seconds']:.1f} s (resumed; {summary['epoch_seconds']:.1f} s of " in line
+    assert "resumed" not in summary_lines(first, dict(PARAMS))[0]
     train_run(tiny_store.path, tmp_path / "whole", params=dict(PARAMS, max_epochs=4), client=client)
     assert_same_model(run, tmp_path / "whole", rtol=1e-6, atol=1e-7)
     # a smaller max_epochs is refused, the run left as it is: it was accepted, and config.json
