@@ -36,6 +36,7 @@ choosing ``nan="zero"``) the re-run resumes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -286,7 +287,8 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
     # each row's file, volume and the file's volumes (read_volumes reads whole files at once)
     sources = [(r[0], r[1], n) for r, (_, _, n) in zip(rows, per_row, strict=True)]
     n_to_read = len(rows) - (n_old or 0)
-    with _workers(client, n_workers, n_to_read * int(np.prod(grid[0])) * 4) as c:
+    with _table_lines(per_row, rows), _workers(client, n_workers,
+                                               n_to_read * int(np.prod(grid[0])) * 4) as c:
         params = {"fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),
                   "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
                   "n_files": len(entries)}
@@ -354,6 +356,25 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
     log.info("converted %d rows x %d voxels (%.1f MB) in %.1f s", n_rows, n_features,
              summary["bytes"] / 1e6, seconds)
     return open_store(out)
+
+
+@contextlib.contextmanager
+def _table_lines(per_row, rows):
+    """Errors of the files read (in tasks, which know only their paths) begin with the table's
+    file and line that lists the file, or the volume, as the checks before conversion do."""
+    try:
+        yield
+    except ValueError as exc:
+        text, where = str(exc), None
+        for (e, volume, _), row in zip(per_row, rows, strict=True):
+            if e["where"] != e["path"] and text.startswith(f"{row[0]} (volume {volume})"):
+                where = e["where"]
+                break
+            if e["where"] != e["path"] and where is None and text.startswith(f"{row[0]}:"):
+                where = e["where"]  # the file's first row: a volume of it may name another
+        if where is None:
+            raise
+        raise ValueError(f"{where}: {text}") from None
 
 
 def summary_line(store: Store) -> str:
