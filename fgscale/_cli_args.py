@@ -161,18 +161,23 @@ def add_cohort_args(p) -> None:
                         "regression")
 
 
-def add_column_args(p, what: str) -> None:
-    """``--label-column`` and ``--target-column``: a cohort table's own names of those columns
-    (a BIDS participants.tsv's diagnosis and age); ``what`` says what is done with them."""
-    for name, example in (("label", "diagnosis"), ("target", "age")):
+def add_column_args(p, what: str, group: bool = False) -> None:
+    """``--label-column`` and ``--target-column`` (and ``--group-column`` with ``group``): a
+    cohort table's own names of those columns (a BIDS participants.tsv's diagnosis and age);
+    ``what`` says what is done with the label and target."""
+    for name, example in (("label", "diagnosis"), ("target", "age")) + (
+            (("group", "run"),) if group else ()):
         p.add_argument(f"--{name}-column", default=None, metavar="NAME",
-                       help=f"the table's column to read as the {name}{what}, such as {example} "
-                            f"(default: {name})")
+                       help=f"the table's column to read as the {name}"
+                            f"{what if name != 'group' else ''}, such as {example} (default: "
+                            f"{name}" + (", else subject, participant_id, chunks, ..."
+                                         if name == "group" else "") + ")")
 
 
 def columns_of(args) -> dict:
     """The ``columns`` argument of ``read_cohort`` from :func:`add_column_args`' options."""
-    return {"label": args.label_column, "target": args.target_column}
+    return {"label": args.label_column, "target": args.target_column,
+            "group": getattr(args, "group_column", None)}
 
 
 def add_param(p, name: str, note: str = "") -> None:

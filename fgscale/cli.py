@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NaN/inf inside the mask: fail (error) or set to 0 (zero)")
     p.add_argument("--classes", default=None,
                    help="allowed labels, comma-separated, in order (default: the labels sorted)")
-    add_column_args(p, "")
+    add_column_args(p, "", group=True)
     p.add_argument("--block-rows", type=positive(int), default=None,
                    help="rows per task and per shard (default: from the row size)")
     p.add_argument("--append", action="store_true",

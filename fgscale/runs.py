@@ -122,11 +122,11 @@ def _train_run(store_path, out, *, params, resume, client, task) -> dict:
 
 
 def _evaluate(clf: FeatureGroupingClassifier, store, client, rows="test", *,
-              progress: bool = False, hint: str = "") -> tuple[dict, dict]:
+              progress: bool = False) -> tuple[dict, dict]:
     """The report and the per-row table of ``rows`` ("test", "train", "all")."""
-    if rows == "test" and store.test_rows().size == 0:
+    if rows == "test" and store.test_rows().size == 0:  # a run trained on all its rows
         log.warning("%s has no test rows (no split 'test' in its cohort table): no test "
-                    "metrics%s", store.path, hint)
+                    "metrics", store.path)
     return score_store(clf, store, client, rows, progress=progress)
 
 
@@ -232,9 +232,12 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     check_store(clf, store)  # a store of other voxels: refused before a cluster starts
     if not isinstance(clf, FeatureGroupingClassifier):
         _check_target(RunFolder(run_dir).target(known=True), store)
+    if rows in ("test", "train") and getattr(store, f"{rows}_rows")().size == 0:
+        raise ValueError(f"{store.path}: no {rows} rows to score (its cohort table gave none the "
+                         f"split {rows!r}); --rows all (rows='all') scores every row; nothing "
+                         "evaluated")
     with get_client(client, processes=False) as client:  # full rows: no socket for them
-        report, table = _evaluate(clf, store, client, rows, progress=progress,
-                                  hint="; --rows all (rows='all') scores every row")
+        report, table = _evaluate(clf, store, client, rows, progress=progress)
     if predictions is not None:
         write_table(table, predictions)
     return report

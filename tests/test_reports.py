@@ -182,8 +182,8 @@ def test_a_dash_writes_the_predictions_on_stdout_and_the_rest_on_stderr(command,
 def test_evaluate_scores_a_store_of_new_subjects_without_a_split(trained, tiny_cohort,
                                                                   tmp_path, capsys, caplog):
     """New subjects converted with the run's mask, as the README says, from files and labels:
-    their store has no split, so it had no test rows and evaluate said only "no rows to
-    score". ``--rows all`` scores every row, and the empty case says so."""
+    their store has no split, so it has no test rows: evaluate says so and what to give,
+    ``--rows all``, which scores every row."""
     store, run = trained
     test = store.test_rows()
     files = [str(f) for f in store.source[test]]
@@ -192,9 +192,14 @@ def test_evaluate_scores_a_store_of_new_subjects_without_a_split(trained, tiny_c
     assert main(["convert", *files, "--labels", str(tmp_path / "labels.txt"), "--mask",
                  str(run / "mask.nii.gz"), "--out", str(new), "--no-progress"]) == 0
     capsys.readouterr()
-    assert main(["evaluate", str(run), str(new), "--no-progress", "--n-workers", "1"]) == 0
-    assert "no rows to score" in capsys.readouterr().out
-    assert "--rows all (rows='all') scores every row" in caplog.text
+    # an error (status 2, for a batch job), before a cluster starts: it exited 0, said only
+    # "no rows to score", after starting one
+    assert main(["evaluate", str(run), str(new), "--no-progress", "--n-workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"new.zarr: no test rows to score \(its cohort table gave none the split "
+                     r"'test'\); --rows all \(rows='all'\) scores every row; nothing evaluated",
+                     err), err
+    assert "Dask dashboard" not in err
     assert main(["evaluate", str(run), str(new), "--rows", "all", "--json", "--no-progress",
                  "--n-workers", "1"]) == 0
     report = json.loads(capsys.readouterr().out)

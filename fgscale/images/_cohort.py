@@ -28,9 +28,12 @@ log = logging.getLogger(__name__)
 
 _SPLITS = {"train", "test", ""}
 _COLUMNS = ("path", "label", "target", "group", "split", "volume")
-# other names of the optional columns in common use (BIDS participants.tsv, nilearn, pandas)
-_ALIASES = {"group": ("subject", "subject_id", "participant_id", "participant", "sub"),
+# other names of the columns in common use (BIDS participants.tsv; nilearn's Haxby labels,
+# whose chunks are its runs; pandas)
+_ALIASES = {"label": ("labels",),
+            "group": ("subject", "subject_id", "participant_id", "participant", "sub", "chunks"),
             "split": ("set", "subset")}
+_NAMED = ("label", "target", "group")  # the columns that may be given another name
 _EXPECTED = ("path,label[,target][,group][,split][,volume] or "
              "path,target[,group][,split][,volume]")
 TABLE_SUFFIXES = (".csv", ".tsv", ".tab")  # a cohort table's; the last two tab-separated
@@ -58,10 +61,11 @@ def _parse_volume(text: str, where: str, file: str) -> int | None:
     text = text.strip()
     if not text:
         return None
-    if not text.isdigit():  # "3.0" or "-1": a spreadsheet's float, or a count from the end
+    whole = text[:-2] if text.endswith(".0") else text  # pandas' floats, in a column with gaps
+    if not (whole.isascii() and whole.isdigit()):  # "-1" (a count from the end) or "2.5"
         raise ValueError(f"{where}: volume {text!r} for {file}; expected the volume's index in "
                          "the file (an integer from 0), or an empty cell for all its volumes")
-    return int(text)
+    return int(whole)
 
 
 def _read_table(path: Path, known: bool = True, columns=None) -> tuple[list[dict], bool]:
@@ -111,8 +115,11 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
             raise ValueError(f"{path}: column(s) {twice} named twice in the header; expected "
                              "each column once")
         if "path" not in columns:
+            spaced = any("path" in name.lower().split() for name in reader.fieldnames or [])
             raise ValueError(f"{path}: cohort table lacks column(s) ['path']; expected "
-                             f"{_EXPECTED}, got {reader.fieldnames}")
+                             f"{_EXPECTED}, got {reader.fieldnames}" + (
+                                 "; its cells are separated by spaces: separate them by commas "
+                                 "(.csv) or tabs (.tsv)" if spaced else ""))
         if known and not columns & {label, target}:
             raise ValueError(f"{path}: cohort table has neither a 'label' nor a 'target' "
                              f"column; expected {_EXPECTED}, got {reader.fieldnames}")
@@ -146,23 +153,25 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
 
 
 def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
-    """Which column of the table holds ``label`` and ``target`` (theirs, or the one ``given``),
-    ``group`` and ``split`` (their name or a common alias, said once in the log); columns
-    fgscale does not read are listed once, as a warning."""
-    unknown = sorted(set(given) - {"label", "target"})
+    """Which column of the table holds ``label``, ``target`` and ``group`` (theirs, the one
+    ``given``, or a common alias) and ``split`` (its name or an alias); an alias read is said
+    once in the log, and the columns fgscale does not read are listed once, as a warning."""
+    unknown = sorted(set(given) - set(_NAMED))
     if unknown:
-        raise ValueError(f"columns: {unknown} cannot be given another name; expected 'label' "
-                         "and/or 'target'")
-    names = {name: given.get(name) or name for name in ("label", "target")}
-    for name, column in names.items():
-        if column != name and column not in fieldnames:
+        raise ValueError(f"columns: {unknown} cannot be given another name; expected "
+                         f"{', '.join(map(repr, _NAMED))}")
+    names = {}
+    for name in (*_NAMED, "split"):
+        column = given.get(name)
+        if column is not None and column not in fieldnames:
             raise ValueError(f"{path}: no column {column!r} to read as the {name} "
                              f"(--{name}-column); the table's columns are {fieldnames}")
-    for name, aliases in _ALIASES.items():
-        found = [a for a in aliases if a in fieldnames]
-        names[name] = name if name in fieldnames or not found else found[0]
-        if names[name] != name:
-            log.warning("%s: reading column %r as %r", path, names[name], name)
+        if column is None:
+            found = [a for a in _ALIASES.get(name, ()) if a in fieldnames]
+            column = name if name in fieldnames or not found else found[0]
+            if column != name:
+                log.warning("%s: reading column %r as %r", path, column, name)
+        names[name] = column
     unused = [c for c in fieldnames if c not in ("path", "volume", *names.values())]
     if unused:
         log.warning("%s: column(s) %s not used (fgscale reads %s)", path, unused,
@@ -186,6 +195,12 @@ def _read_globs(patterns, labels) -> list[dict]:
     if tables:  # else read as an image, with labels counted against it: a puzzling message
         raise ValueError(f"{tables[0]}: a cohort table is given alone, its labels in its own "
                          "column; labels (--labels) go with a list of NIfTI files or globs")
+    text = next((p for p in map(str, patterns) if Path(p).suffix.lower() == ".txt"), None)
+    if text is not None:  # nilearn's labels.txt, given as the cohort
+        raise ValueError(f"{text}: a text file, not a NIfTI image nor a cohort table; a table "
+                         f"(.csv, .tsv) has columns {_EXPECTED}: for labels of each volume of "
+                         "4D runs (nilearn's labels.txt), a row per volume with its path, volume "
+                         "(from 0) and label, its run as group")
     files = []
     for pattern in map(str, patterns):
         matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
@@ -208,7 +223,8 @@ def _read_globs(patterns, labels) -> list[dict]:
         labels = [s.strip() for s in text.splitlines() if s.strip()]
     if len(labels) != len(files):
         raise ValueError(f"got {len(labels)} labels for {len(files)} files; expected one label "
-                         "per file, in the files' sorted order")
+                         "per file, in the files' sorted order (a label per volume of 4D files: "
+                         "a cohort table with a 'volume' column)")
     return [{"path": f, "label": str(lab).strip(), "target": None, "group": "", "split": "",
              "volume": None, "where": f} for f, lab in zip(files, labels, strict=True)]
 
@@ -218,8 +234,8 @@ def named_columns(columns: dict | None, is_table: bool) -> dict:
     refused unless the inputs are a cohort table, the only inputs with columns."""
     columns = {k: v for k, v in (columns or {}).items() if v is not None}
     if columns and not is_table:
-        raise ValueError("columns (--label-column, --target-column) name columns of a cohort "
-                         "table; give one (.csv or .tsv)")
+        raise ValueError("columns (--label-column, --target-column, --group-column) name "
+                         "columns of a cohort table; give one (.csv or .tsv)")
     return columns
 
 
@@ -239,8 +255,9 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
         Whether every file's label or target must be given (a cohort to train or score on);
         False for images to predict, whose table may have neither column or leave them blank.
     columns : dict, optional
-        The table's columns to read as ``label`` and ``target``, such as ``{"target": "age"}``
-        (a BIDS participants.tsv); default the columns of those names.
+        The table's columns to read as ``label``, ``target`` and ``group``, such as
+        ``{"target": "age"}`` (a BIDS participants.tsv); default the columns of those names,
+        else a common alias (``labels``; ``subject``, ``participant_id``, ``chunks``, ...).
 
     Returns
     -------

@@ -170,8 +170,8 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
     classes : list of str, optional
         Allowed labels in class-index order (others are an error); default sorted labels.
     columns : dict, optional
-        The table's columns to read as ``label`` and ``target``, such as ``{"target": "age"}``
-        (:func:`fgscale.images.read_cohort`).
+        The table's columns to read as ``label``, ``target`` and ``group``, such as
+        ``{"target": "age"}`` (:func:`fgscale.images.read_cohort`).
     intersect_mask : bool
         With ``mask``: also compute the data mask and keep the intersection.
     client : distributed.Client, optional
@@ -291,7 +291,7 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
                                                n_to_read * int(np.prod(grid[0])) * 4) as c:
         params = {"fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),
                   "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
-                  "n_files": len(entries)}
+                  "n_files": len({e["path"] for e in entries})}
         if g is None:
             store_mask = final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
                                     progress)

@@ -149,7 +149,8 @@ def test_a_file_listed_twice_is_refused_naming_both_lines(tmp_path):
 
 def test_a_volume_column_lists_a_runs_volumes_one_per_row(tmp_path):
     table = tmp_path / "cohort.csv"
-    table.write_text("path,volume,label\nrun.nii.gz,3,face\nrun.nii.gz,0,house\nb.nii,,x\n")
+    # "0.0": pandas writes a column with an empty cell as floats
+    table.write_text("path,volume,label\nrun.nii.gz,3,face\nrun.nii.gz,0.0,house\nb.nii,,x\n")
     assert [(Path(e["path"]).name, e["volume"], e["label"]) for e in read_cohort(table)] == [
         ("run.nii.gz", 3, "face"), ("run.nii.gz", 0, "house"), ("b.nii", None, "x")]
     refused = {  # rows after the header: the message
@@ -159,7 +160,7 @@ def test_a_volume_column_lists_a_runs_volumes_one_per_row(tmp_path):
             r"cohort.csv:3: .*run.nii.gz is listed whole, and by volume at .*cohort.csv:2",
         "run.nii.gz,,face\nrun.nii.gz,1,house\n":
             r"cohort.csv:3: .*run.nii.gz is listed by volume, and whole at .*cohort.csv:2",
-        "run.nii.gz,1.0,face\n": r"cohort.csv:2: volume '1.0' for .*run.nii.gz; expected the "
+        "run.nii.gz,1.5,face\n": r"cohort.csv:2: volume '1.5' for .*run.nii.gz; expected the "
                                  r"volume's index in the file \(an integer from 0\)",
         "run.nii.gz,-1,face\n": r"cohort.csv:2: volume '-1'",
     }
@@ -295,3 +296,36 @@ def test_numeric_labels_are_ordered_by_value_and_classes_without_rows_said(tmp_p
     with caplog.at_level("WARNING", logger="fgscale.images._cohort"):
         read_cohort(table, classes=["x", "y", "z"])
     assert "class(es) ['z'] (of the classes given) have no row" in caplog.text
+
+
+def test_nilearns_column_names_are_read_and_its_labels_txt_said_how_to_write(tmp_path, caplog):
+    """nilearn's Haxby labels (``labels``, ``chunks``: the runs): read as label and group, so a
+    split by run stays by run; where they were left unread ('chunks' not used) the folds mixed
+    each run's volumes. Its space-separated labels.txt is named for what it is."""
+    table = tmp_path / "cohort.csv"
+    table.write_text("path,volume,labels,chunks\nrun0.nii.gz,0,face,0\nrun0.nii.gz,1,house,0\n")
+    with caplog.at_level("WARNING", logger="fgscale.images._cohort"):
+        entries = read_cohort(table)
+    assert [(e["label"], e["group"]) for e in entries] == [("face", "0"), ("house", "0")]
+    assert "reading column 'chunks' as 'group'" in caplog.text and "not used" not in caplog.text
+    table.write_text("path,label,session,run\na.nii,x,s1,r1\n")
+    assert read_cohort(table, columns={"group": "session"})[0]["group"] == "s1"
+    with pytest.raises(ValueError, match=r"no column 'subject' to read as the group "
+                                         r"\(--group-column\)"):
+        read_cohort(table, columns={"group": "subject"})
+    with pytest.raises(ValueError, match=r"columns \(--label-column, --target-column, "
+                                         r"--group-column\) name columns of a cohort table"):
+        read_cohort([str(tmp_path / "a.nii")], labels=["x"], columns={"group": "run"})
+    labels = tmp_path / "labels.txt"
+    labels.write_text("labels chunks\nrest 0\nface 0\n")
+    with pytest.raises(ValueError, match=r"labels.txt: a text file, not a NIfTI image nor a "
+                                         r"cohort table; .* a row per volume with its path, "
+                                         r"volume \(from 0\) and label"):
+        read_cohort(str(labels))
+    table.write_text("path volume label\nrun0.nii.gz 0 face\n")
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['path'\].*; its cells are "
+                                         r"separated by spaces: separate them by commas"):
+        read_cohort(table)
+    with pytest.raises(ValueError, match=r"got 3 labels for 1 files; .* \(a label per volume "
+                                         r"of 4D files: a cohort table with a 'volume' column\)"):
+        read_cohort([str(tmp_path / "a.nii")], labels=["x", "y", "z"])
