@@ -79,6 +79,7 @@ class Parser(argparse.ArgumentParser):
             # which a batch job sets for every Dask client, as distributed.Client() reads it
             # (read here from the environment: a small convert imports no Dask)
             namespace.scheduler = os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+            namespace.scheduler_origin = "$DASK_SCHEDULER_ADDRESS"  # said in its errors
         return namespace
 
 

@@ -32,8 +32,8 @@ _KEPT = {  # what an interrupted command keeps, and how it goes on
                "kept in the store: run the same command again to convert the rest.",
     "bank": "The groupings built so far are kept in the store: run the same command again to "
             "build the rest.",
-    "train": "The run folder keeps the checkpoint of the last finished epoch: run the same "
-             "command with --resume to go on from there.",
+    "train": "The run folder keeps the checkpoint of the last finished epoch (before the first, "
+             "no folder is left): run the same command with --resume to go on from there.",
     "cv": "With --out, its file keeps the folds finished so far: run the same command with "
           "--resume to train only the others.",
     "demo": "Finished steps are kept: run the same command again to go on.",

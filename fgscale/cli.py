@@ -83,7 +83,7 @@ def _client(args, *, processes: bool):
         if args.scheduler is not None and args.scheduler_file is not None:
             raise ValueError("give --scheduler or --scheduler-file, not both")
         return connect(args.scheduler, args.scheduler_file, timeout=args.timeout,
-                       security=security_from(args))
+                       security=security_from(args), origin=getattr(args, "scheduler_origin", None))
     return deferred_cluster(n_workers=args.n_workers, processes=processes)
 
 

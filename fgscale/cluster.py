@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import sys
 import time
 import warnings
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["SchedulerLost", "ThreadTasks", "active_client", "check_count", "connect", "cpu_count",
-           "dashboard_link", "deferred_cluster", "get_client", "run_tasks"]
+           "dashboard_link", "deferred_cluster", "get_client", "run_tasks", "task_result"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
@@ -207,7 +208,10 @@ async def _probe(address: str, timeout: float, security=None) -> None:
     from distributed.comm import connect as comm_connect
 
     args = {} if security is None else security.get_connection_args("client")
-    comm = await comm_connect(address, timeout=timeout, **args)
+    # comm_connect's timeout covers the connection, not the handshake read after it: a port
+    # where a program accepts and stays silent (a dashboard's, taken for the scheduler's)
+    # would hold it for ever
+    comm = await asyncio.wait_for(comm_connect(address, timeout=timeout, **args), timeout)
     await comm.close()
 
 
@@ -230,7 +234,7 @@ def _scheduler_file_address(path: Path) -> str:
 
 @contextmanager
 def connect(scheduler: str | None = None, scheduler_file: str | Path | None = None, *,
-            timeout: float = 10.0, security=None) -> Iterator[Client]:
+            timeout: float = 10.0, security=None, origin: str | None = None) -> Iterator[Client]:
     """Join a running cluster by address or scheduler file (the CLI's ``--scheduler`` and
     ``--scheduler-file``); only the client connection is closed on exit.
 
@@ -240,6 +244,8 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
         Seconds to wait for the scheduler.
     security : distributed.Security, optional
         TLS certificates for a ``tls://`` scheduler (the CLI's ``--tls-*`` options).
+    origin : str, optional
+        Where ``scheduler`` came from, said in errors (``$DASK_SCHEDULER_ADDRESS``).
 
     Raises
     ------
@@ -254,10 +260,16 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
     """
     if (scheduler is None) == (scheduler_file is None):
         raise ValueError("give one of scheduler and scheduler_file")
-    target = scheduler
+    target = scheduler if origin is None else f"{scheduler} (from {origin})"
     if scheduler_file is not None:
         scheduler = _scheduler_file_address(Path(scheduler_file))
         target = f"{scheduler} (from {scheduler_file})"
+    elif scheduler.lower().startswith(("http://", "https://")):
+        raise ValueError(f"{target} is a web address (the dashboard's?); give the scheduler's "
+                         "own, such as tcp://HOST:8786, which 'dask scheduler' prints")
+    elif Path(scheduler).is_file() or scheduler.lower().endswith(".json"):
+        raise ValueError(f"{target} is a file: give it as --scheduler-file (scheduler_file=), "
+                         "not as the scheduler's address")
     if scheduler.startswith("tls://") and security is None:
         raise ValueError(f"{target} is a TLS scheduler: give its CA and this client's "
                          "certificate and key (--tls-ca-file, --tls-cert, --tls-key)")
@@ -277,6 +289,9 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
                               "this its address?") from None
     with joined, PausedWatch(joined, target) as watch:
         log_dashboard(joined, f"joined the Dask cluster at {target}")
+        if not joined.nthreads():  # else its tasks wait, with no word of why
+            log.warning("the Dask cluster at %s has no worker yet: the work waits until one "
+                        "joins", target)
         try:
             yield joined
         except Exception as exc:
@@ -330,6 +345,26 @@ class ThreadTasks:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def task_result(future):
+    """``future.result()`` of a cluster's task; an error that names a path as missing, where
+    this process sees it, says that a worker does not (another machine, or a worker started
+    without the shared file system): its "no such store" alone sent the user to their path."""
+    try:
+        return future.result()
+    except (OSError, ValueError) as exc:
+        text = str(exc)
+        path = text.split(": ", 1)[0]
+        if "no such" not in text or not path or not os.path.exists(path):
+            raise
+        try:
+            said = type(exc)(f"{text}; yet it is there for this process: a worker of the cluster "
+                             "does not see it, and every worker must see the store and images "
+                             "at the same path (a shared file system)")
+        except TypeError:  # an exception that takes other arguments than its message
+            raise exc from None
+        raise said from None
+
+
 def run_tasks(client: Client | ThreadTasks, func, args_list, *, progress: bool = True,
               desc: str | None = None, unit: str = "task", total: int | None = None,
               initial: int = 0, weight=lambda result: 1) -> list:
@@ -366,8 +401,8 @@ def run_tasks(client: Client | ThreadTasks, func, args_list, *, progress: bool =
                     continue
                 results.append(future.result())
                 bar.update(weight(results[-1]))
-        if errors:
-            errors[0].result()  # re-raises the worker's exception, which names its input
+        if errors:  # the worker's exception, which names its input
+            errors[0].result() if isinstance(client, ThreadTasks) else task_result(errors[0])
     finally:  # a no-op when all are done; stops the rest on an interrupt
         if isinstance(client, ThreadTasks):
             client.cancel(futures)

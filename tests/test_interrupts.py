@@ -3,6 +3,7 @@ message that says what was kept and how to go on, no traceback."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -58,7 +59,8 @@ def test_ctrl_c_during_training_exits_130_and_the_run_resumes(tiny_store, tmp_pa
                "--max-epochs", "100000", *TRAIN]
     lines = _interrupt(command, (run / "metrics.jsonl").exists, "train")
     assert lines == ["fgscale train: interrupted. The run folder keeps the checkpoint of the last "
-                     "finished epoch: run the same command with --resume to go on from there."]
+                     "finished epoch (before the first, no folder is left): run the same command "
+                     "with --resume to go on from there."]
     done = len((run / "metrics.jsonl").read_text().splitlines())
     assert done >= 1
     # the corrected budget, resumed: it goes on from the checkpoint, not from epoch 0
@@ -103,7 +105,13 @@ def test_an_unreachable_or_foreign_scheduler_is_a_clear_error(not_dask, tiny_sto
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     nobody = f"tcp://127.0.0.1:{closed.getsockname()[1]}"  # bound, never listening
-    for address in (nobody, not_dask):
+    # listening, never answering (a dashboard's port taken for the scheduler's): the
+    # connection is made, and the handshake's read hung for ever, whatever --timeout said
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    quiet = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+    for address in (nobody, not_dask, quiet):
         start = time.monotonic()
         assert main(["bank", str(tiny_store.path), "--scheduler", address,
                      "--timeout", "2"]) == 2
@@ -113,6 +121,14 @@ def test_an_unreachable_or_foreign_scheduler_is_a_clear_error(not_dask, tiny_sto
                               "within 2 s")
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     closed.close()
+    silent.close()
+    # the dashboard's link, or the scheduler file, given as the address: said what to give
+    for address, message in (("http://127.0.0.1:8787/status", "is a web address \\(the "
+                              "dashboard's\\?\\); give the scheduler's own, such as tcp://"),
+                             ("sched.json", "is a file: give it as --scheduler-file")):
+        assert main(["bank", str(tiny_store.path), "--scheduler", address]) == 2
+        assert re.match(f"fgscale bank: error: {re.escape(address)} {message}",
+                        capsys.readouterr().err)
 
 
 def test_dask_scheduler_address_is_joined_as_dasks_client_joins_it(tiny_store, capsys,
@@ -124,8 +140,9 @@ def test_dask_scheduler_address_is_joined_as_dasks_client_joins_it(tiny_store, c
     nobody = f"tcp://127.0.0.1:{closed.getsockname()[1]}"  # bound, never listening
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", nobody)
     assert main(["bank", str(tiny_store.path), "--timeout", "1"]) == 2
-    assert capsys.readouterr().err.startswith(
-        f"fgscale bank: error: cannot reach a Dask scheduler at {nobody} within 1 s")
+    assert capsys.readouterr().err.startswith(  # where the address came from: said
+        f"fgscale bank: error: cannot reach a Dask scheduler at {nobody} (from "
+        "$DASK_SCHEDULER_ADDRESS) within 1 s")
     # --scheduler given still wins
     other = socket.socket()
     other.bind(("127.0.0.1", 0))

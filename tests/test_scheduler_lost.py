@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -138,3 +139,76 @@ def test_workers_paused_for_memory_end_the_command_with_a_line_not_a_hang(tmp_pa
     assert lines[0].startswith("fgscale bank: error: every worker of the Dask cluster at ")
     assert "paused" in lines[0] and "MiB of its memory limit of 60 MiB" in lines[0]
     assert "run the same command again" in lines[0]
+
+
+def _can_hide_folders() -> bool:
+    """Whether this process may start one in a mount namespace of its own (root, unshare)."""
+    try:
+        return subprocess.run(["unshare", "-m", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _can_hide_folders(), reason="needs unshare -m (a mount namespace)")
+def test_a_worker_that_cannot_see_the_store_is_said_to_be_the_cause(tmp_path):
+    """A worker on a machine without the shared file system (here: its own mount namespace,
+    the store's folder hidden under an empty tmpfs) said 'no such store', which sent the user
+    to a path that is there."""
+    shared = tmp_path / "shared"
+    store = synthetic_store(shared / "s.zarr", 40, 4, n_subjects=5, seed=0, block_rows=8)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    scheduler_file = tmp_path / "sched.json"
+    scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--dashboard-address", ":0", "--scheduler-file", scheduler_file],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not scheduler_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    worker = subprocess.Popen(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none '{shared}' && exec '{BIN / 'dask'}' "
+         f"worker --scheduler-file '{scheduler_file}' --nthreads 1 --no-nanny"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "fgscale", "bank", str(store.path),
+                               "--n-groupings", "2", "--n-bootstrap", "8", "--n-clusters", "0.1",
+                               "--no-progress", "--scheduler-file", str(scheduler_file)],
+                              capture_output=True, text=True, timeout=240)
+    finally:
+        _stop(scheduler, worker)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("fgscale")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith(f"fgscale bank: error: {store.path}: no such store")
+    assert lines[0].endswith("yet it is there for this process: a worker of the cluster does "
+                             "not see it, and every worker must see the store and images at the "
+                             "same path (a shared file system)")
+
+
+def test_a_cluster_with_no_worker_is_said_to_wait_for_one(tmp_path):
+    """Workers not started yet (a SLURM job array still queued): the command waited with no
+    word of why."""
+    store = synthetic_store(tmp_path / "s.zarr", 40, 4, n_subjects=5, seed=0, block_rows=8)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    scheduler_file = tmp_path / "sched.json"
+    scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--dashboard-address", ":0", "--scheduler-file", scheduler_file],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not scheduler_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc = subprocess.Popen([sys.executable, "-m", "fgscale", "bank", str(store.path),
+                             "--n-groupings", "2", "--n-bootstrap", "8", "--n-clusters", "0.1",
+                             "--no-progress", "--scheduler-file", str(scheduler_file)],
+                            stderr=subprocess.PIPE, text=True)
+    said, guard = [], threading.Timer(60, proc.kill)  # without the warning: no hang
+    guard.start()
+    try:
+        for line in proc.stderr:  # the command waits: read until the warning, then stop it
+            said.append(line)
+            if "no worker yet" in line:
+                break
+    finally:
+        guard.cancel()
+        _stop(proc, scheduler)
+    assert said and "has no worker yet: the work waits until one joins" in said[-1], said

@@ -26,6 +26,7 @@ import numpy as np
 import zarr
 
 from fgscale._params import check_prefetch
+from fgscale.cluster import task_result
 from fgscale.grouping._projection import project_rows
 from fgscale.store._banks import BANKS, LABELS, open_bank
 from fgscale.store._buffers import POOL
@@ -157,7 +158,7 @@ class Prefetcher:
                     return
                 self.max_seen = max(self.max_seen, len(window))
                 future = window.popleft()
-                result = future.result()
+                result = task_result(future)
                 future.release()
                 yield result
         finally:
