@@ -4,6 +4,7 @@ command, make-cohort, and "already complete, nothing to do" when nothing was don
 import argparse
 import csv
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -326,7 +327,12 @@ def test_train_shows_the_bar_of_the_banks_it_builds(tiny_store, tmp_path, capsys
     err = capsys.readouterr().err
     # a bar starts at 0% once (it may print its 100% twice: its last update, then its close)
     assert err.count("groupings:   0%|") == 2 and "groupings: 100%|" in err
-    assert "epochs: 100%|" in err
+    # each candidate's bar named by its values, the refit's by its phase: four bars named
+    # "epochs" could not be told apart
+    ks = re.findall(r"epochs \(candidate (\d): alpha 0, dropout 0, k (\d+)\): 100%\|", err)
+    assert [c for c, _ in sorted(set(ks))] == ["1", "2", "3"]  # 5, 10, 20% of p
+    assert len({k for _, k in ks}) == 3
+    assert "epochs (refit): 100%|" in err
 
 
 def test_a_bar_written_to_a_log_file_is_redrawn_now_and_then(tmp_path):

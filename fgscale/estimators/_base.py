@@ -360,7 +360,7 @@ class FeatureGroupingBase(BaseEstimator):
             fit(self.model_, optimizer, epoch_batches=epoch_batches, max_epochs=max_epochs,
                 bank=bank_t, device=self.device, validation=validation,
                 stopper=stopper if stop else None, start_epoch=start_epoch,
-                on_epoch_end=run.epoch_end, progress=bool(self.verbose),
+                on_epoch_end=run.epoch_end, progress=bool(self.verbose) and run.label,
                 step_size=self._step_size(alpha, dropout), monitor=self.stop_on,
                 regression=not self._is_classifier(), class_weight=class_weight)
             if stop and stopper.best_state is not None:

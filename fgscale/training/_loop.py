@@ -234,6 +234,16 @@ class _History:
         raised."""
         return self.stopper is not None and self.stopper.bad_epochs >= self.stopper.patience
 
+    @property
+    def label(self) -> str:
+        """The progress bar's name for this phase: in a search, the candidate and its values,
+        so that the bars of its candidates and refit are told apart."""
+        if not self.phase.startswith("candidate-"):
+            return f"epochs ({self.phase})" if self.phase else "epochs"
+        values = ", ".join(f"{'k' if name == 'n_clusters' else name} {value:g}"
+                           for name, value in (self.params or {}).items() if value is not None)
+        return f"epochs (candidate {self.phase.split('-')[1]}: {values})"
+
     def resume(self) -> int:
         """The first epoch left to run."""
         return 0
@@ -299,7 +309,7 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         max_epochs: int, bank=None, device="cpu",
         validation: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
         stopper: EarlyStopping | None = None, start_epoch: int = 0,
-        on_epoch_end: Callable[[dict], None] | None = None, progress: bool = False,
+        on_epoch_end: Callable[[dict], None] | None = None, progress: bool | str = False,
         step_size: Callable[..., float] | None = None,
         monitor: str = "loss", regression: bool = False,
         class_weight: torch.Tensor | None = None) -> list[dict]:
@@ -319,8 +329,9 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         First epoch to run (a resumed run continues where its checkpoint ended).
     on_epoch_end : callable, optional
         Called with each epoch's metrics after the epoch (checkpoints hook here).
-    progress : bool
-        Show a progress bar over epochs (tqdm, on stderr) with the latest losses.
+    progress : bool or str
+        Show a progress bar over epochs (tqdm, on stderr) with the latest losses; a string
+        is its name (default "epochs").
     step_size : callable, optional
         Per-batch step size (see :func:`train_epoch`).
     monitor : {"loss", "accuracy"}, default="loss"
@@ -335,8 +346,8 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
     if class_weight is not None:
         class_weight = torch.as_tensor(class_weight, dtype=torch.float32, device=device)
     history = []
-    bar = tqdm(total=max_epochs, initial=start_epoch, desc="epochs", unit="epoch",
-               disable=not progress)
+    bar = tqdm(total=max_epochs, initial=start_epoch, unit="epoch", disable=not progress,
+               desc=progress if isinstance(progress, str) else "epochs")
     for epoch in range(start_epoch, max_epochs):
         started = time.perf_counter()
         metrics = {"epoch": epoch,
