@@ -163,6 +163,8 @@ def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
     names = {}
     for name in (*_NAMED, "split"):
         column = given.get(name)
+        if column is not None and column not in fieldnames:  # "Subject", read as "subject"
+            column = next((f for f in fieldnames if f.lower() == column.lower()), column)
         if column is not None and column not in fieldnames:
             raise ValueError(f"{path}: no column {column!r} to read as the {name} "
                              f"(--{name}-column); the table's columns are {fieldnames}")

@@ -278,6 +278,9 @@ def test_a_spreadsheets_csv_is_read_with_its_semicolons_and_capitalised_names(tm
     table = tmp_path / "cohort.csv"
     table.write_text("Path;Label;Subject;Diagnosis\na.nii;x;s1;1,5\nb.nii;y;s2;2,5\n")
     entries = read_cohort(table, columns={"target": "Diagnosis"})
+    # a known name given with the header's case: found, though read in lower case
+    assert read_cohort(table, columns={"target": "Diagnosis", "group": "Subject"})[1]["group"] \
+        == "s2"
     assert [(Path(e["path"]).name, e["label"], e["group"]) for e in entries] == [
         ("a.nii", "x", "s1"), ("b.nii", "y", "s2")]
     assert [e["target"] for e in entries] == [1.5, 2.5]  # the decimal mark of such a file
