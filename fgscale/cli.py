@@ -262,8 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     # --- store commands (convert, export) ---
     p = sub.add_parser("convert", help="convert a NIfTI cohort into a Zarr store (resumable)")
     p.add_argument("cohort", nargs="+",
-                   help="cohort table (.csv/.tsv: path, label and/or a numeric target, [group], "
-                        "[split], [volume]: of a 4D file, from 0) or files/globs with --labels")
+                   help="cohort table (.csv/.tsv: path, then label and/or a numeric target, "
+                        "[group], [split], [volume] from 0) or files/globs with --labels")
     p.add_argument("--out", required=True, help="the store to write (STORE.zarr)")
     p.add_argument("--labels", default=None,
                    help="with files/globs: one label per line, per file (default: none)")
