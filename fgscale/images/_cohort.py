@@ -105,7 +105,11 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
         delimiter = _delimiter(path, f)
         reader = csv.DictReader(f, delimiter=delimiter)
         if reader.fieldnames:
-            reader.fieldnames = [_field_name(name) for name in reader.fieldnames]
+            raw = [name.strip() for name in reader.fieldnames]
+            reader.fieldnames = [_field_name(name) for name in raw]
+            # a column given by the header's own name ("Subject"), found under the name read
+            read_as = dict(zip(raw, reader.fieldnames, strict=True))
+            given = {k: read_as.get(v, v) for k, v in given.items()}
         columns = set(reader.fieldnames or [])
         names = _column_names(path, list(reader.fieldnames or []), given)
         label, target = names["label"], names["target"]
@@ -163,8 +167,6 @@ def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
     names = {}
     for name in (*_NAMED, "split"):
         column = given.get(name)
-        if column is not None and column not in fieldnames:  # "Subject", read as "subject"
-            column = next((f for f in fieldnames if f.lower() == column.lower()), column)
         if column is not None and column not in fieldnames:
             raise ValueError(f"{path}: no column {column!r} to read as the {name} "
                              f"(--{name}-column); the table's columns are {fieldnames}")
