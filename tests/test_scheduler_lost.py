@@ -18,20 +18,28 @@ from helpers import synthetic_store
 BIN = Path(sys.executable).parent
 
 
-def _start_cluster(folder: Path) -> tuple[subprocess.Popen, subprocess.Popen, Path]:
-    """A scheduler on a free port and one single-threaded worker, run from ``folder``."""
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+
+
+def _start_scheduler(folder: Path) -> tuple[subprocess.Popen, Path]:
+    """A scheduler on a free port, run from ``folder``, once its scheduler file is written."""
     scheduler_file = folder / "sched.json"
     scheduler_file.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
     scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
                                   "--dashboard-address", ":0", "--scheduler-file", scheduler_file],
-                                 cwd=folder, env=env, stdout=subprocess.DEVNULL,
+                                 cwd=folder, env=ENV, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not scheduler_file.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
+    return scheduler, scheduler_file
+
+
+def _start_cluster(folder: Path) -> tuple[subprocess.Popen, subprocess.Popen, Path]:
+    """A scheduler on a free port and one single-threaded worker, run from ``folder``."""
+    scheduler, scheduler_file = _start_scheduler(folder)
     worker = subprocess.Popen([BIN / "dask", "worker", "--scheduler-file", scheduler_file,
-                               "--nthreads", "1", "--no-nanny"], cwd=folder, env=env,
+                               "--nthreads", "1", "--no-nanny"], cwd=folder, env=ENV,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return scheduler, worker, scheduler_file
 
@@ -109,19 +117,12 @@ def test_workers_paused_for_memory_end_the_command_with_a_line_not_a_hang(tmp_pa
     split = np.where(np.arange(40) % 5 == 0, "test", "train")
     store = synthetic_store(tmp_path / "s.zarr", 40, 4, n_subjects=5, seed=0, split=split,
                             block_rows=8)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
-    scheduler_file = tmp_path / "sched.json"
-    scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                  "--dashboard-address", ":0", "--scheduler-file", scheduler_file],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not scheduler_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    scheduler, scheduler_file = _start_scheduler(tmp_path)
     # paused at 80% of 60 MiB, less than a bare worker process takes; not restarted by its
     # nanny at 95%, as it would be by default (which leaves it paused whenever it is there)
     worker = subprocess.Popen([BIN / "dask", "worker", "--scheduler-file", scheduler_file,
                                "--nthreads", "1", "--memory-limit", "60MiB"],
-                              env={**env, "DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE": "False"},
+                              env={**ENV, "DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE": "False"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         start = time.monotonic()
@@ -157,18 +158,11 @@ def test_a_worker_that_cannot_see_the_store_is_said_to_be_the_cause(tmp_path):
     to a path that is there."""
     shared = tmp_path / "shared"
     store = synthetic_store(shared / "s.zarr", 40, 4, n_subjects=5, seed=0, block_rows=8)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
-    scheduler_file = tmp_path / "sched.json"
-    scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                  "--dashboard-address", ":0", "--scheduler-file", scheduler_file],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not scheduler_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    scheduler, scheduler_file = _start_scheduler(tmp_path)
     worker = subprocess.Popen(
         ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none '{shared}' && exec '{BIN / 'dask'}' "
          f"worker --scheduler-file '{scheduler_file}' --nthreads 1 --no-nanny"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         proc = subprocess.run([sys.executable, "-m", "fgscale", "bank", str(store.path),
                                "--n-groupings", "2", "--n-bootstrap", "8", "--n-clusters", "0.1",
@@ -189,14 +183,7 @@ def test_a_cluster_with_no_worker_is_said_to_wait_for_one(tmp_path):
     """Workers not started yet (a SLURM job array still queued): the command waited with no
     word of why."""
     store = synthetic_store(tmp_path / "s.zarr", 40, 4, n_subjects=5, seed=0, block_rows=8)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
-    scheduler_file = tmp_path / "sched.json"
-    scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                  "--dashboard-address", ":0", "--scheduler-file", scheduler_file],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not scheduler_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    scheduler, scheduler_file = _start_scheduler(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "fgscale", "bank", str(store.path),
                              "--n-groupings", "2", "--n-bootstrap", "8", "--n-clusters", "0.1",
                              "--no-progress", "--scheduler-file", str(scheduler_file)],
