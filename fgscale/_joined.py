@@ -5,12 +5,15 @@ command would wait for ever, silently."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 __all__ = ["PATIENCE", "PausedWatch", "SchedulerLost", "WorkersPaused"]
 
 PATIENCE = 30.0  # seconds every worker stays paused, tasks waiting, before the command stops
+
+log = logging.getLogger(__name__)
 
 
 class SchedulerLost(ConnectionError):
@@ -25,7 +28,9 @@ class WorkersPaused(SchedulerLost):
 class PausedWatch:
     """Within: a thread asks the scheduler every ``every`` s how its workers are; when all of
     them have been paused for ``patience`` s while this client has tasks, it cancels them, so
-    that the command stops where it waits, and keeps why in ``reason``.
+    that the command stops where it waits, and keeps why in ``reason``. When the cluster has
+    had no worker at all for ``patience`` s while tasks wait (every worker lost, their jobs
+    requeued), it says so once in a warning, and the command goes on waiting for them.
 
     Parameters
     ----------
@@ -49,13 +54,21 @@ class PausedWatch:
         self._stop.set()  # not joined: it may be waiting on a scheduler that is gone
 
     def _watch(self, client, target, every, patience) -> None:
-        since = None
+        since = none_since = None
         while not self._stop.wait(every):
             try:
                 workers = list(client.scheduler_info()["workers"].values())
             except Exception:  # noqa: BLE001 - the scheduler gone or the client closing
                 return
             paused = [w for w in workers if w.get("status") == "paused"]
+            if not workers and client.futures and none_since is None:
+                none_since = time.monotonic()
+            elif workers:
+                none_since = None
+            if none_since is not None and time.monotonic() - none_since >= patience:
+                log.warning("the Dask cluster at %s has had no worker for %.0f s: the work "
+                            "waits until one joins", target, time.monotonic() - none_since)
+                none_since = float("inf")  # said once, until workers come back
             if not workers:  # none yet (a batch queue), or restarted by their nannies for
                 continue  # memory, paused before they were: the clock goes on if it started
             if len(paused) < len(workers) or not client.futures:

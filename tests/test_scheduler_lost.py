@@ -199,3 +199,25 @@ def test_a_cluster_with_no_worker_is_said_to_wait_for_one(tmp_path):
         guard.cancel()
         _stop(proc, scheduler)
     assert said and "has no worker yet: the work waits until one joins" in said[-1], said
+
+
+def test_a_cluster_left_with_no_worker_while_tasks_wait_is_said_once(caplog):
+    """Every worker lost mid-run (killed, their jobs requeued): the command waits for new ones,
+    and says so once after the watch's patience, where it waited without a word."""
+    from distributed import Client, LocalCluster
+
+    from fgscale._joined import PausedWatch
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client, caplog.at_level("WARNING", logger="fgscale._joined"):
+        with PausedWatch(client, "the test's cluster", every=0.05, patience=0.3):
+            time.sleep(0.5)  # no task yet: nothing to say
+            assert "no worker" not in caplog.text
+            future = client.submit(sum, [1, 2])  # waits: there is no worker to run it
+            deadline = time.monotonic() + 30
+            while "no worker" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)
+        assert caplog.text.count("the Dask cluster at the test's cluster has had no worker "
+                                 "for 0 s: the work waits until one joins") == 1, caplog.text
+        assert not future.done()
