@@ -401,8 +401,8 @@ def run_tasks(client: Client | ThreadTasks, func, args_list, *, progress: bool =
                     continue
                 results.append(future.result())
                 bar.update(weight(results[-1]))
-        if errors:  # the worker's exception, which names its input
-            errors[0].result() if isinstance(client, ThreadTasks) else task_result(errors[0])
+        if errors:
+            task_result(errors[0])  # re-raises the worker's exception, which names its input
     finally:  # a no-op when all are done; stops the rest on an interrupt
         if isinstance(client, ThreadTasks):
             client.cancel(futures)

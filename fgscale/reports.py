@@ -29,7 +29,7 @@ from fgscale.images._cohort import (
     read_cohort,
 )
 from fgscale.images._masking import image_list, mask_images
-from fgscale.images._nifti import load_img, same_grid
+from fgscale.images._nifti import same_grid
 from fgscale.store._reader import Store, open_store
 
 __all__ = ["ROWS", "STDOUT", "check_store", "check_table_name", "classification_report",
@@ -167,20 +167,19 @@ def _store_blocks(store: Store, rows: np.ndarray) -> Iterator[tuple[dict, np.nda
 
 # ---------------------------------------------------------------------------------- images
 
-def _image_blocks(clf, entries: list[dict], volumes: list[range], resample: bool,
-                  with_volume: bool):
+def _image_blocks(clf, entries: list[dict], headers: list, volumes: list[range],
+                  resample: bool, with_volume: bool):
     mask = getattr(clf, "mask_img_", None)
     # a cohort table's label and target, when any file has one: blank for the others
     copied = [c for c in ("label", "target") if any(e.get(c) not in (None, "") for e in entries)]
     # the rows of one 4D run listed by volume, one after another in the table: masked at once
-    for path, run in itertools.groupby(zip(entries, volumes, strict=True),
-                                       key=lambda ev: ev[0]["path"]):
+    for path, run in itertools.groupby(zip(entries, headers, volumes, strict=True),
+                                       key=lambda ehv: ehv[0]["path"]):
         x = mask_images(path, mask, resample=resample)
-        four_d = load_img(path).ndim == 4
-        for e, vs in run:
+        for e, header, vs in run:
             info = {"path": [path] * len(vs)}
             if with_volume:
-                info["volume"] = list(vs) if four_d else [""]
+                info["volume"] = list(vs) if len(header.shape) == 4 else [""]
             for column in copied:
                 info[column] = [e[column] if e.get(column) is not None else ""] * len(vs)
             yield info, x[vs.start:vs.stop]
@@ -253,7 +252,8 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
     headers = entry_headers(entries)
     volumes = entry_volumes(entries, headers)
     with_volume = any(len(h.shape) == 4 for h in headers)
-    return _proba_columns(clf, _image_blocks(clf, entries, volumes, resample, with_volume),
+    return _proba_columns(clf, _image_blocks(clf, entries, headers, volumes, resample,
+                                             with_volume),
                           progress=progress, total=sum(map(len, volumes)))
 
 

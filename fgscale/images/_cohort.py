@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 __all__ = ["TABLE_SUFFIXES", "class_order", "entry_headers", "entry_name", "entry_volumes",
-           "named_columns", "read_cohort"]
+           "n_volumes", "named_columns", "read_cohort"]
 
 log = logging.getLogger(__name__)
 
@@ -389,12 +389,17 @@ def entry_headers(entries: list[dict]) -> list:
     return headers
 
 
+def n_volumes(header) -> int:
+    """The volumes of a NIfTI file, by its header: 1 for a 3D file."""
+    return header.shape[3] if len(header.shape) == 4 else 1
+
+
 def entry_volumes(entries: list[dict], headers: list) -> list[range]:
     """The volumes of its file each entry stands for: all of them (one of a 3D file), or the
     one of its ``volume``, which must be in the file (named with the table's line)."""
     volumes = []
     for e, header in zip(entries, headers, strict=True):
-        n = header.shape[3] if len(header.shape) == 4 else 1
+        n = n_volumes(header)
         v = e.get("volume")
         if v is not None and v >= n:
             raise ValueError(f"{entry_name(e)}: volume {v}, but the file has {n} volume"

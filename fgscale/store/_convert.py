@@ -47,7 +47,13 @@ import numpy as np
 
 from fgscale._files import check_writable, exclusive_name
 from fgscale.cluster import ThreadTasks, active_client, check_count, cpu_count, get_client, run_tasks
-from fgscale.images._cohort import class_order, entry_headers, entry_volumes, read_cohort
+from fgscale.images._cohort import (
+    class_order,
+    entry_headers,
+    entry_volumes,
+    n_volumes,
+    read_cohort,
+)
 from fgscale.images._nifti import load_img, space_codes
 from fgscale.images._volumes import iter_volumes
 from fgscale.store._append import append_rows, check_append
@@ -227,7 +233,7 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
     volumes = entry_volumes(entries, headers)
     # per entry (a file, or one volume of it): a file listed by volume has a record per row
     stats, counts = file_stats(paths), [len(v) for v in volumes]
-    per_row = [(e, v, _n_rows(h)) for e, h, vs in zip(entries, headers, volumes, strict=True)
+    per_row = [(e, v, n_volumes(h)) for e, h, vs in zip(entries, headers, volumes, strict=True)
                for v in vs]
     rows = [(str(Path(e["path"]).resolve()), v, e["label"], e["group"], e["split"])
             for e, v, _ in per_row]
@@ -367,10 +373,12 @@ def _table_lines(per_row, rows):
     except ValueError as exc:
         text, where = str(exc), None
         for (e, volume, _), row in zip(per_row, rows, strict=True):
-            if e["where"] != e["path"] and text.startswith(f"{row[0]} (volume {volume})"):
+            if e["where"] == e["path"]:  # a file given without a table
+                continue
+            if text.startswith(f"{row[0]} (volume {volume})"):
                 where = e["where"]
                 break
-            if e["where"] != e["path"] and where is None and text.startswith(f"{row[0]}:"):
+            if where is None and text.startswith(f"{row[0]}:"):
                 where = e["where"]  # the file's first row: a volume of it may name another
         if where is None:
             raise
@@ -409,7 +417,3 @@ def _workers(client, n_workers: int | None, voxel_bytes: int):
                  "cluster started)", n, voxel_bytes / 1e6)
         return ThreadTasks(n)
     return get_client(client, n_workers=n_workers, processes=False)
-
-
-def _n_rows(header) -> int:
-    return header.shape[3] if header.ndim == 4 else 1

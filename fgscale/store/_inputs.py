@@ -27,18 +27,20 @@ _PAIRS = {".hdr": ".img", ".img": ".hdr"}  # an Analyze/NIfTI pair: the data is 
 def file_stats(paths) -> np.ndarray:
     """``[size, mtime_ns]`` of each file (symbolic links followed; of both files of a
     ``.hdr``/``.img`` pair: their total size and the later time), an int64 array of shape
-    (n_files, 2): the store's ``inputs`` array, not an attribute, which every task that opens
-    the store would parse (megabytes of JSON for a cohort of 100,000 files)."""
-    stats = []
-    for path in map(Path, paths):
+    (len(paths), 2): the store's ``inputs`` array, not an attribute, which every task that opens
+    the store would parse (megabytes of JSON for a cohort of 100,000 files). A file listed
+    again (a row per volume of a run) is asked of the file system once."""
+    stats = {}
+    for key in dict.fromkeys(map(str, paths)):
+        path = Path(key)
         stem, gz = (path.with_suffix(""), ".gz") if path.suffix == ".gz" else (path, "")
         files = [path]
         if stem.suffix in _PAIRS:
             other = stem.with_suffix(_PAIRS[stem.suffix] + gz)
             files += [other] if other.exists() else []
         st = [os.stat(f) for f in files]
-        stats.append([sum(s.st_size for s in st), max(s.st_mtime_ns for s in st)])
-    return np.array(stats, np.int64).reshape(-1, 2)
+        stats[key] = [sum(s.st_size for s in st), max(s.st_mtime_ns for s in st)]
+    return np.array([stats[str(p)] for p in paths], np.int64).reshape(-1, 2)
 
 
 def check_inputs(out: Path, g, stats: np.ndarray, paths: list, n_rows: list, computed_mask: bool,
