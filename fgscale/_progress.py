@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.util
 import sys
 
-__all__ = ["tqdm"]
+__all__ = ["bar_prefix", "tqdm"]
 
 # tqdm.auto picks the notebook widget in Jupyter, and then warns (and draws nothing useful)
 # when ipywidgets is missing: fall back to the text bar there (pip install fgscale[notebook]).
@@ -15,6 +17,18 @@ else:
     from tqdm.std import tqdm as _tqdm
 
 LOG_INTERVAL = 30.0  # seconds between a bar's updates in a log file
+_PREFIX = contextvars.ContextVar("fgscale_bar_prefix", default="")
+
+
+@contextlib.contextmanager
+def bar_prefix(prefix: str):
+    """Name every bar drawn inside with ``prefix`` first ("fold 2/5: epochs"): the bars of a
+    cross-validation's folds (their statistics, bank, epochs, predictions) told apart."""
+    token = _PREFIX.set(prefix)
+    try:
+        yield
+    finally:
+        _PREFIX.reset(token)
 
 
 def tqdm(*args, **kwargs):
@@ -22,6 +36,8 @@ def tqdm(*args, **kwargs):
     (a batch job's log), it is redrawn every :data:`LOG_INTERVAL` seconds at most, not ten
     times a second: a log then holds a line of progress now and then, not megabytes of it."""
     stream = kwargs.get("file") or sys.stderr
+    if _PREFIX.get():
+        kwargs["desc"] = f"{_PREFIX.get()}: {kwargs.get('desc') or ''}".rstrip(": ")
     try:
         interactive = stream.isatty() or "ipykernel" in sys.modules
     except (AttributeError, ValueError):  # no isatty, or a closed stream

@@ -23,6 +23,7 @@ from sklearn.base import clone, is_classifier
 
 from fgscale._files import atomic_path, check_writable, exclusive_name
 from fgscale._params import params_to_json, plain_json
+from fgscale._progress import bar_prefix
 from fgscale._run_folder import UNSEEN_PARAMS, versions
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
@@ -43,7 +44,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     """K-fold cross-validation on a store's training rows, each fold trained by streaming.
 
     Folds are grouped by the store's ``group`` column when the rows have one (rows of a
-    subject never straddle folds; a store where only some rows have a group is refused), else
+    group, a subject or a run, never straddle folds; a store where only some rows have a group is refused), else
     stratified by class (shuffled for regression). Each
     fold standardizes with, and builds its banks from, its own training rows; the store's test
     rows are never read.
@@ -79,7 +80,8 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
         ``folds`` (a dict per fold: its report, as :func:`fgscale.reports.classification_report`
         or ``regression_report``, its training rows, the chosen hyper-parameters),
         ``score`` (``"accuracy"`` or ``"r2"``), ``mean_score``, ``std_score``, ``grouped``,
-        ``n_folds``; for classification also ``mean_accuracy`` and ``std_accuracy``, for
+        ``n_groups`` (0 when not grouped), ``n_folds``; for classification also
+        ``mean_accuracy`` and ``std_accuracy``, for
         regression ``mean_mae`` and ``mean_rmse`` (in the target's units), ``n_scored`` (the
         folds whose R² is defined, those of the mean and sd, which are None when no fold's is:
         one test row, or one target value) and ``pooled_r2``, ``pooled_mae``, ``pooled_rmse``
@@ -104,7 +106,8 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
     clf._check_params(warn_level=3)
     name = "accuracy" if is_classifier(clf) else "r2"
     target = None if name == "accuracy" else target_name(store)  # what a fold's R² is of
-    rows, grouped = _training_rows(store, n_folds)
+    rows, n_groups = _training_rows(store, n_folds)
+    grouped = n_groups > 0
     seed = clf._seed()  # drawn once: the split's, and the file's
     splits = list(_splits(rows, store, n_folds, grouped, name, seed))
     if name == "r2":
@@ -129,9 +132,11 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
         with get_client(client, processes="auto") as client:
             for fold, (train, test) in enumerate(splits[done:], start=done):
                 model = clone(clf)
-                model._fit_store(store.path, client, rows=rows[train])
-                metrics, table = score_store(model, store, client, rows[test],
-                                             progress=bool(model.verbose))
+                # as its line is named: the folds' bars (statistics, bank, epochs) told apart
+                with bar_prefix(f"fold {fold}"):
+                    model._fit_store(store.path, client, rows=rows[train])
+                    metrics, table = score_store(model, store, client, rows[test],
+                                                 progress=bool(model.verbose))
                 if name == "r2":
                     metrics.update(targets=table["target"], predictions=table["prediction"])
                 # as JSON keeps it: a resumed cross-validation reads its saved folds back
@@ -143,7 +148,8 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
                     _write(out, header, folds)
                 if echo is not None:
                     echo(_fold_line(folds[-1], name, target=target))
-    scores = {"folds": folds, **_summary(folds, name), "grouped": grouped, "n_folds": n_folds}
+    scores = {"folds": folds, **_summary(folds, name), "grouped": grouped, "n_groups": n_groups,
+              "n_folds": n_folds}
     if target is not None:
         scores["target"] = target
     if out is not None:
@@ -151,22 +157,24 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
     return scores
 
 
-def _training_rows(store, n_folds: int) -> tuple[np.ndarray, bool]:
-    """The store's training rows and whether they are grouped; a store or a number of folds
-    that cannot make ``n_folds`` folds is refused."""
+def _training_rows(store, n_folds: int) -> tuple[np.ndarray, int]:
+    """The store's training rows and their number of groups (0: not grouped); a store or a
+    number of folds that cannot make ``n_folds`` folds is refused."""
     rows = store.train_rows()
     groups = store.groups[rows]
     has_group = groups != ""
     grouped = bool(has_group.any())
     if grouped and not has_group.all():
         raise ValueError(f"{store.path}: {int((~has_group).sum())} of the {rows.size} training "
-                         "rows have no group: give each row its subject, or none of them")
-    most = len(set(groups)) if grouped else rows.size
+                         "rows have no group: give each row its group (subject or run), or none "
+                         "of them")
+    n_groups = len(set(groups)) if grouped else 0
+    most = n_groups or rows.size
     if not 2 <= n_folds <= most:
-        unit = "subjects (rows of a subject never straddle folds)" if grouped else "rows"
+        unit = "groups (rows of a group never straddle folds)" if grouped else "rows"
         raise ValueError(f"{store.path}: {n_folds} folds; give 2 or more, and at most the "
                          f"{most} training {unit}")
-    return rows, grouped
+    return rows, n_groups
 
 
 def _check_target_varies(store, rows: np.ndarray) -> None:
@@ -219,7 +227,8 @@ def _fold_line(fold: dict, name: str, saved=None, target: str | None = None) -> 
 def summary_line(scores: dict) -> str:
     """The last line of ``fgscale cv``: the folds' mean score ± sd (a regression's: of the
     folds where R² is defined, then pooled over every fold), and where they are kept."""
-    kind = ("grouped by subject" if scores["grouped"] else
+    # the store's group column: subjects, or runs ("chunks"), as the table gave them
+    kind = (f"grouped by the store's {scores['n_groups']} groups" if scores["grouped"] else
             ("stratified by class, " if scores["score"] == "accuracy" else "")
             + "shuffled (the store has no groups)")
     n, name = scores["n_folds"], scores["score"]

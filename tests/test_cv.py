@@ -61,20 +61,27 @@ def test_feature_grouping_folds_build_their_own_banks(grouped_store, client, tmp
 def test_cli(grouped_store, client, capsys):
     assert main(["cv", str(grouped_store.path), "--folds", "3", "--regularizer", "none",
                  "--max-epochs", "5", "--scheduler", client.scheduler.address]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     lines = out.splitlines()
     assert sum(line.startswith("fold ") for line in lines) == 3
-    assert "3-fold cross-validation, grouped by subject" in lines[-1]
+    # groups, whether subjects or runs, as the store's group column holds them
+    assert "3-fold cross-validation, grouped by the store's 6 groups: " in lines[-1]
+    # each fold's bars (statistics, bank, epochs, predictions) are named by the fold
+    err = captured.err
+    for fold in range(3):
+        assert f"fold {fold}: epochs" in err and f"fold {fold}: predicting" in err
+    assert "fold 3:" not in err
 
 
 def test_more_folds_than_subjects_or_rows_partly_grouped_are_refused(grouped_store, tmp_path,
                                                                      capsys, caplog, client):
     """Refused before any fold trains, not split into folds that share a subject."""
-    for folds, most in ((7, "6 training subjects"), (1, "6 training subjects")):
+    for folds, most in ((7, "6 training groups"), (1, "6 training groups")):
         assert main(["cv", str(grouped_store.path), "--folds", str(folds)]) == 2
         err = capsys.readouterr().err
         assert (f"fgscale cv: error: {grouped_store.path}: {folds} folds; give 2 or more, and at "
-                f"most the {most} (rows of a subject never straddle folds)") in err, err
+                f"most the {most} (rows of a group never straddle folds)") in err, err
         assert "dashboard" not in err.lower()
     # what a fold's fit would refuse is refused before the cluster starts, too
     assert main(["cv", str(grouped_store.path), "--folds", "3", "--n-clusters", "99999"]) == 2
@@ -85,7 +92,8 @@ def test_more_folds_than_subjects_or_rows_partly_grouped_are_refused(grouped_sto
     groups[:3] = ""
     partly = _copy_store(grouped_store, tmp_path / "partly.zarr", groups=groups)
     with pytest.raises(ValueError, match=r"partly\.zarr: 3 of the 48 training rows have no "
-                                         "group: give each row its subject, or none of them"):
+                                         r"group: give each row its group \(subject or run\), or none "
+                                         "of them"):
         cross_validate(partly.path, params=PARAMS, n_folds=3)
     # train takes it, splitting by row, and says so: it said nothing
     with caplog.at_level("WARNING"):
@@ -289,7 +297,8 @@ def test_cli_out_and_resume_with_the_saved_parameters(full_run, grouped_store, c
                  "--max-epochs", "5", "--out", str(out), *scheduler]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("fold ") for line in lines) == 3
-    assert lines[-1].startswith("3-fold cross-validation, grouped by subject: accuracy ")
+    assert lines[-1].startswith("3-fold cross-validation, grouped by the store's 6 groups: "
+                                "accuracy ")
     assert lines[-1].endswith(f"(mean ± sd); results in {out}")
     assert _read(out)["folds"] == scores["folds"]
     # --resume alone: the saved folds and parameters, not the options' defaults (5 folds,

@@ -112,7 +112,8 @@ def test_cv_of_a_regression_store_grouped_by_subject(regression_cohort, tmp_path
     folds = [line for line in out.splitlines() if line.startswith("fold ")]
     assert len(folds) == 2 and all(" r2 " in line for line in folds)
     r2 = [float(line.split(" r2 ")[1].split(",")[0]) for line in folds]
-    summary = out.split("2-fold cross-validation of target, grouped by subject: r2 ")[1]
+    summary = out.split("2-fold cross-validation of target, grouped by the store's ")[1]
+    summary = summary.split(" groups: r2 ")[1]
     assert float(summary.split()[0]) == pytest.approx(np.mean(r2), abs=1e-4)
     # the errors in the target's units beside R², each fold's and their mean, as saved
     saved = json.loads(results.read_text())
@@ -168,7 +169,8 @@ def test_leave_one_subject_out_is_scored_on_the_pooled_predictions(regression_co
     assert saved["pooled_r2"] == pytest.approx(metrics.r2_score(y, pred))
     assert saved["pooled_mae"] == pytest.approx(metrics.mean_absolute_error(y, pred))
     assert saved["mean_score"] is None and saved["n_scored"] == 0
-    assert out[6].startswith("6-fold cross-validation of target, grouped by subject: r2 n/a in every fold")
+    assert out[6].startswith("6-fold cross-validation of target, grouped by the store's 6 groups: "
+                             "r2 n/a in every fold")
     assert f"; pooled out-of-fold: r2 {saved['pooled_r2']:.4g}, mae {saved['pooled_mae']:.4g}" in out[6]
     # read back on --resume as the file it is (a null R², the rows' predictions)
     assert main(["cv", str(tmp_path / "one_each.zarr"), "--folds", "6", "--out", str(results),
