@@ -45,8 +45,9 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
 
     Folds are grouped by the store's ``group`` column when the rows have one (rows of a
     group, a subject or a run, never straddle folds; a store where only some rows have a group
-    is refused), else stratified by class (shuffled for regression). Each fold standardizes with, and builds its banks from, its own training rows; the store's test
-    rows are never read.
+    is refused), else stratified by class (shuffled for regression). Each fold standardizes
+    with, and builds its banks from, its own training rows; the store's test rows are never
+    read.
 
     Parameters
     ----------
