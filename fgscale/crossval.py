@@ -16,27 +16,30 @@ read back as JSON only.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 from sklearn.base import clone, is_classifier
 
+from fgscale._cv_results import (
+    ERRORS,
+    KIND,
+    POOLED,
+    check_fold_folders,
+    forget_fold,
+    read_results,
+    saved_folds,
+    start_fold,
+)
 from fgscale._files import atomic_path, check_writable, exclusive_name
 from fgscale._params import params_to_json, plain_json
 from fgscale._progress import bar_prefix
-from fgscale._run_folder import UNSEEN_PARAMS, versions
+from fgscale._run_folder import RunFolder, versions
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
 from fgscale.reports import regression_report, score_store, target_name
 from fgscale.store._reader import open_store
 
 __all__ = ["cross_validate", "read_results", "summary_line"]
-
-_KIND = "fgscale cv results"  # tells a results file from any other JSON file at --out
-# What a resumed cross-validation must share with the saved one, in the order they are checked
-_SHARED = ("store_id", "params", "n_folds", "task", "seed", "test_rows")
-_ERRORS = ("mae", "rmse")  # a regression fold's errors, in the target's units, beside its R²
-_POOLED = ("targets", "predictions")  # a regression fold's test rows, kept for the pooled R²
 
 
 def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, client=None,
@@ -112,16 +115,17 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
     splits = list(_splits(rows, store, n_folds, grouped, name, seed))
     if name == "r2":
         _check_target_varies(store, rows)
-    header = {"kind": _KIND, "store": str(store.path.resolve()), "store_id": store.identity(),
+    header = {"kind": KIND, "store": str(store.path.resolve()), "store_id": store.identity(),
               "params": params_to_json(clf.get_params()), "n_folds": n_folds,
               "task": "classification" if name == "accuracy" else "regression", "score": name,
               "grouped": grouped, "seed": seed, "test_rows": [rows[t].tolist() for _, t in splits],
               **({} if target is None else {"target": target})}
-    folds = [] if out is None else _saved_folds(out, header, resume)  # before any cluster starts
+    folds = [] if out is None else saved_folds(out, header, resume)  # before any cluster starts
     done = len(folds)
     if out is not None and done < n_folds:
         check_writable(out, ", so no fold could be saved there: choose another --out; nothing "
                             "trained")
+        check_fold_folders(out, header, done, resume)
     for fold in folds:
         if echo is not None:
             echo(_fold_line(fold, name, saved=out, target=target))
@@ -132,11 +136,19 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
         with get_client(client, processes="auto") as client:
             for fold, (train, test) in enumerate(splits[done:], start=done):
                 model = clone(clf)
-                # as its line is named: the folds' bars (statistics, bank, epochs) told apart
-                with bar_prefix(f"fold {fold}"):
-                    model._fit_store(store.path, client, rows=rows[train])
-                    metrics, table = score_store(model, store, client, rows[test],
-                                                 progress=bool(model.verbose))
+                # with out, a checkpoint after every epoch: a fold killed midway resumes there
+                folder = None if out is None else RunFolder(start_fold(out, header, fold))
+                try:  # as its line is named: the folds' bars (statistics, bank, epochs) apart
+                    with bar_prefix(f"fold {fold}"):
+                        model._fit_store(store.path, client,
+                                         *(() if folder is None else (folder.checkpoints,)),
+                                         rows=rows[train])
+                        metrics, table = score_store(model, store, client, rows[test],
+                                                     progress=bool(model.verbose))
+                except BaseException:
+                    if folder is not None:  # none for a fold that never finished an epoch
+                        forget_fold(folder.path)
+                    raise
                 if name == "r2":
                     metrics.update(targets=table["target"], predictions=table["prediction"])
                 # as JSON keeps it: a resumed cross-validation reads its saved folds back
@@ -146,6 +158,7 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
                                   "n_clusters": model.n_clusters_}}))))
                 if out is not None:
                     _write(out, header, folds)
+                    forget_fold(folder.path, done=True)  # its results are in out
                 if echo is not None:
                     echo(_fold_line(folds[-1], name, target=target))
     scores = {"folds": folds, **_summary(folds, name), "grouped": grouped, "n_groups": n_groups,
@@ -205,15 +218,15 @@ def _summary(folds: list, name: str) -> dict:
         summary.update(mean_accuracy=summary["mean_score"], std_accuracy=summary["std_score"])
         return summary
     # the errors, in the target's units, as the folds give them; then every fold's rows at once
-    summary.update({f"mean_{k}": float(np.mean([f[k] for f in folds])) for k in _ERRORS})
-    pooled = regression_report(*(np.concatenate([f[k] for f in folds]) for k in _POOLED))
+    summary.update({f"mean_{k}": float(np.mean([f[k] for f in folds])) for k in ERRORS})
+    pooled = regression_report(*(np.concatenate([f[k] for f in folds]) for k in POOLED))
     summary.update(n_scored=int(score.size),
-                   **{f"pooled_{k}": pooled[k] for k in ("r2", *_ERRORS)})
+                   **{f"pooled_{k}": pooled[k] for k in ("r2", *ERRORS)})
     return summary
 
 
 def _fold_line(fold: dict, name: str, saved=None, target: str | None = None) -> str:
-    errors = "".join(f", {k} {fold[k]:.4g}" for k in _ERRORS if name == "r2")
+    errors = "".join(f", {k} {fold[k]:.4g}" for k in ERRORS if name == "r2")
     selected = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                          for k, v in fold["selected"].items())
     score = (f"{fold[name]:.4f}" if fold[name] is not None else
@@ -242,11 +255,11 @@ def summary_line(scores: dict) -> str:
                 f"{scores['std_score']:.4f} (mean ± sd")
         scored = scores.get("n_scored", n)
         line += ")" if scored == n else f" of the {scored} folds where it is defined)"
-    line += "".join(f", {k} {scores[f'mean_{k}']:.4g}" for k in _ERRORS if f"mean_{k}" in scores)
+    line += "".join(f", {k} {scores[f'mean_{k}']:.4g}" for k in ERRORS if f"mean_{k}" in scores)
     if "pooled_r2" in scores:
         line += "; pooled out-of-fold: " + ", ".join(
             f"{k} " + ("n/a" if scores[f"pooled_{k}"] is None else f"{scores[f'pooled_{k}']:.4g}")
-            for k in ("r2", *_ERRORS))
+            for k in ("r2", *ERRORS))
     if "out" not in scores:
         return line
     if scores["already_complete"]:
@@ -261,128 +274,3 @@ def _write(out, header: dict, folds: list) -> None:
         results.update(_summary(folds, header["score"]))
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(results, indent=1) + "\n")
-
-
-def read_results(out) -> dict:
-    """The results file ``out`` of a cross-validation (:func:`cross_validate`), checked to be
-    one: JSON, of this kind, its folds in order.
-
-    Raises
-    ------
-    ValueError
-        Naming the file, when it is not such a file.
-    """
-    path = Path(out)
-    if path.is_dir():
-        raise ValueError(f"{path}: a folder; --out is the results file, such as cv.json")
-    hint = "not a results file of fgscale cv, or a damaged one; choose another --out"
-    try:  # JSON only: nothing read back runs code
-        results = json.loads(path.read_text())
-    except ValueError as exc:  # not JSON, or not text (UnicodeDecodeError is a ValueError)
-        raise ValueError(f"{path}: {hint} (it is not JSON: {exc})") from None
-    problem = _problem(results)
-    if problem:
-        raise ValueError(f"{path}: {hint} ({problem})")
-    return results
-
-
-_INT, _NUMBER, _SCORE = "an integer", "a number", "a number or null"
-_FIELDS = {"store": "a path", "store_id": "a string", "params": "an object",
-           "n_folds": _INT, "task": "'classification' or 'regression'",
-           "score": "'accuracy' or 'r2'", "seed": _INT,
-           "test_rows": "a list of lists of row numbers", "folds": "a list"}
-_FOLD = {"fold": _INT, "n": _INT, "n_train": _INT, "selected": "an object"}
-
-
-def _is(value, what: str) -> bool:
-    """Whether a JSON value is ``what`` (a description of :data:`_FIELDS` or :data:`_FOLD`)."""
-    if what == _SCORE:
-        return value is None or _is(value, _NUMBER)
-    if what in (_INT, _NUMBER):
-        kinds = int if what == _INT else (int, float)
-        return isinstance(value, kinds) and not isinstance(value, bool)
-    if what == "an object":
-        return isinstance(value, dict)
-    if what.startswith("a list"):
-        return isinstance(value, list) and (what == "a list" or all(
-            isinstance(r, list) and all(_is(i, _INT) for i in r) for r in value))
-    if what.startswith("'"):
-        return value in [word.strip("'") for word in what.split(" or ")]
-    return isinstance(value, str)
-
-
-def _problem(results) -> str | None:
-    """What makes the JSON value ``results`` no results file of a cross-validation, naming the
-    field and what it should be; None when it is one."""
-    if not isinstance(results, dict):
-        return f"it holds a JSON {type(results).__name__}, not an object"
-    if results.get("kind") != _KIND:
-        return f'its "kind" is {_shown(results.get("kind"))}, expected {_KIND!r}'
-    for field, what in _FIELDS.items():
-        if not _is(results.get(field), what):
-            return f'its "{field}" is {_shown(results.get(field))}, expected {what}'
-    if len(results["folds"]) > results["n_folds"]:
-        return f'it has {len(results["folds"])} "folds", more than its "n_folds"'
-    regression = results["score"] == "r2"
-    fields = {**_FOLD, results["score"]: _SCORE if regression else _NUMBER,
-              **{k: _NUMBER for k in _ERRORS + _POOLED if regression}}
-    for i, fold in enumerate(results["folds"]):
-        if not isinstance(fold, dict):
-            return f'its "folds"[{i}] is {_shown(fold)}, expected an object'
-        for field, what in fields.items():
-            value = fold.get(field)
-            if field in _POOLED:  # a number per test row
-                if not (isinstance(value, list) and len(value) == fold["n"]
-                        and all(_is(v, _NUMBER) for v in value)):
-                    return (f'its "folds"[{i}]["{field}"] is {_shown(value)}, expected a list of '
-                            f'{fold["n"]} numbers')
-            elif field not in fold or not _is(value, what) or field == "fold" and value != i:
-                expected = str(i) if field == "fold" else what
-                return f'its "folds"[{i}]["{field}"] is {_shown(value)}, expected {expected}'
-    return None
-
-
-def _shown(value) -> str:
-    """A JSON value as an error shows it: missing, or as JSON cut to 40 characters."""
-    if value is None:
-        return "missing (or null)"
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _saved_folds(out, header: dict, resume: bool) -> list:
-    """The folds saved in ``out`` by the same cross-validation as ``header`` (none without the
-    file); an existing file is refused unless ``resume``, a differing one always."""
-    if not Path(out).exists():
-        return []
-    saved = read_results(out)  # a file of anything else is said so, whether resumed or not
-    if not resume:
-        raise ValueError(f"{out}: cross-validation results already exist there; pass --resume "
-                         "to continue them, or choose another --out")
-    for field in _SHARED:
-        differs = _differs(field, saved, header)
-        if differs:
-            raise ValueError(f"{out}: --resume does not match the saved cross-validation in "
-                             f"its {differs}: choose another --out, or delete {out} to start "
-                             "afresh")
-    return saved["folds"]
-
-
-def _differs(field: str, saved: dict, given: dict) -> str:
-    """What differs in ``field`` between the saved and the given cross-validation, for its
-    error; "" when nothing does."""
-    if field == "params":  # bar those that change how folds are shown or fed, not their results
-        old, new = saved["params"], given["params"]
-        changed = sorted(k for k in old.keys() | new.keys()
-                         if k not in UNSEEN_PARAMS and old.get(k) != new.get(k))
-        return "parameters (" + "; ".join(f"{k}: saved {old.get(k)!r}, given {new.get(k)!r}"
-                                          for k in changed) + ")" if changed else ""
-    if saved[field] == given[field]:
-        return ""
-    if field == "store_id":
-        return (f"store (saved {saved['store']}, given {given['store']}: other rows, labels, "
-                "split or mask)")
-    if field == "test_rows":
-        return "split (the folds' test rows differ)"
-    note = " (random_state=None draws one: give an int)" if field == "seed" else ""
-    return f"{field} (saved {saved[field]!r}, given {given[field]!r}{note})"

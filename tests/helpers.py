@@ -8,8 +8,12 @@ import contextlib
 import csv
 import gzip
 import importlib.util
+import os
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nibabel as nib
@@ -179,6 +183,20 @@ def write_idx(path: Path, data: np.ndarray) -> None:
     header = bytes([0, 0, 8, data.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in data.shape)
     with gzip.open(path, "wb") as f:
         f.write(header + data.astype(np.uint8).tobytes())
+
+
+def kill_once_written(cmd, metrics, lines):
+    """Run ``cmd`` and kill it (the trainer and its LocalCluster) once ``metrics`` has
+    ``lines`` epochs, or after 120 s."""
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def refused(argv, capsys, message):

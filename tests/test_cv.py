@@ -1,9 +1,11 @@
 """fgscale cv: grouped K-fold on a store, each fold streamed, against in-memory fits."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
+from helpers import kill_once_written
 from sklearn.model_selection import GroupKFold
 
 from fgscale import FeatureGroupingClassifier
@@ -273,7 +275,7 @@ def test_an_out_that_cannot_be_written_is_refused_before_any_fold(grouped_store,
         "fold could be saved there: choose another --out; nothing trained\n")
 
 
-def test_a_cross_validation_refused_or_failed_before_its_first_fold_writes_nothing(
+def test_a_cross_validation_refused_or_failed_before_its_first_epoch_writes_nothing(
         grouped_store, client, tmp_path, monkeypatch):
     out = tmp_path / "cv.json"
     with pytest.raises(ValueError, match="max_epochs"):
@@ -282,10 +284,69 @@ def test_a_cross_validation_refused_or_failed_before_its_first_fold_writes_nothi
     def fails(*args, **kwargs):
         raise RuntimeError("a worker died")
 
-    monkeypatch.setattr("fgscale.crossval.score_store", fails)
-    with pytest.raises(RuntimeError):
-        cross_validate(grouped_store.path, params=QUICK, n_folds=3, client=client, out=out)
+    with monkeypatch.context() as patch:
+        patch.setattr(FeatureGroupingClassifier, "_fit_store", fails)
+        with pytest.raises(RuntimeError):
+            cross_validate(grouped_store.path, params=QUICK, n_folds=3, client=client, out=out)
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_a_fold_that_failed_after_training_keeps_its_checkpoints_for_resume(
+        full_run, grouped_store, client, tmp_path, monkeypatch, capsys, caplog):
+    scores, _, _ = full_run
+    out = tmp_path / "cv.json"
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("a worker died")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("fgscale.crossval.score_store", fails)
+        with pytest.raises(RuntimeError):
+            cross_validate(grouped_store.path, params=QUICK, n_folds=3, client=client, out=out)
+    folder = tmp_path / "cv.json.fold-0"
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [folder.name]
+    assert (folder / "checkpoint-refit.pt").exists()
+    # the same command without --resume is refused, naming the folder, before any cluster
+    assert main(["cv", str(grouped_store.path), "--folds", "3", "--regularizer", "none",
+                 "--max-epochs", "5", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{folder}: the checkpoints of a fold of an unfinished cross-validation" in err
+    assert "pass --resume" in err and "Traceback" not in err
+    # other parameters do not resume it, and the folder is kept for the right ones
+    with pytest.raises(ValueError, match=r"cv\.json\.fold-0: --resume does not match these "
+                                         r"checkpoints in their parameters \(max_epochs"):
+        cross_validate(grouped_store.path, params={**QUICK, "max_epochs": 6}, n_folds=3,
+                       out=out, resume=True)
+    assert folder.is_dir()
+    # resumed: fold 0 from its checkpoints, each phase at its last epoch, then folds 1 and 2
+    with caplog.at_level("INFO", logger="fgscale"):
+        resumed = cross_validate(grouped_store.path, params=QUICK, n_folds=3, client=client,
+                                 out=out, resume=True)
+    assert caplog.text.count(f"resumed {folder} after epoch 4") == 2  # its search and refit
+    assert caplog.text.count("resumed ") == 2
+    assert resumed["folds"] == scores["folds"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cv.json"]
+
+
+def test_a_cross_validation_killed_mid_fold_resumes_that_fold_from_its_checkpoint(
+        full_run, grouped_store, client, tmp_path):
+    """A SIGKILL of the command (and its LocalCluster) in fold 1's third epoch: --resume
+    trains fold 1 from its checkpoint and gives the uninterrupted cross-validation's folds."""
+    scores, _, _ = full_run
+    out = tmp_path / "cv.json"
+    cmd = [sys.executable, "-m", "fgscale", "cv", str(grouped_store.path), "--folds", "3",
+           "--regularizer", "none", "--max-epochs", "5", "--out", str(out), "--n-workers", "1",
+           "--no-progress"]
+    metrics = tmp_path / "cv.json.fold-1" / "metrics.jsonl"
+    kill_once_written(cmd, metrics, 3)
+    done = len(metrics.read_text().splitlines())
+    assert 3 <= done < 5, "not killed mid-fold"
+    assert [f["fold"] for f in _read(out)["folds"]] == [0]
+    lines = []
+    resumed = cross_validate(grouped_store.path, params=QUICK, n_folds=3, client=client,
+                             out=out, resume=True, echo=lines.append)
+    assert resumed["folds"] == scores["folds"]
+    assert len(lines) == 3 and not (tmp_path / "cv.json.fold-1").exists()
 
 
 def test_cli_out_and_resume_with_the_saved_parameters(full_run, grouped_store, client,

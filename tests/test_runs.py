@@ -2,19 +2,16 @@
 
 import csv
 import json
-import os
 import pickle
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import nibabel as nib
 import numpy as np
 import pytest
 import torch
-from helpers import TOLERANCE, assert_weight_map, synthetic_store
+from helpers import TOLERANCE, assert_weight_map, kill_once_written, synthetic_store
 from sklearn import metrics
 
 from fgscale.cli import main
@@ -32,20 +29,6 @@ def assert_same_model(run, other, **tolerance):
         assert sorted(a.files) == sorted(b.files)
         for name in a.files:
             np.testing.assert_allclose(a[name], b[name], err_msg=name, **tolerance)
-
-
-def _kill_once_written(cmd, metrics, lines):
-    """Run ``cmd`` and kill it (the trainer and its LocalCluster) once ``metrics`` has
-    ``lines`` epochs, or after 120 s."""
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
-            break
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 def test_train_writes_a_complete_run_folder(tiny_store, client, tmp_path):
@@ -97,7 +80,7 @@ def test_resume_after_a_killed_run_gives_the_uninterrupted_result(tiny_store, cl
            str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", "--device", device,
            *ARGS]
     metrics = killed_run / "metrics.jsonl"
-    _kill_once_written(cmd, metrics, 3)
+    kill_once_written(cmd, metrics, 3)
     done = len(metrics.read_text().splitlines())
     assert 3 <= done < epochs, "the run was not killed mid-way"
     assert not (killed_run / "final.json").exists()
@@ -119,7 +102,7 @@ def test_a_search_killed_in_its_second_candidate_resumes_to_the_uninterrupted_re
            str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", "--patience",
            str(epochs), *args]
     metrics = killed_run / "metrics-candidate-2.jsonl"
-    _kill_once_written(cmd, metrics, 3)
+    kill_once_written(cmd, metrics, 3)
     assert 3 <= len(metrics.read_text().splitlines()) < epochs, "not killed mid-candidate"
     first = (killed_run / "metrics-candidate-1.jsonl").read_text()
     assert len(first.splitlines()) == epochs and not (killed_run / "metrics.jsonl").exists()
@@ -189,7 +172,7 @@ def test_an_extension_killed_mid_way_resumes_rather_than_passing_for_finished(ti
     train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
     cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out", str(run),
            "--resume", "--max-epochs", str(epochs), "--n-workers", "1", *ARGS]
-    _kill_once_written(cmd, run / "metrics.jsonl", 5)
+    kill_once_written(cmd, run / "metrics.jsonl", 5)
     assert 5 <= len((run / "metrics.jsonl").read_text().splitlines()) < epochs, "not killed mid-way"
     assert not (run / "final.json").exists()  # the extension has not finished
 
