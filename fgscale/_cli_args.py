@@ -366,14 +366,15 @@ def saved_unless_given(params: dict, run_dir, given: set) -> dict:
 
 def saved_cv_unless_given(params: dict, args) -> tuple[dict, int, str]:
     """``fgscale cv --resume``: the estimator's parameters, ``--folds`` and ``--task`` of the
-    results saved in ``--out``, where the command line gave none (as :func:`saved_unless_given`)."""
-    from fgscale.crossval import read_results
+    results saved in ``--out`` (or of its first fold's checkpoints, killed before the file was
+    written), where the command line gave none (as :func:`saved_unless_given`)."""
+    from fgscale._cv_results import saved_header
 
     if args.out is None:
         raise ValueError("--resume continues the cross-validation saved in --out: give --out")
-    if not os.path.isfile(args.out):
+    saved = saved_header(args.out)
+    if saved is None:
         return params, args.folds, args.task
-    saved = read_results(args.out)
     return (_unless_given(params, saved["params"], args.given),
             args.folds if "folds" in args.given else saved["n_folds"],
             args.task if "task" in args.given else saved["task"])

@@ -14,7 +14,8 @@ from fgscale._files import atomic_path, read_json
 from fgscale._run_folder import UNSEEN_PARAMS
 
 __all__ = ["ERRORS", "KIND", "POOLED", "SHARED", "check_fold_folders", "fold_folder",
-           "forget_fold", "read_results", "saved_folds", "start_fold", "what_differs"]
+           "forget_fold", "read_results", "saved_folds", "saved_header", "start_fold",
+           "what_differs"]
 
 KIND = "fgscale cv results"  # tells a results file from any other JSON file at --out
 # What a resumed cross-validation must share with the saved one, in the order they are checked
@@ -169,6 +170,25 @@ def start_fold(out, header: dict, fold: int) -> Path:
     return folder
 
 
+def saved_header(out) -> dict | None:
+    """What a resumed cross-validation into ``out`` continues (its ``params``, ``n_folds``,
+    ``task``...): the results file, else the record of its first fold's checkpoints (a
+    command killed in its first fold); None when there is neither."""
+    if Path(out).is_file():
+        return read_results(out)
+    folder = fold_folder(out, 0)
+    return _fold_record(folder) if (folder / "fold.json").is_file() else None
+
+
+def _fold_record(folder: Path) -> dict:
+    """The ``fold.json`` of a fold's folder, checked to be one."""
+    saved = read_json(folder / "fold.json", "fold record of fgscale cv", ("kind", "fold", *SHARED))
+    if saved["kind"] != _FOLD_KIND or not isinstance(saved["fold"], int):
+        raise ValueError(f"{folder / 'fold.json'}: not a fold record of fgscale cv; move "
+                         f"{folder} away")
+    return saved
+
+
 def forget_fold(folder, done: bool = False) -> None:
     """Remove a fold's folder once its results are in the results file (``done``), or when
     it holds no checkpoint (the fold failed before its first epoch ended): a corrected command
@@ -185,17 +205,14 @@ def check_fold_folders(out, header: dict, done: int, resume: bool) -> None:
     already in ``out`` (killed between the two) or when they hold no checkpoint."""
     out = Path(out)
     for folder in sorted(out.parent.glob(glob.escape(out.name) + ".fold-*")):
+        if not any(folder.glob("checkpoint*.pt")):  # killed before its first epoch ended
+            forget_fold(folder)
+            continue
         if not resume:
             raise ValueError(f"{folder}: the checkpoints of a fold of an unfinished "
                              f"cross-validation into {out}; pass --resume to continue it, or "
                              f"delete {folder} to start afresh")
-        if not any(folder.glob("checkpoint*.pt")):  # killed before its first epoch ended
-            forget_fold(folder)
-            continue
-        saved = read_json(folder / "fold.json", "fold record of fgscale cv", ("kind", "fold"))
-        if saved["kind"] != _FOLD_KIND or not isinstance(saved["fold"], int):
-            raise ValueError(f"{folder / 'fold.json'}: not a fold record of fgscale cv; move "
-                             f"{folder} away")
+        saved = _fold_record(folder)
         if saved["fold"] < done:  # its results were saved in out before it was removed
             forget_fold(folder, done=True)
             continue
