@@ -152,10 +152,12 @@ def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> 
 
 def write_model(estimator, folder, *, mask_img=None) -> Path:
     """:func:`save_model` into any folder, a run folder's own model included."""
-    check_is_fitted(estimator, "model_")
     name = type(estimator).__name__
-    if _estimators().get(name) is not type(estimator):
-        raise TypeError(f"save_model saves {sorted(_estimators())}, got {name}")
+    if _estimators().get(name) is not type(estimator):  # before asking whether it is fitted
+        raise TypeError(f"save_model saves {', '.join(sorted(_estimators()))}, got {name} (a "
+                        "Pipeline or another library's estimator: joblib saves it, as a pickle, "
+                        "which runs code when loaded: load only files you trust)")
+    check_is_fitted(estimator, "model_")
     _check_params_build_the_model(estimator)
     folder = Path(folder).expanduser()
     doc = {"format": _FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),

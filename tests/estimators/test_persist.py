@@ -248,6 +248,19 @@ def test_errors_name_the_file_and_the_problem(saved, problem, tmp_path):
                                               r"a folder \(model\.json, model\.npz, "):
         save_model(saved[0], tmp_path / "a_file")
     assert (tmp_path / "a_file").read_text() == "notes"
+    # a fitted Pipeline or another library's estimator: what it is, not "not fitted"
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = problem[:2]
+    for other in (make_pipeline(StandardScaler(), clone(saved[0])).fit(X, y),
+                  StandardScaler().fit(X)):
+        with pytest.raises(TypeError, match=r"save_model saves FeatureGroupingClassifier, "
+                                            r"FeatureGroupingRegressor, got (Pipeline|"
+                                            r"StandardScaler) \(a Pipeline or another "
+                                            r"library's estimator: joblib saves it"):
+            save_model(other, tmp_path / "other")
+    assert not (tmp_path / "other").exists()
 
     folder = _copy(saved, tmp_path / "e")
     (folder / "model.npz").write_bytes(b"\0" + (folder / "model.npz").read_bytes())
