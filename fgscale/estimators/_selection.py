@@ -16,6 +16,8 @@ by the caller.
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -123,7 +125,23 @@ def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
         return first
     counts = np.bincount(y) if stratify else None
     strata = y if stratify and counts.min() >= 2 and n_val >= len(counts) else None
-    return train_test_split(rows, test_size=n_val, random_state=seed, stratify=strata)
+    split = train_test_split(rows, test_size=n_val, random_state=seed, stratify=strata)
+    if stratify and strata is None and any(len(np.unique(y[side])) < len(np.unique(y))
+                                           for side in split):
+        # a class of one sample, or more classes than validation rows: scikit-learn's
+        # SGDClassifier refuses to stratify these; the split is kept, and said
+        _warn_class_left_out(y, None, split, classes)
+    return split
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that names the first caller outside fgscale (the user's ``fit``, or
+    scikit-learn's), from the function that calls ``warnings.warn``."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _warn_class_left_out(y, groups, split, classes) -> None:
@@ -131,12 +149,18 @@ def _warn_class_left_out(y, groups, split, classes) -> None:
                                                                    split, strict=True)}
     side, left_out = next((side, lack) for side, lack in lacks.items() if lack.size)
     name = left_out[0] if classes is None else classes[left_out[0]]
+    judged = "early stopping and the choice of hyper-parameters are judged without it; "
+    if groups is None:
+        warnings.warn(f"the validation split of the rows cannot hold every class on both sides: "
+                      f"the {side} rows lack class '{name}' ({int((y == left_out[0]).sum())} "
+                      f"sample(s) of it in {len(y)}), so {judged}give more samples of each "
+                      "class, or early_stopping=False", UserWarning, stacklevel=_caller_level())
+        return
     n_groups = len(np.unique(groups[y == left_out[0]]))
     warnings.warn(f"no split of the rows by group (groups=) keeps every class on both sides: the "
                   f"{side} rows lack class '{name}' (its samples are in {n_groups} group(s)), so "
-                  "early stopping and the choice of hyper-parameters are judged without it; "
-                  "give more subjects of each class, or no groups to split by sample",
-                  UserWarning, stacklevel=2)
+                  f"{judged}give more subjects of each class, or no groups to split by sample",
+                  UserWarning, stacklevel=_caller_level())
 
 
 def split_rows(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups=None, *,

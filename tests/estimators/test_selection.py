@@ -260,3 +260,22 @@ def test_a_class_of_one_subject_is_named_in_a_warning(rng):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         clf.fit(X, labels, groups=np.arange(24) // 3)  # 4 subjects of each class
+
+
+def test_a_class_left_out_of_a_split_by_sample_is_named_in_a_warning(rng):
+    """A class of one sample, which no split can put on both sides: named, as scikit-learn's
+    SGDClassifier refuses it, and the warning points at the caller's fit, not at fgscale."""
+    X, y, mask = _problem(rng, n=24)
+    labels = np.where(np.arange(24) < 12, "face", "house")
+    labels[0] = "cat"
+    clf = FeatureGroupingClassifier(mask=mask, max_epochs=2, n_clusters=0.2, early_stopping=True,
+                                    **SMALL)
+    with pytest.warns(UserWarning, match=r"the validation split of the rows cannot hold every "
+                                         r"class on both sides: the (training|validation) rows "
+                                         r"lack class 'cat' \(1 sample\(s\) of it in 24\)") as caught:
+        clf.fit(X, labels)
+    assert [w.filename for w in caught] == [__file__]
+    assert list(clf.classes_) == ["cat", "face", "house"]  # the refit sees every row
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf.fit(X, np.where(np.arange(24) < 12, "face", "house"))  # stratified: no warning
