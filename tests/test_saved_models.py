@@ -159,7 +159,8 @@ def test_an_old_save_of_an_array_mask_warns_that_its_maps_have_no_true_place(tmp
     for name, img in placed.coef_img_.items():
         np.testing.assert_array_equal(img.affine, affine)
         np.testing.assert_allclose(np.asarray(img.dataobj)[mask],
-                                   clf.coef_[list(clf.classes_).index(name)], rtol=1e-6)
+                                   clf.model_.first.weight.detach().numpy()[
+                                       list(clf.classes_).index(name)], rtol=1e-6)
     with pytest.raises(ValueError, match="affine must be a 4x4 array"):
         load_model(tmp_path, affine=np.eye(3))
     # a save of today has the array, and no image to place: affine is refused, named

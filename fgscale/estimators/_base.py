@@ -382,9 +382,9 @@ class FeatureGroupingBase(BaseEstimator):
         return predict_logits(self._placed_model(), self._standardized_blocks(X),
                               device=self.device)
 
-    def _coef_images(self) -> list:
-        """``coef_`` as 3D images on ``mask_img_``'s grid, one per row of ``coef_`` (a
-        regressor's one vector: one image): logistic models fitted on images, a store, or
+    def _coef_images(self, weights=None) -> list:
+        """``weights`` (default ``coef_``) as 3D images on ``mask_img_``'s grid, one per row
+        (a regressor's one vector: one image): logistic models fitted on images, a store, or
         with ``mask=`` an image."""
         from fgscale.images._nifti import space_codes, unmask
 
@@ -394,7 +394,8 @@ class FeatureGroupingBase(BaseEstimator):
                                  "or with mask= an image")
         mask = np.asarray(self.mask_img_.dataobj) != 0
         codes = space_codes(self.mask_img_)  # the images' space (MNI...), as the mask's
-        return [unmask(w, mask, self.mask_img_.affine, codes) for w in np.atleast_2d(self.coef_)]
+        weights = self.coef_ if weights is None else weights
+        return [unmask(w, mask, self.mask_img_.affine, codes) for w in np.atleast_2d(weights)]
 
     def _standardized_blocks(self, X: np.ndarray):
         # each block standardized into a copy, then to float64 to predict: 256 MB at most

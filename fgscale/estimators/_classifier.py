@@ -60,12 +60,15 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         holds the rows left over, so a ``batch_size_`` of at least the training rows makes each
         epoch one full-batch step.
     model_ : torch.nn.Module
-    coef_ : ndarray of shape (n_classes, n_features)
+    coef_ : ndarray of shape (1, n_features) for two classes, else (n_classes, n_features)
         Logistic regression weights on the standardized features, in feature space
-        (``model="logreg"`` only), as nilearn's decoders report theirs.
-    intercept_ : ndarray of shape (n_classes,)
+        (``model="logreg"`` only), as nilearn's decoders report theirs: ``decision_function``
+        is ``((X - mean_) * scale_) @ coef_.T + intercept_``. For two classes, as
+        scikit-learn's, the second class's logit weights minus the first's.
+    intercept_ : ndarray of shape (1,) for two classes, else (n_classes,)
     coef_img_ : dict of nibabel.Nifti1Image
-        ``coef_`` as one 3D map per class, keyed by class, when a mask image is known.
+        The weights of each class's logit as a 3D map, keyed by class (two classes: two
+        maps, whose difference is ``coef_``), when a mask image is known.
     mask_img_ : nibabel.Nifti1Image or None
         The mask of the features, as a uint8 image of 0 and 1: the store's, the one computed
         from or given with the images, ``mask`` when it is an image or a path (its voxels
@@ -86,8 +89,8 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     >>> X = rng.standard_normal((80, 216)).astype(np.float32) + y[:, None]
     >>> clf = FeatureGroupingClassifier(mask=mask, n_groupings=5, n_bootstrap=20,
     ...                                 random_state=0).fit(X, y)
-    >>> clf.coef_.shape
-    (2, 216)
+    >>> clf.coef_.shape  # two classes: one row, as scikit-learn's
+    (1, 216)
     >>> bool(clf.score(X, y) > 0.9)
     True
     """
@@ -186,15 +189,21 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
 
     def _set_outputs(self) -> None:
         if self.model == "logreg":
-            self.coef_ = self.model_.first.weight.detach().cpu().numpy().copy()
-            self.intercept_ = self.model_.first.bias.detach().cpu().numpy().copy()
+            weight = self.model_.first.weight.detach().cpu().numpy().copy()
+            bias = self.model_.first.bias.detach().cpu().numpy().copy()
+            if len(self.classes_) == 2:  # scikit-learn's: the weights of decision_function
+                weight, bias = weight[1:] - weight[:1], bias[1:] - bias[:1]
+            self.coef_, self.intercept_ = weight, bias
 
     @property
     def coef_img_(self) -> dict:
-        """``coef_`` as one 3D image per class, keyed by class (as nilearn's decoders):
-        logistic regression fitted with a mask image, on images or on a store."""
+        """The weights of each class's logit as a 3D image, keyed by class (as nilearn's
+        decoders), two classes included: the run folder's maps. Logistic regression fitted
+        with a mask image, on images or on a store."""
         check_is_fitted(self)
-        return dict(zip(self.classes_.tolist(), self._coef_images(), strict=True))
+        weights = self.model_.first.weight.detach().cpu().numpy() if hasattr(self, "coef_") \
+            else None
+        return dict(zip(self.classes_.tolist(), self._coef_images(weights), strict=True))
 
     def _logits(self, X) -> np.ndarray:
         """Logits, shape (n_samples, n_classes)."""

@@ -27,7 +27,20 @@ def test_fit_attributes_and_bank(rng, tmp_path):
     X, y, mask = smooth_problem(rng)
     clf = FeatureGroupingClassifier(mask=mask, n_clusters=0.2, random_state=0, **FAST).fit(X, y)
     p = mask.sum()
-    assert clf.coef_.shape == (2, p) and clf.intercept_.shape == (2,)
+    # two classes: one row, the second class's logit weights minus the first's, as
+    # scikit-learn's LogisticRegression; decision_function is that linear function of the
+    # standardized rows
+    assert clf.coef_.shape == (1, p) and clf.intercept_.shape == (1,)
+    weight = clf.model_.first.weight.detach().numpy()
+    np.testing.assert_allclose(clf.coef_[0], weight[1] - weight[0], rtol=1e-6)
+    np.testing.assert_allclose(((X - clf.mean_) * clf.scale_) @ clf.coef_.T + clf.intercept_,
+                               clf.decision_function(X)[:, None], rtol=1e-4, atol=1e-4)
+    three = FeatureGroupingClassifier(mask=mask, n_clusters=0.2, random_state=0, **FAST).fit(
+        X, np.arange(len(y)) % 3)
+    assert three.coef_.shape == (3, p) and three.intercept_.shape == (3,)
+    np.testing.assert_allclose(((X - three.mean_) * three.scale_) @ three.coef_.T
+                               + three.intercept_, three.decision_function(X), rtol=1e-4,
+                               atol=1e-4)
     assert clf.n_features_in_ == p and list(clf.classes_) == ["face", "house"]
     assert clf.bank_.shape == (5, p) and clf.bank_.dtype == np.int32
     k = clf.n_clusters_

@@ -72,7 +72,11 @@ def test_coef_img_holds_one_map_per_class_that_masks_back_to_coef(cohort):
     for k, img in enumerate(maps.values()):
         assert img.shape == TINY_GRID
         np.testing.assert_array_equal(img.affine, nib.load(paths[0]).affine)
-        np.testing.assert_allclose(mask_images(img, clf.mask_img_)[0], clf.coef_[k], rtol=1e-6)
+        np.testing.assert_allclose(mask_images(img, clf.mask_img_)[0],
+                                   clf.model_.first.weight.detach().numpy()[k], rtol=1e-6)
+    if len(maps) == 2:  # coef_: the difference of the two classes' maps, as scikit-learn's
+        first, second = (mask_images(img, clf.mask_img_)[0] for img in maps.values())
+        np.testing.assert_allclose(clf.coef_[0], second - first, rtol=1e-5, atol=1e-7)
 
 
 def test_images_on_another_grid_are_refused_naming_the_file(cohort, tmp_path):
