@@ -221,7 +221,7 @@ def predict_inputs(clf, inputs, *, rows: str = "all", resample: bool = False,
         raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
     is_table = len(inputs) == 1 and inputs[0].suffix.lower() in TABLE_SUFFIXES
     named_columns(columns, is_table)  # a store or NIfTI files have none
-    if len(inputs) == 1 and inputs[0].is_dir():
+    if len(inputs) == 1 and (inputs[0].is_dir() or inputs[0].suffix == ".zarr"):  # or missing
         if resample:  # else ignored: a store's rows are already the mask's voxels
             raise ValueError(f"{inputs[0]}: resample applies to images; a store's rows are "
                              "read as they are (its voxels must be the run's)")

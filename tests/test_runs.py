@@ -69,6 +69,9 @@ def test_cli_train_and_evaluate(tiny_store, tmp_path, capsys):
     # a bad store path is a clear error, not a traceback
     assert main(["train", str(tmp_path / "nope.zarr"), "--out", str(tmp_path / "r2")]) == 2
     assert "no such store" in capsys.readouterr().err
+    for rows in ([], ["--rows", "test"]):  # not "no such NIfTI file", nor "NIfTI files have none"
+        assert main(["predict", str(run), str(tmp_path / "nope.zarr"), "--out", "-", *rows]) == 2
+        assert f"{tmp_path / 'nope.zarr'}: no such store" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])

@@ -32,7 +32,14 @@ from fgscale.estimators._inputs import (
     warn_unused_client,
     warn_unused_mask,
 )
-from fgscale.estimators._selection import candidates, check_groups, split_rows, warn_ignored
+from fgscale.estimators._selection import (
+    candidates,
+    check_groups,
+    split_rows,
+    use_validation,
+    warn_ignored,
+    warn_short,
+)
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
 from fgscale.training._loop import (
@@ -169,7 +176,7 @@ class FeatureGroupingBase(BaseEstimator):
     def _cluster_counts(self, y_idx: np.ndarray) -> list:
         """The distinct k (ints) of the candidates for training targets ``y_idx``; [None]
         without feature grouping."""
-        grid = candidates(self, self.n_features_in_, self._use_validation(y_idx))
+        grid = candidates(self, self.n_features_in_, use_validation(self, y_idx))
         return sorted({c["n_clusters"] for c in grid}, key=lambda k: -1 if k is None else k)
 
     def _store_plan(self, store, rows, seed: int) -> tuple[list, dict]:
@@ -233,10 +240,8 @@ class FeatureGroupingBase(BaseEstimator):
                                           bank_key=info["key"], bank_at=info["location"],
                                           prefetch=self.prefetch,
                                           standardize=bool(self.standardize), stats_rows=rows,
-                                          **self._store_source_kwargs()),
-                              bank)
-            return self._train(sources, targets, rows, seed, history,
-                               groups=groups)
+                                          **self._store_source_kwargs()), bank)
+            return self._train(sources, targets, rows, seed, history, groups=groups)
 
     def _store_source_kwargs(self) -> dict:
         """What the streamed source carries as targets (class indices by default)."""
@@ -248,13 +253,6 @@ class FeatureGroupingBase(BaseEstimator):
         if self.batch_size == "auto":
             return int(np.clip(n_rows // 10, *_BATCH_RANGE))
         return int(self.batch_size)
-
-    def _use_validation(self, y_idx: np.ndarray) -> bool:
-        if self.early_stopping == "auto":
-            counts = np.bincount(y_idx) if self._is_classifier() else np.array([len(y_idx)])
-            n_val = self.validation_fraction * len(y_idx)
-            return counts.min() >= 2 and n_val >= len(counts) and len(y_idx) - n_val >= len(counts)
-        return bool(self.early_stopping)
 
     def _is_classifier(self) -> bool:
         return is_classifier(self)
@@ -283,7 +281,7 @@ class FeatureGroupingBase(BaseEstimator):
         wins and, with ``refit``, a fresh model trains on all ``rows`` for as many epochs.
         Without a split (a single candidate), one phase on all rows stops on the training loss.
         """
-        validation = self._use_validation(y_idx[rows])
+        validation = use_validation(self, y_idx[rows], warn=True)
         grid = candidates(self, self.n_features_in_, validation)
         # from all the training rows: every candidate, and the refit, weigh the classes alike
         weights = self._set_class_weights(y_idx[rows])
@@ -313,9 +311,11 @@ class FeatureGroupingBase(BaseEstimator):
                 results.append({**params, "n_clusters": k, "best_epoch": epochs - 1,
                                 f"val_{'loss' if self.stop_on == 'loss' else 'error'}": score})
                 if best is None or (score is not None and score < best[1]):
-                    best = (results[-1], score, run.history, None if refit else self.model_)
+                    best = (results[-1], score, run.history, None if refit else self.model_,
+                            run.stopped_early)
                 run = None  # its optimizer holds the model's parameters: not kept past the phase
-            chosen, _, self.history_, self.model_ = best
+            chosen, _, self.history_, self.model_, stopped = best
+            warn_short(self, chosen, val_rows is not None, stopped)
             self.cv_results_ = results
             self.alpha_, self.dropout_, self.n_clusters_ = (
                 chosen["alpha"], chosen["dropout"], chosen["n_clusters"])

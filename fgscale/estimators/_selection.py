@@ -29,8 +29,8 @@ from fgscale._params import PARAMS
 from fgscale.estimators._inputs import missing
 from fgscale.grouping._bank import resolve_n_clusters
 
-__all__ = ["candidates", "check_groups", "resolved", "split_rows", "validation_split",
-           "warn_ignored"]
+__all__ = ["candidates", "check_groups", "resolved", "split_rows", "use_validation",
+           "validation_split", "warn_ignored", "warn_short"]
 
 _DEFAULTS = {p.name: p.default for p in PARAMS}
 
@@ -134,6 +134,23 @@ def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
     return split
 
 
+def warn_short(estimator, chosen: dict, validation: bool, stopped: bool) -> None:
+    """scikit-learn's ConvergenceWarning, unless the chosen candidate's training ``stopped``
+    on its criterion: it ended at ``max_epochs`` while its stopping loss still improved
+    (within ``patience`` epochs)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    if stopped:
+        return
+
+    what = ("validation " if validation else "training ") + (
+        "error" if estimator.stop_on == "accuracy" and validation else "loss")
+    warnings.warn(f"training ended at max_epochs={estimator.max_epochs} before its stopping "
+                  f"criterion (patience={estimator.patience} epochs without a better {what}; "
+                  f"the best was epoch {chosen['best_epoch'] + 1}): the model may be "
+                  "undertrained; raise max_epochs", ConvergenceWarning, stacklevel=_caller_level())
+
+
 def _caller_level() -> int:
     """The ``stacklevel`` that names the first caller outside fgscale (the user's ``fit``, or
     scikit-learn's), from the function that calls ``warnings.warn``."""
@@ -161,6 +178,27 @@ def _warn_class_left_out(y, groups, split, classes) -> None:
                   f"{side} rows lack class '{name}' (its samples are in {n_groups} group(s)), so "
                   f"{judged}give more subjects of each class, or no groups to split by sample",
                   UserWarning, stacklevel=_caller_level())
+
+
+def use_validation(estimator, y_idx: np.ndarray, warn: bool = False) -> bool:
+    """Whether a fit on training targets ``y_idx`` has a validation split: ``early_stopping``,
+    or with ``"auto"`` whether each side can hold every class (two samples of each). With
+    ``warn``, a class too small for a split that the rows would otherwise allow is named: a
+    mistyped label silently turned early stopping and the search off."""
+    if estimator.early_stopping != "auto":
+        return bool(estimator.early_stopping)
+    counts = np.bincount(y_idx) if is_classifier(estimator) else np.array([len(y_idx)])
+    n_val = estimator.validation_fraction * len(y_idx)
+    enough = n_val >= len(counts) and len(y_idx) - n_val >= len(counts)
+    if warn and enough and counts.min() < 2:
+        small = int(counts.argmin())
+        name = small if getattr(estimator, "classes_", None) is None else estimator.classes_[small]
+        warnings.warn(f"early_stopping='auto' trains without a validation split: class '{name}' "
+                      f"has {counts.min()} sample(s) of {len(y_idx)}, and a split needs 2 of "
+                      "each class; training stops on the training loss and \"auto\" values take "
+                      "their fallback. Is its label a typo? Else give early_stopping=True",
+                      UserWarning, stacklevel=_caller_level())
+    return bool(counts.min() >= 2 and enough)
 
 
 def split_rows(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups=None, *,

@@ -19,6 +19,7 @@ import glob
 import logging
 import math
 import os
+from collections import Counter
 from pathlib import Path
 
 __all__ = ["TABLE_SUFFIXES", "class_order", "entry_headers", "entry_name", "entry_volumes",
@@ -305,7 +306,7 @@ def read_cohort(cohort, labels=None, classes=None, *, known: bool = True,
         if e["split"] not in _SPLITS:
             raise ValueError(f"{e['where']}: split {e['split']!r} for {e['path']}; expected "
                              "'train', 'test' or empty")
-    _check_numeric_labels(entries)
+    _check_labels(entries, lone=known and has_labels)
     if classes is not None and known:
         found = {e["label"] for e in entries}
         empty = [c for c in classes if c not in found]
@@ -346,10 +347,18 @@ def class_order(labels) -> list[str]:
         return sorted(names)
 
 
-def _check_numeric_labels(entries: list[dict]) -> None:
+def _check_labels(entries: list[dict], lone: bool) -> None:
     """Refuse labels written as different texts of one number ("1" and "1.0", "01": a column
     that a spreadsheet or pandas wrote as floats in part): labels are compared as text, so
-    each would be a class of its own."""
+    each would be a class of its own. With ``lone``, name in a warning a label of one row where
+    every other has five or more: a typo ("Face" for "face") makes a class of one sample, too
+    few for a validation split, found before any work."""
+    counts = Counter(e["label"] for e in entries)
+    single, most = [e for e in entries if counts[e["label"]] == 1], [n for n in counts.values() if n > 1]
+    if lone and single and most and min(most) >= 5:
+        log.warning("label(s) %s of one row each (%s), where the other classes have %d rows or "
+                    "more: a typo? A class needs 2 rows for a validation split",
+                    [e["label"] for e in single], ", ".join(e["where"] for e in single), min(most))
     seen = {}
     for e in entries:
         try:

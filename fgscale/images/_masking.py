@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import warnings
 from pathlib import Path
 
 import nibabel as nib
@@ -217,6 +218,9 @@ def _common_grid(imgs) -> tuple[tuple | None, str]:
     return grid, f"{most} of {len(items)} images, e.g. {name}; "
 
 
+_SPARSE = 0.1  # the share of a mask's voxels at 0 that an image is warned of
+
+
 def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
     """The in-mask values of every volume of ``imgs``, one row per volume.
 
@@ -241,16 +245,25 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
         Naming the image: unreadable, on another grid, or with non-finite values in the mask.
     """
     mask, affine = load_mask(mask_img)
-    rows = []
+    rows, sparse = [], []
     for name, img, data in _volumes(imgs):
         vol = _on_grid(name, img, data, (mask.shape, affine), resample)
         row = np.asarray(vol[mask], dtype=np.float32)
         if not np.isfinite(row).all():
             raise ValueError(f"{name}: {int((~np.isfinite(row)).sum())} non-finite value(s) "
                              "inside the mask")
+        zeros = int(np.count_nonzero(row == 0))
+        if zeros > _SPARSE * row.size:
+            sparse.append(f"{name}: {zeros / row.size:.0%}")
         rows.append(row)
     if not rows:
         raise ValueError("no image given")
+    if sparse:  # a partial field of view: standardized, its zeros are far from any training row
+        warnings.warn(f"{len(sparse)} of {len(rows)} image(s) are 0 at more than "
+                      f"{_SPARSE:.0%} of the mask's {rows[0].size} voxels ({'; '.join(sparse[:3])}"
+                      f"{'; ...' if len(sparse) > 3 else ''}): outside their field of view? "
+                      "What is predicted there is extrapolated; give images that cover the mask",
+                      UserWarning, stacklevel=2)
     return np.stack(rows)
 
 

@@ -6,6 +6,8 @@ mask's, or a resampled one), and the mask given, computed from the images by Das
 
 from __future__ import annotations
 
+import logging
+
 import nibabel as nib
 import numpy as np
 
@@ -17,6 +19,8 @@ from fgscale.store._inputs import describe
 from fgscale.store._shards import StoreError
 
 __all__ = ["check_covered", "final_mask", "target_grid"]
+
+log = logging.getLogger(__name__)
 
 
 def target_grid(entries, headers, mask_img, resample):
@@ -58,13 +62,31 @@ def _parts(sources, client) -> list:
     return [sources[i:i + step] for i in range(0, len(sources), step)]
 
 
-def _mask_block(sources, grid, resampled: bool) -> np.ndarray:
-    """Dask task: voxels finite and non-zero in every given volume, shape grid_shape, bool."""
-    mask = np.ones(grid[0], bool)
-    for (path, volume, _), vol in zip(sources, iter_volumes(sources, grid, resampled),
+def _mask_block(sources, grid, resampled: bool) -> tuple[np.ndarray, list]:
+    """Dask task: voxels finite and non-zero in every given volume, shape grid_shape, bool;
+    and each volume's count of them, as (path, volume, n_volumes, count)."""
+    mask, counts = np.ones(grid[0], bool), []
+    for (path, volume, n), vol in zip(sources, iter_volumes(sources, grid, resampled),
                                       strict=True):
-        mask &= nonzero_voxels(f"{path} (volume {volume})", vol, "give --mask")
-    return mask
+        own = nonzero_voxels(f"{path} (volume {volume})", vol, "give --mask")
+        mask &= own
+        counts.append((path, volume, n, int(own.sum())))
+    return mask, counts
+
+
+def _warn_narrow(counts: list, n_mask: int) -> None:
+    """Name the images whose own voxels are far fewer than most images': the mask computed as
+    their intersection loses every voxel one lacks (a partial field of view, a brain cut by
+    the acquisition), which nothing would say."""
+    typical = float(np.median([c for *_, c in counts]))
+    narrow = [t for t in counts if t[3] < 0.9 * typical]
+    if narrow and len(narrow) <= len(counts) / 10:
+        named = ", ".join(f"{p}" + (f" (volume {v})" if n > 1 else "") + f": {c}"
+                          for p, v, n, c in narrow[:3])
+        log.warning("the mask computed from the images holds %d voxels, where most images are "
+                    "non-zero at %d; %d image(s) are non-zero at far fewer and cut it to theirs "
+                    "(%s%s): leave them out, or give --mask", n_mask, typical, len(narrow),
+                    named, ", ..." if len(narrow) > 3 else "")
 
 
 def final_mask(client, mask_img, sources, grid, resampled, intersect, progress) -> np.ndarray:
@@ -84,7 +106,8 @@ def final_mask(client, mask_img, sources, grid, resampled, intersect, progress) 
     partial = run_tasks(client, _mask_block,
                         [(p, grid, resampled) for p in _parts(sources, client)],
                         progress=progress, desc="mask", unit="blocks")
-    computed = np.logical_and.reduce(partial)
+    computed = np.logical_and.reduce([m for m, _ in partial])
+    _warn_narrow([t for _, counts in partial for t in counts], int(computed.sum()))
     final = computed if given is None else computed & given
     if not final.any():
         raise ValueError("the mask is empty: no voxel is finite and non-zero in every image"

@@ -279,3 +279,34 @@ def test_a_class_left_out_of_a_split_by_sample_is_named_in_a_warning(rng):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         clf.fit(X, np.where(np.arange(24) < 12, "face", "house"))  # stratified: no warning
+
+
+def test_early_stopping_auto_turned_off_by_a_class_of_one_sample_is_said(rng):
+    """"auto" has no split when a class has one sample (a mistyped label): the class is
+    named, where it silently trained on the training loss."""
+    X, _, mask = _problem(rng, n=41)
+    labels = np.array(["face"] * 20 + ["house"] * 20 + ["Face"])
+    clf = FeatureGroupingClassifier(mask=mask, max_epochs=2, n_clusters=0.2, **SMALL)
+    with pytest.warns(UserWarning, match=r"early_stopping='auto' trains without a validation "
+                                         r"split: class 'Face' has 1 sample\(s\) of 41") as caught:
+        clf.fit(X, labels)
+    assert caught[0].filename == __file__ and not any(h.get("val_loss") for h in clf.history_)
+    with warnings.catch_warnings():  # too few rows for a split anyway: nothing to say
+        warnings.filterwarnings("error", message="early_stopping")
+        clf.fit(X[:3], ["a", "b", "c"])
+
+
+def test_a_fit_that_ends_at_max_epochs_before_its_criterion_warns_as_scikit_learn(rng):
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y, mask = _problem(rng, n=40)
+    clf = FeatureGroupingClassifier(mask=mask, max_epochs=2, n_clusters=0.2, **SMALL)
+    with pytest.warns(ConvergenceWarning, match=r"training ended at max_epochs=2 before its "
+                                                r"stopping criterion \(patience=20 epochs "
+                                                r"without a better validation loss; the best "
+                                                r"was epoch [12]\).*raise max_epochs"):
+        clf.fit(X, y)
+    with warnings.catch_warnings():  # stopped by its criterion: nothing to say
+        warnings.simplefilter("error", ConvergenceWarning)
+        clf.set_params(max_epochs=200, patience=2).fit(X, y)
+    assert clf.n_iter_ < 200

@@ -332,3 +332,19 @@ def test_nilearns_column_names_are_read_and_its_labels_txt_said_how_to_write(tmp
     with pytest.raises(ValueError, match=r"got 3 labels for 1 files; .* \(a label per volume "
                                          r"of 4D files: a cohort table with a 'volume' column\)"):
         read_cohort([str(tmp_path / "a.nii")], labels=["x", "y", "z"])
+
+
+def test_a_label_of_one_row_among_larger_classes_is_named_as_a_likely_typo(tmp_path, caplog):
+    rows = [[f"{c}{i}.nii", c] for c in ("face", "house") for i in range(5)]
+    typo = write_table(tmp_path / "typo.csv", ["path", "label"], [*rows, ["x.nii", "Face"]])
+    with caplog.at_level("WARNING", logger="fgscale.images._cohort"):
+        read_cohort(typo)
+        read_cohort(typo, known=False)  # images to predict: their labels form no classes
+    assert caplog.text.count("label(s) ['Face'] of one row each") == 1
+    assert f"({typo}:12), where the other classes have 5 rows or more: a typo?" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fgscale.images._cohort"):
+        read_cohort(write_table(tmp_path / "small.csv", ["path", "label"],
+                                [*rows[:4], *rows[5:9], ["x.nii", "Face"]]))  # 4 rows a class
+        read_cohort(write_table(tmp_path / "ok.csv", ["path", "label"], rows))
+    assert "one row each" not in caplog.text

@@ -238,3 +238,30 @@ def test_a_truncated_file_is_refused_on_one_line(tmp_path, rng, name):
         with pytest.raises(ValueError, match=f"{name}: cannot read the image data") as info:
             read(tmp_path / name)
         assert "\n" not in str(info.value)
+
+
+def test_images_at_zero_over_much_of_the_mask_are_named_in_one_warning(tmp_path):
+    """A partial field of view (a third of the mask at 0): named with its share of zeros,
+    since standardized those voxels sit far from every training image; an image covering the
+    mask, or a few zeros, say nothing."""
+    import warnings
+
+    from fgscale.images import mask_images
+
+    rng = np.random.default_rng(0)
+    mask = np.ones((6, 5, 4), bool)
+    full = rng.normal(5.0, 1.0, (6, 5, 4, 3)).astype(np.float32)
+    cut = full.copy()
+    cut[:2, :, :, 1] = 0  # volume 1: 2 slices of 6 at 0
+    cut[0, 0, 0, 2] = 0  # volume 2: one voxel at 0
+    nib.save(nib.Nifti1Image(cut, np.eye(4)), tmp_path / "cut.nii.gz")
+    nib.save(nib.Nifti1Image(full, np.eye(4)), tmp_path / "full.nii.gz")
+    m = save_mask(tmp_path / "m.nii.gz", mask)
+    with pytest.warns(UserWarning, match=r"^1 of 3 image\(s\) are 0 at more than 10% of the "
+                                         r"mask's 120 voxels \(.*cut\.nii\.gz.*1.*: 33%\): "
+                                         r"outside their field of view\?") as caught:
+        x = mask_images(tmp_path / "cut.nii.gz", m)
+    assert len(caught) == 1 and (x[1] == 0).sum() == 40
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mask_images(tmp_path / "full.nii.gz", m)

@@ -390,3 +390,27 @@ def test_a_bad_target_names_file_and_line_before_writing(cohort_copy, tmp_path, 
     with pytest.raises(ValueError, match=rf"cohort.csv:5: {message}"):
         convert(cohort_copy, tmp_path / "bad.zarr", client=client, progress=False)
     assert not (tmp_path / "bad.zarr").exists()
+
+
+def test_an_image_that_cuts_the_computed_mask_is_named(cohort_copy, tmp_path, client, caplog):
+    """One image zero over a slab (a partial field of view) cuts the mask computed from the
+    images to its own voxels: said in a warning naming it, where it was silent."""
+    rows = cohort_rows(cohort_copy)
+    assert len(rows) >= 10
+    whole = convert(cohort_copy, tmp_path / "whole.zarr", client=client, progress=False)
+    path = cohort_copy.parent / rows[3]["path"]
+    img = nib.load(path)
+    data = np.asarray(img.dataobj).copy()
+    data[..., data.shape[2] // 2:] = 0
+    nib.save(nib.Nifti1Image(data, img.affine, img.header), path)
+    with caplog.at_level("WARNING", logger="fgscale.store._grid"):
+        cut = convert(cohort_copy, tmp_path / "cut.zarr", client=client, progress=False)
+    assert cut.mask.sum() < 0.75 * whole.mask.sum()
+    assert (f"the mask computed from the images holds {cut.mask.sum()} voxels, where most "
+            "images are non-zero at ") in caplog.text
+    assert f"1 image(s) are non-zero at far fewer and cut it to theirs ({path}: " in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fgscale.store._grid"):  # a given mask: no cut
+        convert(cohort_copy, tmp_path / "given.zarr", client=client, progress=False,
+                mask=save_mask(tmp_path / "m.nii", cut.mask, cut.affine))
+    assert "cut it" not in caplog.text
