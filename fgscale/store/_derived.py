@@ -195,11 +195,14 @@ def write_location(store: Store) -> str:
         raise StoreError(f"{path}: its cache store {cache} was made for {other}, of the same "
                          "identity but other rows; remove that folder, or set "
                          f"{CACHE_DIR_ENV} to another one")
-    _announce(path, str(cache), f"{why}: stats and banks go to its cache store")
+    # a read-only store's statistics and banks land in a home folder (quotas on a cluster): said
+    _announce(path, str(cache), f"{why}: stats and banks go to its cache store (set "
+              f"{CACHE_DIR_ENV} for another folder)",
+              logging.WARNING if mode == "auto" else logging.INFO)
     return str(cache)
 
 
-def _announce(store: str, location: str, why: str) -> None:
+def _announce(store: str, location: str, why: str, level: int = logging.INFO) -> None:
     if (store, location) not in _ANNOUNCED:
         _ANNOUNCED.add((store, location))
-        log.info("%s: %s, %s", store, why, location)
+        log.log(level, "%s: %s, %s", store, why, location)
