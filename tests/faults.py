@@ -171,6 +171,9 @@ def kill_client_when(proc: subprocess.Popen, ready, timeout=120, *,
 # ---------------------------------------------------------------- file systems
 
 
+_SMALL_DISK_MB = 8  # the size of a test's tmpfs
+
+
 class SmallDisk:
     """A folder on a tmpfs of its own (8 MiB), which a test fills up or makes read-only."""
 
@@ -183,14 +186,19 @@ class SmallDisk:
                               capture_output=True, text=True)
 
     def fill(self) -> None:
-        """Take every free byte, as another program writing to the same disk would."""
+        """Take every free byte, as another program writing to the same disk would; never
+        more than the tmpfs holds: a folder that is no longer its own mount (unmounted
+        beneath the test) would otherwise fill the real disk."""
+        assert os.path.ismount(self.path), f"{self.path} is not a mount point"
         block = b"\0" * 65536
         with open(self.filler, "ab", buffering=0) as f:
             try:
-                while True:
+                for _ in range(2 * _SMALL_DISK_MB * 16):  # twice the tmpfs, in 64 KiB blocks
                     f.write(block)
             except OSError as exc:
                 assert exc.errno == errno.ENOSPC, exc
+            else:
+                raise AssertionError(f"{self.path}: wrote twice its size without ENOSPC")
         for size in (4096, 1):  # the last partial page, if any
             with open(self.filler, "ab", buffering=0) as f:
                 try:
@@ -219,7 +227,8 @@ def mount_small_disk(path: Path):
     """Mount an 8 MiB tmpfs on ``path`` (an empty folder) and return its SmallDisk; skip the
     test where mounting is not allowed (it needs root or CAP_SYS_ADMIN)."""
     path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "fgscale-test", str(path)],
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={_SMALL_DISK_MB}m", "fgscale-test",
+                           str(path)],
                           capture_output=True, text=True)
     if done.returncode:
         pytest.skip("a full or read-only disk is made with a tmpfs of its own, which this "
