@@ -38,7 +38,6 @@ from fgscale.estimators._selection import (
     split_rows,
     use_validation,
     warn_ignored,
-    warn_short,
 )
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
@@ -311,11 +310,9 @@ class FeatureGroupingBase(BaseEstimator):
                 results.append({**params, "n_clusters": k, "best_epoch": epochs - 1,
                                 f"val_{'loss' if self.stop_on == 'loss' else 'error'}": score})
                 if best is None or (score is not None and score < best[1]):
-                    best = (results[-1], score, run.history, None if refit else self.model_,
-                            run.stopped_early)
+                    best = (results[-1], score, run.history, None if refit else self.model_)
                 run = None  # its optimizer holds the model's parameters: not kept past the phase
-            chosen, _, self.history_, self.model_, stopped = best
-            warn_short(self, chosen, val_rows is not None, stopped)
+            chosen, _, self.history_, self.model_ = best
             self.cv_results_ = results
             self.alpha_, self.dropout_, self.n_clusters_ = (
                 chosen["alpha"], chosen["dropout"], chosen["n_clusters"])

@@ -60,12 +60,12 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         holds the rows left over, so a ``batch_size_`` of at least the training rows makes each
         epoch one full-batch step.
     model_ : torch.nn.Module
-    coef_ : ndarray of shape (1, n_features) for two classes, else (n_classes, n_features)
+    coef_ : ndarray of shape (n_classes, n_features), or (1, n_features) for two classes
         Logistic regression weights on the standardized features, in feature space
         (``model="logreg"`` only), as nilearn's decoders report theirs: ``decision_function``
         is ``((X - mean_) * scale_) @ coef_.T + intercept_``. For two classes, as
         scikit-learn's, the second class's logit weights minus the first's.
-    intercept_ : ndarray of shape (1,) for two classes, else (n_classes,)
+    intercept_ : ndarray of shape (n_classes,), or (1,) for two classes
     coef_img_ : dict of nibabel.Nifti1Image
         The weights of each class's logit as a 3D map, keyed by class (two classes: two
         maps, whose difference is ``coef_``), when a mask image is known.

@@ -30,7 +30,7 @@ from fgscale.estimators._inputs import missing
 from fgscale.grouping._bank import resolve_n_clusters
 
 __all__ = ["candidates", "check_groups", "resolved", "split_rows", "use_validation",
-           "validation_split", "warn_ignored", "warn_short"]
+           "validation_split", "warn_ignored"]
 
 _DEFAULTS = {p.name: p.default for p in PARAMS}
 
@@ -132,23 +132,6 @@ def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
         # SGDClassifier refuses to stratify these; the split is kept, and said
         _warn_class_left_out(y, None, split, classes)
     return split
-
-
-def warn_short(estimator, chosen: dict, validation: bool, stopped: bool) -> None:
-    """scikit-learn's ConvergenceWarning, unless the chosen candidate's training ``stopped``
-    on its criterion: it ended at ``max_epochs`` while its stopping loss still improved
-    (within ``patience`` epochs)."""
-    from sklearn.exceptions import ConvergenceWarning
-
-    if stopped:
-        return
-
-    what = ("validation " if validation else "training ") + (
-        "error" if estimator.stop_on == "accuracy" and validation else "loss")
-    warnings.warn(f"training ended at max_epochs={estimator.max_epochs} before its stopping "
-                  f"criterion (patience={estimator.patience} epochs without a better {what}; "
-                  f"the best was epoch {chosen['best_epoch'] + 1}): the model may be "
-                  "undertrained; raise max_epochs", ConvergenceWarning, stacklevel=_caller_level())
 
 
 def _caller_level() -> int:

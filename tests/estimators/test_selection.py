@@ -294,19 +294,3 @@ def test_early_stopping_auto_turned_off_by_a_class_of_one_sample_is_said(rng):
     with warnings.catch_warnings():  # too few rows for a split anyway: nothing to say
         warnings.filterwarnings("error", message="early_stopping")
         clf.fit(X[:3], ["a", "b", "c"])
-
-
-def test_a_fit_that_ends_at_max_epochs_before_its_criterion_warns_as_scikit_learn(rng):
-    from sklearn.exceptions import ConvergenceWarning
-
-    X, y, mask = _problem(rng, n=40)
-    clf = FeatureGroupingClassifier(mask=mask, max_epochs=2, n_clusters=0.2, **SMALL)
-    with pytest.warns(ConvergenceWarning, match=r"training ended at max_epochs=2 before its "
-                                                r"stopping criterion \(patience=20 epochs "
-                                                r"without a better validation loss; the best "
-                                                r"was epoch [12]\).*raise max_epochs"):
-        clf.fit(X, y)
-    with warnings.catch_warnings():  # stopped by its criterion: nothing to say
-        warnings.simplefilter("error", ConvergenceWarning)
-        clf.set_params(max_epochs=200, patience=2).fit(X, y)
-    assert clf.n_iter_ < 200
