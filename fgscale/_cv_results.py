@@ -14,8 +14,7 @@ from fgscale._files import atomic_path, read_json
 from fgscale._run_folder import UNSEEN_PARAMS
 
 __all__ = ["ERRORS", "KIND", "POOLED", "SHARED", "check_fold_folders", "fold_folder",
-           "forget_fold", "read_results", "saved_folds", "saved_header", "start_fold",
-           "what_differs"]
+           "forget_fold", "read_results", "saved_folds", "saved_header", "start_fold"]
 
 KIND = "fgscale cv results"  # tells a results file from any other JSON file at --out
 # What a resumed cross-validation must share with the saved one, in the order they are checked
@@ -120,16 +119,20 @@ def saved_folds(out, header: dict, resume: bool) -> list:
     if not resume:
         raise ValueError(f"{out}: cross-validation results already exist there; pass --resume "
                          "to continue them, or choose another --out")
-    for field in SHARED:
-        differs = what_differs(field, saved, header)
-        if differs:
-            raise ValueError(f"{out}: --resume does not match the saved cross-validation in "
-                             f"its {differs}: choose another --out, or delete {out} to start "
-                             "afresh")
+    differs = _differs(saved, header)
+    if differs:
+        raise ValueError(f"{out}: --resume does not match the saved cross-validation in its "
+                         f"{differs}: choose another --out, or delete {out} to start afresh")
     return saved["folds"]
 
 
-def what_differs(field: str, saved: dict, given: dict) -> str:
+def _differs(saved: dict, given: dict) -> str:
+    """What first differs between the saved and the given cross-validation, in the order of
+    :data:`SHARED`, for an error; "" when nothing does."""
+    return next(filter(None, (_field_differs(f, saved, given) for f in SHARED)), "")
+
+
+def _field_differs(field: str, saved: dict, given: dict) -> str:
     """What differs in ``field`` between the saved and the given cross-validation, for its
     error; "" when nothing does."""
     if field == "params":  # bar those that change how folds are shown or fed, not their results
@@ -220,7 +223,7 @@ def check_fold_folders(out, header: dict, done: int, resume: bool) -> None:
             raise ValueError(f"{folder}: the checkpoints of fold {saved['fold']}, but {out} "
                              f"holds {done} finished folds: delete {folder} to train that fold "
                              "afresh")
-        differs = next(filter(None, (what_differs(f, saved, header) for f in SHARED)), "")
+        differs = _differs(saved, header)
         if differs:
             raise ValueError(f"{folder}: --resume does not match these checkpoints in their "
                              f"{differs}: delete {folder} to train that fold afresh")

@@ -38,6 +38,7 @@ from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
 from fgscale.reports import regression_report, score_store, target_name
 from fgscale.store._reader import open_store
+from fgscale.training._loop import _History
 
 __all__ = ["cross_validate", "read_results", "summary_line"]
 
@@ -138,11 +139,10 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
                 model = clone(clf)
                 # with out, a checkpoint after every epoch: a fold killed midway resumes there
                 folder = None if out is None else RunFolder(start_fold(out, header, fold))
+                history = _History if folder is None else folder.checkpoints
                 try:  # as its line is named: the folds' bars (statistics, bank, epochs) apart
                     with bar_prefix(f"fold {fold}"):
-                        model._fit_store(store.path, client,
-                                         *(() if folder is None else (folder.checkpoints,)),
-                                         rows=rows[train])
+                        model._fit_store(store.path, client, history, rows=rows[train])
                         metrics, table = score_store(model, store, client, rows[test],
                                                      progress=bool(model.verbose))
                 except BaseException:
