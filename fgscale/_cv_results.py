@@ -123,6 +123,8 @@ def saved_folds(out, header: dict, resume: bool) -> list:
     if differs:
         raise ValueError(f"{out}: --resume does not match the saved cross-validation in its "
                          f"{differs}: choose another --out, or delete {out} to start afresh")
+    # how the folds were shown or fed stays as the file has it: a resume does not rewrite it
+    header["params"].update({k: saved["params"][k] for k in UNSEEN_PARAMS if k in saved["params"]})
     return saved["folds"]
 
 

@@ -124,8 +124,9 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
-    from fgscale.reports import STDOUT, format_report
+    from fgscale.reports import STDOUT
     from fgscale.runs import evaluate_run
+    from fgscale.scores import format_report
 
     with _client(args, processes=worker_processes(args, auto=False)) as client:
         report = evaluate_run(args.run, args.store, device=args.device, client=client,
@@ -415,6 +416,5 @@ def main(argv=None) -> int:
 
 
 def run() -> int:
-    """The ``fgscale`` console command: :func:`main` on the process's arguments, then an exit
-    that a late Ctrl-C cannot turn into a traceback (:func:`fgscale._interrupt.run_command`)."""
+    """The ``fgscale`` command: :func:`main`, exiting so that a late Ctrl-C shows no traceback."""
     return run_command(main)

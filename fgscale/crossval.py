@@ -36,7 +36,8 @@ from fgscale._progress import bar_prefix
 from fgscale._run_folder import RunFolder, versions
 from fgscale.cluster import get_client
 from fgscale.estimators._factory import make_estimator
-from fgscale.reports import regression_report, score_store, target_name
+from fgscale.reports import score_store, target_name
+from fgscale.scores import regression_report
 from fgscale.store._reader import open_store
 from fgscale.training._loop import _History
 
@@ -81,7 +82,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     Returns
     -------
     scores : dict
-        ``folds`` (a dict per fold: its report, as :func:`fgscale.reports.classification_report`
+        ``folds`` (a dict per fold: its report, as :func:`fgscale.scores.classification_report`
         or ``regression_report``, its training rows, the chosen hyper-parameters),
         ``score`` (``"accuracy"`` or ``"r2"``), ``mean_score``, ``std_score``, ``grouped``,
         ``n_groups`` (0 when not grouped), ``n_folds``; for classification also
@@ -215,7 +216,9 @@ def _summary(folds: list, name: str) -> dict:
     summary = {"score": name, "mean_score": float(score.mean()) if score.size else None,
                "std_score": float(score.std()) if score.size else None}
     if name == "accuracy":
-        summary.update(mean_accuracy=summary["mean_score"], std_accuracy=summary["std_score"])
+        chance = [f["chance"] for f in folds if f.get("chance") is not None]  # older files: none
+        summary.update(mean_accuracy=summary["mean_score"], std_accuracy=summary["std_score"],
+                       mean_chance=float(np.mean(chance)) if chance else None)
         return summary
     # the errors, in the target's units, as the folds give them; then every fold's rows at once
     summary.update({f"mean_{k}": float(np.mean([f[k] for f in folds])) for k in ERRORS})
@@ -255,6 +258,8 @@ def summary_line(scores: dict) -> str:
                 f"{scores['std_score']:.4f} (mean ± sd")
         scored = scores.get("n_scored", n)
         line += ")" if scored == n else f" of the {scored} folds where it is defined)"
+        if scores.get("mean_chance") is not None:  # what a model that learnt nothing scores
+            line += f", the most frequent class alone {scores['mean_chance']:.4f}"
     line += "".join(f", {k} {scores[f'mean_{k}']:.4g}" for k in ERRORS if f"mean_{k}" in scores)
     if "pooled_r2" in scores:
         line += "; pooled out-of-fold: " + ", ".join(

@@ -61,7 +61,7 @@ def train_run(store_path, out, *, params: dict | None = None, resume: bool = Fal
     -------
     summary : dict
         ``test``, the report on the store's test rows
-        (:func:`fgscale.reports.classification_report` or ``regression_report``), epochs
+        (:func:`fgscale.scores.classification_report` or ``regression_report``), epochs
         run, seconds, the selected hyper-parameters, paths of the outputs (``maps``: the 4D
         map, beside maps.json and a 3D map per class; ``predictions``: each test row's
         prediction, as ``fgscale evaluate --predictions`` writes them). A run that had already ended with
@@ -172,7 +172,8 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
                if summary.get("resumed") else "")
     lines = [f"trained {model_label(params, 'r2' in test)} for {summary['epochs']} epochs"
              f"{refit} in {summary['seconds']:.1f} s{resumed}; test {test_score(test)} on "
-             f"{test['n']} rows"]
+             f"{test['n']} rows" + ("" if test.get("chance") is None else
+                                    f" (the most frequent class alone {test['chance']:.4f})")]
     candidates = summary.get("candidates") or []
     if len(candidates) > 1:  # the epochs above are the chosen candidate's
         said = []
@@ -220,7 +221,7 @@ def evaluate_run(run_dir, store_path, *, device: str | None = None, client=None,
     Returns
     -------
     report : dict
-        :func:`fgscale.reports.classification_report` of the rows: n, loss, accuracy,
+        :func:`fgscale.scores.classification_report` of the rows: n, loss, accuracy, chance,
         balanced accuracy, per-class precision, recall, f1 and support, confusion matrix.
     """
     clf = load_run(run_dir, device=device)

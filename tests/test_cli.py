@@ -9,6 +9,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 from helpers import TINY_GRID, dashboard_port_may_be_taken, synthetic_store
 
@@ -375,6 +376,9 @@ def test_train_says_what_it_chose_and_the_refit(tiny_store, tmp_path, capsys):
     ks = sorted({c["n_clusters"] for c in summary["candidates"]})
     assert lines[0].startswith(f"trained logreg/feature_grouping for {summary['epochs']} epochs "
                                f"(+ {summary['refit_epochs']} refit)")
+    y_test = tiny_store.y[tiny_store.split == "test"]
+    assert lines[0].endswith(f"on {y_test.size} rows (the most frequent class alone "
+                             f"{np.bincount(y_test).max() / y_test.size:.4f})")
     assert lines[1] == (f"chosen on the validation split among 6 candidates: alpha "
                         f"{chosen['alpha']:g} (of 0, 0.1), n_clusters {chosen['n_clusters']} "
                         f"(of {', '.join(map(str, ks))})")

@@ -47,8 +47,11 @@ def test_each_fold_equals_an_in_memory_fit_on_its_rows(grouped_store, client):
         memory = FeatureGroupingClassifier(**PARAMS).fit(X[train], y[train])
         assert fold["n"] == test.size and fold["n_train"] == train.size
         assert fold["accuracy"] == pytest.approx(memory.score(X[test], y[test]))
+        majority = np.bincount(y[test]).max() / test.size  # the most frequent class alone
+        assert fold["chance"] == pytest.approx(majority)
     accuracy = [f["accuracy"] for f in scores["folds"]]
     assert scores["mean_accuracy"] == pytest.approx(np.mean(accuracy))
+    assert scores["mean_chance"] == pytest.approx(np.mean([f["chance"] for f in scores["folds"]]))
 
 
 def test_feature_grouping_folds_build_their_own_banks(grouped_store, client, tmp_path):
@@ -168,7 +171,8 @@ def test_an_interrupted_cross_validation_resumes_to_the_uninterrupted_result(
     assert resumed["folds"] == scores["folds"]
     assert resumed["mean_score"] == scores["mean_score"]
     assert resumed["std_score"] == scores["std_score"]
-    assert {**_read(out), "params": None} == {**_read(full), "params": None}
+    # the file as in one go, params included: the resume's verbose=1 shows, it is not recorded
+    assert _read(out) == _read(full)
 
     # complete: reported, nothing trained (no cluster asked for), the file left as it is
     before = out.read_bytes()
@@ -362,7 +366,8 @@ def test_cli_out_and_resume_with_the_saved_parameters(full_run, grouped_store, c
     assert sum(line.startswith("fold ") for line in lines) == 3
     assert lines[-1].startswith("3-fold cross-validation, grouped by the store's 6 groups: "
                                 "accuracy ")
-    assert lines[-1].endswith(f"(mean ± sd); results in {out}")
+    assert lines[-1].endswith(f"(mean ± sd), the most frequent class alone "
+                              f"{scores['mean_chance']:.4f}; results in {out}")
     assert _read(out)["folds"] == scores["folds"]
     # --resume alone: the saved folds and parameters, not the options' defaults (5 folds,
     # feature grouping), so the finished cross-validation is found finished

@@ -60,10 +60,13 @@ def test_regression_from_a_target_column_to_predictions(regression_cohort, tmp_p
     assert report["r2"] == pytest.approx(metrics.r2_score(y, pred))
     assert report["mae"] == pytest.approx(metrics.mean_absolute_error(y, pred))
     assert report["correlation"] == pytest.approx(np.corrcoef(y, pred)[0, 1])
+    assert report["mae_of_mean"] == pytest.approx(metrics.mean_absolute_error(y, y * 0 + y.mean()))
     # the same scores in words, one line as a classifier's accuracy is said
     assert main(["evaluate", str(run), str(store_path), "--n-workers", "1", "--no-progress"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1] == f"target on {report['n']} rows: " + ", ".join(
-        f"{k} {report[k]:.4f}" for k in ("r2", "mae", "rmse", "correlation"))
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"target on {report['n']} rows: r2 {report['r2']:.4f}, mae {report['mae']:.4f} "
+        f"(predicting the mean: {report['mae_of_mean']:.4f}), rmse {report['rmse']:.4f}, "
+        f"correlation {report['correlation']:.4f}")
 
     # the same predictions from the images, reading only the run folder and the files
     out = tmp_path / "p.csv"

@@ -12,8 +12,8 @@ from helpers import TINY_GRID
 from fgscale.cli import main
 from fgscale.images import make_classification_volumes
 from fgscale.report_html import write_report
-from fgscale.reports import classification_report, format_report
 from fgscale.runs import train_run
+from fgscale.scores import classification_report, format_report, regression_report
 from fgscale.store import write_store
 
 PARAMS = dict(n_groupings=4, n_bootstrap=8, n_clusters=0.1, batch_size=8, learning_rate=0.05,
@@ -44,6 +44,20 @@ def test_per_class_figures_without_rows_to_define_them_are_none():
     assert rows["b"][:3] == ["n/a", "0.000", "0.000"]
     assert rows["c"] == ["n/a", "n/a", "n/a", "0"]
     assert rows["d"][:3] == ["0.000", "n/a", "0.000"]
+
+
+def test_scores_come_beside_what_a_model_that_learnt_nothing_scores():
+    """Accuracy beside the most frequent class's share of the rows, MAE beside that of
+    predicting the rows' mean: what each has to beat, computed by hand."""
+    report = classification_report(["a", "b", "a", "a"], _proba(["a", "b", "b", "a"], ["a", "b"]),
+                                   ["a", "b"])
+    assert report["accuracy"] == 0.75 and report["chance"] == 0.75
+    assert "accuracy 0.7500 (the most frequent class alone: 0.7500)" in format_report(report)
+    y = np.array([1.0, 2.0, 3.0, 6.0])
+    report = regression_report(y, y + [0.5, -0.5, 0.5, -0.5])
+    assert report["mae"] == 0.5 and report["mae_of_mean"] == pytest.approx(1.5)  # |y - 3|
+    assert "mae 0.5000 (predicting the mean: 1.5000), rmse" in format_report(report)
+    assert regression_report([], [])["mae_of_mean"] is None
 
 
 @pytest.fixture(scope="module")

@@ -160,7 +160,7 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
 def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
     """Which column of the table holds ``label``, ``target`` and ``group`` (theirs, the one
     ``given``, or a common alias) and ``split`` (its name or an alias); an alias read is said
-    once in the log, and the columns fgscale does not read are listed once, as a warning."""
+    at INFO (-v), and the columns fgscale does not read are listed once, as a warning."""
     unknown = sorted(set(given) - set(_NAMED))
     if unknown:
         raise ValueError(f"columns: {unknown} cannot be given another name; expected "
@@ -174,8 +174,8 @@ def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
         if column is None:
             found = [a for a in _ALIASES.get(name, ()) if a in fieldnames]
             column = name if name in fieldnames or not found else found[0]
-            if column != name:
-                log.warning("%s: reading column %r as %r", path, column, name)
+            if column != name:  # a documented alias: said at -v, not on every command
+                log.info("%s: reading column %r as %r", path, column, name)
         names[name] = column
     unused = [c for c in fieldnames if c not in ("path", "volume", *names.values())]
     if unused:

@@ -73,8 +73,8 @@ def check_append(out, g, *, rows, targets, counts, stats, mask, resample, block_
     old_targets = None if targets is None else targets[:n_old]
     if len(rows) < n_old or input_fingerprint(rows[:n_old], mask, resample, block_rows,
                                               intersect_mask, old_targets) != made:
-        hint = "" if pending else changed(g, rows[:n_old], old_targets, describe(mask),
-                                          resample)
+        hint = changed(g, rows[:n_old], old_targets, describe(mask), resample, intersect_mask,
+                       block_rows) if not pending else ""
         raise StoreError(f"{out}: to append, the table must list the store's {n_old} rows first, "
                          "as they were converted, with the same --mask, --resample, "
                          f"--intersect-mask and --block-rows{hint}; nothing was changed")

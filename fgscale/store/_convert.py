@@ -255,6 +255,8 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
         g = open_group_checked(out, "r+")
         made = g.attrs.get("params", {}).get("fingerprint")
         pending = g.attrs.get("appending")
+        differs = functools.partial(changed, g, rows, targets, describe(mask), resample, intersect_mask,
+                                    block_rows)  # what differs, in words, for the messages below
         if pending and pending["to"] != fingerprint:  # its old rows must not be removed
             raise StoreError(f"{out}: an append to it was interrupted; finish it first: re-run "
                              "that command (the same table, with --append)")
@@ -267,14 +269,13 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
             # an unfinished conversion of other inputs (the command failed, the cohort was then
             # corrected): its blocks can serve nothing, and keeping it would block the command
             log.warning("%s: an unfinished conversion of other inputs%s is there; starting "
-                        "afresh", out, changed(g, rows, targets, describe(mask), resample))
+                        "afresh", out, differs())
             remove_aside(out)
             g = None
         elif made != fingerprint:
             more = len(rows) > g["X"].shape[0]
             raise StoreError(f"{out}: exists and was made from other inputs or arguments"
-                             f"{changed(g, rows, targets, describe(mask), resample)}; remove "
-                             "it or choose another --out" + (
+                             f"{differs()}; remove it or choose another --out" + (
                                  ", or add --append (append=True) to convert only the rows "
                                  "listed after the store's" if more else ""))
         # shards deleted or truncated since they were written are written again; then files
@@ -297,7 +298,7 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
                                                n_to_read * int(np.prod(grid[0])) * 4) as c:
         params = {"fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),
                   "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
-                  "n_files": len({e["path"] for e in entries})}
+                  "block_rows": block_rows, "n_files": len({e["path"] for e in entries})}
         if g is None:
             store_mask = final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
                                     progress)

@@ -146,14 +146,23 @@ def input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def changed(g, rows, targets, mask, resample) -> str:
+def changed(g, rows, targets, mask, resample, intersect_mask=None, block_rows=None) -> str:
     """What differs between the store ``g`` and the conversion asked for now, in words (the
-    first difference found), or "" where the records cannot tell (the mask file's contents,
-    --block-rows): a refusal after hours of conversion should say which change it is about."""
+    first difference found), or what the records cannot tell apart (the mask file's contents,
+    and --block-rows in a store that did not record the one asked for): a refusal after hours
+    of conversion should say which change it is about."""
+    def word(name, value):  # block_rows None: the default chosen from the rows' size
+        none = "default" if name == "block_rows" else "none"
+        return {None: none, False: "off", True: "on"}.get(value, value)
+
     params = g.attrs.get("params", {})
-    for name, now in (("mask", mask), ("resample", resample)):
-        if params.get(name) != now:
-            return f" ({name} {params.get(name)} there, {now} now)"
+    for name, now in (("mask", mask), ("resample", resample), ("intersect_mask", intersect_mask),
+                      ("block_rows", block_rows)):
+        if name in params and params.get(name) != now:
+            return (f" (--{name.replace('_', '-')} {word(name, params[name])} there, "
+                    f"{word(name, now)} now)")
+    if "block_rows" not in params and block_rows not in (None, g.attrs.get("block_rows")):
+        return f" (blocks of {g.attrs.get('block_rows')} rows there, --block-rows {block_rows} now)"
     if g["source"].shape[0] != len(rows):
         return f" ({g['source'].shape[0]} rows there, {len(rows)} now: files added or removed)"
     classes = g["classes"][:]
@@ -166,4 +175,7 @@ def changed(g, rows, targets, mask, resample) -> str:
     old = g["target"][:].tolist() if "target" in g else None
     if old != targets:
         return " (the targets)"
-    return ""
+    if mask is not None:
+        return " (the mask file's contents, or --block-rows)" if "block_rows" not in params \
+            else " (the mask file's contents)"
+    return " (--block-rows)" if "block_rows" not in params else ""

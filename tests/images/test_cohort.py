@@ -124,7 +124,7 @@ def test_common_aliases_of_group_and_split_are_read_and_said(tmp_path, caplog):
     table = tmp_path / "cohort.csv"
     table.write_text("path,label,participant_id,set,age\na.nii,x,sub-1,train,30\n"
                      "b.nii,y,sub-2,test,40\n")
-    with caplog.at_level("WARNING", logger="fgscale.images._cohort"):
+    with caplog.at_level("INFO", logger="fgscale.images._cohort"):
         entries = read_cohort(table)
     assert [(e["group"], e["split"]) for e in entries] == [("sub-1", "train"), ("sub-2", "test")]
     text = caplog.text
@@ -307,7 +307,7 @@ def test_nilearns_column_names_are_read_and_its_labels_txt_said_how_to_write(tmp
     each run's volumes. Its space-separated labels.txt is named for what it is."""
     table = tmp_path / "cohort.csv"
     table.write_text("path,volume,labels,chunks\nrun0.nii.gz,0,face,0\nrun0.nii.gz,1,house,0\n")
-    with caplog.at_level("WARNING", logger="fgscale.images._cohort"):
+    with caplog.at_level("INFO", logger="fgscale.images._cohort"):
         entries = read_cohort(table)
     assert [(e["label"], e["group"]) for e in entries] == [("face", "0"), ("house", "0")]
     assert "reading column 'chunks' as 'group'" in caplog.text and "not used" not in caplog.text

@@ -112,7 +112,8 @@ def test_appends_that_would_not_give_the_whole_tables_store_are_refused(tmp_path
     # other arguments
     whole.write_text(text)
     refused(out, whole, r"converted with --nan error; append with the same", nan="zero")
-    refused(out, whole, r"same --mask, --resample", block_rows=2)
+    refused(out, whole, r"same --mask, --resample, --intersect-mask and --block-rows \(--block-rows "
+            r"default there, 2 now\)", block_rows=2)
     # a new image zero on part of the mask computed from the store's images
     data = nib.load(tmp_path / "cohort" / "sub5.nii.gz").get_fdata().astype(np.float32)
     data[1, 2, 3] = 0.0

@@ -200,9 +200,17 @@ def test_a_store_of_other_inputs_is_refused_saying_what_differs(tmp_path, rng):
     convert(table, out, progress=False)
     mask = tmp_path / "mask.nii.gz"
     nib.save(nib.Nifti1Image(np.ones(SHAPE, np.uint8), AFFINE), mask)
-    with pytest.raises(StoreError, match=r"other inputs or arguments \(mask None there, "
+    with pytest.raises(StoreError, match=r"other inputs or arguments \(--mask none there, "
                                          r".*mask.nii.gz now\); remove it"):
         convert(table, out, mask=mask, progress=False)
+    with pytest.raises(StoreError, match=r"\(--block-rows default there, 2 now\); remove it"):
+        convert(table, out, block_rows=2, progress=False)
+    # a store converted before its params recorded --block-rows: the blocks' size tells
+    g = zarr.open_group(out, mode="r+")
+    g.attrs["params"] = {k: v for k, v in g.attrs["params"].items() if k != "block_rows"}
+    with pytest.raises(StoreError, match=rf"\(blocks of {g.attrs['block_rows']} rows there, "
+                                         r"--block-rows 2 now\)"):
+        convert(table, out, block_rows=2, progress=False)
     table.write_text("path,label\nsub0.nii.gz,c0\nsub1.nii.gz,c0\nsub2.nii.gz,c0\n")
     with pytest.raises(StoreError, match=r"\(row 1: label 'c1' there, 'c0' now\)"):
         convert(table, out, progress=False)
