@@ -8,7 +8,8 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["add_runs_command", "model_label", "run_rows", "runs_table", "test_score"]
+__all__ = ["add_runs_command", "check_finished_run", "check_not_a_store", "model_label", "run_rows",
+           "runs_table", "test_score"]
 
 _HEADER = ("run", "state", "task", "model", "test", "store")
 
@@ -40,6 +41,28 @@ def model_label(params: dict, regression: bool) -> str:
     for a regressor, its linear model."""
     model = "linear" if regression and params.get("model") == "logreg" else params.get("model")
     return f"{model}/{params.get('regularizer')}"
+
+
+def check_not_a_store(path) -> None:
+    """Refuse a store given where a run folder is expected (arguments swapped)."""
+    if (Path(path) / "zarr.json").is_file():
+        raise FileNotFoundError(f"{path}: a store (fgscale convert writes them), not a run "
+                                "folder; the run folder (fgscale train --out) comes first: "
+                                "fgscale evaluate RUN STORE, predict RUN INPUT...")
+
+
+def check_finished_run(path) -> None:
+    """Refuse a folder that holds no finished run (nor a saved model): checked from its files
+    alone, before evaluate and predict import torch to load it."""
+    path = Path(path)
+    check_not_a_store(path)
+    if not (path / "model.json").exists() and not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path}: not a run folder (no config.json or model.json); "
+                                "expected the --out folder of fgscale train")
+    if not (path / "model.json").exists():
+        raise FileNotFoundError(f"{path / 'model.json'}: no such file; the run in {path} has not "
+                                "finished (fgscale train writes it at the end; --resume "
+                                "continues a killed run)")
 
 
 def test_score(test: dict) -> str:

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from fgscale._cli_runs import check_finished_run, check_not_a_store
 from fgscale._files import atomic_path, read_json
 from fgscale._params import RUNTIME_PARAMS, params_to_json
 from fgscale.estimators._persist import load_model, write_model
@@ -210,20 +211,10 @@ class RunFolder:
 
     def check_not_a_store(self) -> None:
         """Refuse a store given where a run folder is expected (arguments swapped)."""
-        if (self / "zarr.json").is_file():
-            raise FileNotFoundError(f"{self.path}: a store (fgscale convert writes them), not a "
-                                    "run folder; the run folder (fgscale train --out) comes "
-                                    "first: fgscale evaluate RUN STORE, predict RUN INPUT...")
+        check_not_a_store(self.path)
 
     def read_estimator(self):
-        self.check_not_a_store()
-        if not (self / "model.json").exists() and not (self / "config.json").exists():
-            raise FileNotFoundError(f"{self.path}: not a run folder (no config.json or "
-                                    "model.json); expected the --out folder of fgscale train")
-        if not (self / "model.json").exists():
-            raise FileNotFoundError(f"{self / 'model.json'}: no such file; the run in "
-                                    f"{self.path} has not finished (fgscale train writes it "
-                                    "at the end; --resume continues a killed run)")
+        check_finished_run(self.path)
         return load_model(self.path)
 
     def write_maps(self, clf, store) -> Path:

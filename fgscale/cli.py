@@ -36,7 +36,7 @@ from fgscale._cli_args import (
     warn_unused_cluster_options,
     worker_processes,
 )
-from fgscale._cli_runs import add_runs_command
+from fgscale._cli_runs import add_runs_command, check_finished_run
 from fgscale._interrupt import failed, interrupted, run_command
 
 log = logging.getLogger("fgscale")
@@ -67,16 +67,14 @@ def _cmd_bank(args) -> int:
                             client=client, overwrite=args.overwrite, return_info=True,
                             progress=not args.no_progress)[1]
                  for k in searched_values("n_clusters", args.n_clusters)]
-    for info in infos:
-        print(built_line(info, args.store))
+    print("\n".join(built_line(info, args.store) for info in infos))
     return 0
 
 
 def _client(args, *, processes: bool):
-    """The one place where --scheduler, --scheduler-file and --n-workers become a client: a
-    running cluster joined (the client), else None within a deferred embedded LocalCluster
-    (worker processes or threads), which the first step with work for it starts: a command
-    with nothing to do, or whose input is refused, starts no cluster."""
+    """Where --scheduler, --scheduler-file and --n-workers become a client: a running cluster
+    joined, else None within a deferred embedded LocalCluster (processes or threads) that the
+    first step with work starts: a command with nothing to do, or refused, starts none."""
     from fgscale.cluster import connect, deferred_cluster
 
     if args.scheduler is not None or args.scheduler_file is not None:
@@ -124,6 +122,10 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
+    from fgscale.store import open_store
+
+    check_finished_run(args.run)  # and the store, before torch is imported (seconds)
+    open_store(args.store)
     from fgscale.reports import STDOUT
     from fgscale.runs import evaluate_run
     from fgscale.scores import format_report
@@ -140,6 +142,7 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_predict(args) -> int:
+    check_finished_run(args.run)  # before torch is imported (seconds)
     from fgscale.runs import STDOUT, predict_line, predict_run
 
     summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
@@ -177,11 +180,9 @@ def _cmd_convert(args) -> int:
     else:
         with _client(args, processes=False) as client:
             store = convert(cohort, args.out, client=client, **kwargs)
-    if before is not None and store.attrs.get("summary") == before:
-        print(f"{store.path}: already complete, nothing to do ({store.n_samples} rows x "
-              f"{store.n_features} voxels)")
-        return 0
-    print(summary_line(store))
+    done = before is not None and store.attrs.get("summary") == before
+    print(f"{store.path}: already complete, nothing to do ({store.n_samples} rows x "
+          f"{store.n_features} voxels)" if done else summary_line(store))
     return 0
 
 
@@ -236,10 +237,8 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="fgscale",
-        description="Feature grouping as a stochastic regularizer, trained out-of-core on Dask and Zarr.",
-    )
+    parser = Parser(prog="fgscale", description="Feature grouping as a stochastic regularizer, "
+                    "trained out-of-core on Dask and Zarr.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -43,3 +43,37 @@ def test_a_run_is_not_started_in_a_folder_holding_a_saved_model(tiny_runs, tmp_p
             rf"{folder}: holds a saved model \(model.json\) and no run: choose another --out")
     assert sorted(p.name for p in folder.iterdir()) == before
     assert load_model(folder).model == "mlp"
+
+
+_REFUSED_UNLOADED = """
+import sys
+from fgscale.cli import main
+assert main(sys.argv[1:]) == 2
+assert "torch" not in sys.modules, "torch imported before the refusal"
+"""
+
+
+@pytest.mark.parametrize("case", ["no run", "unfinished run", "no store"])
+def test_evaluate_and_predict_refuse_a_missing_run_or_store_before_importing_torch(
+        case, tiny_runs, tmp_path):
+    """Seconds of imports (torch, the estimators) come after the arguments' checks: a batch
+    script's typo is answered at once, by the same line as after them."""
+    import subprocess
+    import sys
+
+    run, store = tiny_runs["logreg"], tiny_runs["store"].path
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "config.json").write_text("{}")
+    given, expected = {"no run": (tmp_path / "nothing", "not a run folder"),
+                       "unfinished run": (unfinished, "has not finished"),
+                       "no store": (run, "no such store")}[case]
+    stores = {"no run": store, "unfinished run": store, "no store": tmp_path / "missing.zarr"}
+    for argv in (["evaluate", given, stores[case]], ["predict", given, tmp_path / "x.nii.gz",
+                                                      "--out", tmp_path / "p.csv"]):
+        if case == "no store" and argv[0] == "predict":
+            continue  # predict's inputs (images, tables, stores) are checked by the run's model
+        done = subprocess.run([sys.executable, "-c", _REFUSED_UNLOADED, *map(str, argv)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert expected in done.stderr and "Traceback" not in done.stderr
