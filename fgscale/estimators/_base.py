@@ -38,6 +38,7 @@ from fgscale.estimators._selection import (
     split_rows,
     use_validation,
     warn_ignored,
+    warn_not_converged,
 )
 from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
@@ -310,9 +311,11 @@ class FeatureGroupingBase(BaseEstimator):
                 results.append({**params, "n_clusters": k, "best_epoch": epochs - 1,
                                 f"val_{'loss' if self.stop_on == 'loss' else 'error'}": score})
                 if best is None or (score is not None and score < best[1]):
-                    best = (results[-1], score, run.history, None if refit else self.model_)
+                    best = (results[-1], score, run.history, None if refit else self.model_,
+                            run.stopped_early)
                 run = None  # its optimizer holds the model's parameters: not kept past the phase
-            chosen, _, self.history_, self.model_ = best
+            chosen, _, self.history_, self.model_, stopped = best
+            warn_not_converged(self, stopped, val_rows is not None)
             self.cv_results_ = results
             self.alpha_, self.dropout_, self.n_clusters_ = (
                 chosen["alpha"], chosen["dropout"], chosen["n_clusters"])

@@ -22,6 +22,7 @@ import warnings
 
 import numpy as np
 from sklearn.base import is_classifier
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
 from fgscale._auto import searched_values
@@ -30,7 +31,7 @@ from fgscale.estimators._inputs import missing
 from fgscale.grouping._bank import resolve_n_clusters
 
 __all__ = ["candidates", "check_groups", "resolved", "split_rows", "use_validation",
-           "validation_split", "warn_ignored"]
+           "validation_split", "warn_ignored", "warn_not_converged"]
 
 _DEFAULTS = {p.name: p.default for p in PARAMS}
 
@@ -132,6 +133,21 @@ def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
         # SGDClassifier refuses to stratify these; the split is kept, and said
         _warn_class_left_out(y, None, split, classes)
     return split
+
+
+def warn_not_converged(estimator, stopped: bool, validation: bool) -> None:
+    """scikit-learn's ConvergenceWarning where the chosen fit ended at ``max_epochs`` before
+    its stopping criterion: more epochs would have trained further (not said of the refit,
+    which runs the chosen fit's epochs by design)."""
+    if stopped:
+        return
+    loss = ("validation " + ("loss" if estimator.stop_on == "loss" else "error") if validation
+            else "training loss")
+    warnings.warn(f"{type(estimator).__name__}: training reached max_epochs="
+                  f"{estimator.max_epochs} while its {loss} still improved (by more than "
+                  f"tol={estimator.tol:g} within patience={estimator.patience} epochs); raise "
+                  "max_epochs (--max-epochs) to train until it stops", ConvergenceWarning,
+                  stacklevel=_caller_level())
 
 
 def _caller_level() -> int:

@@ -7,6 +7,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 from helpers import TINY_GRID, cohort_rows
+from sklearn.exceptions import ConvergenceWarning
 
 from fgscale import FeatureGroupingClassifier
 from fgscale.images import compute_mask, is_images, mask_images
@@ -320,6 +321,7 @@ def test_a_mask_given_with_a_store_is_warned_of_unless_it_is_the_stores(tiny_coh
         assert clf.n_features_in_ == store.mask.sum()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit
         FeatureGroupingClassifier(mask=store.mask_img(), **fast).fit(str(store.path),
                                                                      client=client)
 

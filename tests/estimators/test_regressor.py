@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from helpers import mask_img, smooth_cohort
 from scipy import ndimage
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.metrics import r2_score
 from sklearn.preprocessing import StandardScaler
@@ -141,13 +142,13 @@ def test_a_constant_target_is_warned_of_and_scored_as_undefined(rng, tmp_path, c
     with pytest.warns(UserWarning, match="the target is 50 for all 30 training samples") as seen:
         reg = FeatureGroupingRegressor(max_epochs=3, random_state=0).fit(X, np.full(30, 50.0))
     # the warning names the line that called fit, here, not a line of fgscale
-    assert [w.filename for w in seen] == [__file__]
+    assert [w.filename for w in seen if w.category is not ConvergenceWarning] == [__file__]
     store = write_store(tmp_path / "s.zarr", X, np.zeros(30, int), np.ones((2, 4, 1), bool),
                         np.eye(4), target=np.full(30, 50.0))
     with pytest.warns(UserWarning, match="the target is 50 for all 30") as seen:
         FeatureGroupingRegressor(max_epochs=3, n_groupings=2, random_state=0).fit(
             str(store.path), client=client)
-    assert [w.filename for w in seen] == [__file__]
+    assert [w.filename for w in seen if w.category is not ConvergenceWarning] == [__file__]
     np.testing.assert_allclose(reg.predict(X), 50.0, atol=1e-4)
     # r2_score says 1 (or 0) where the targets do not vary; the report says undefined
     report = regression_report(np.full(4, 50.0), [50.0, 50.0, 50.0, 50.0])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import smooth_problem
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
 from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor, load_model, save_model
@@ -140,6 +141,7 @@ def test_a_parameter_with_no_effect_is_warned_of(params, ignored, rng):
     # the defaults, and values that apply, warn of nothing
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit
         for fine in (dict(), dict(regularizer="l2", alpha=0.1, dropout=0.5, n_clusters="auto"),
                      dict(model="mlp", hidden_layer_sizes=[8], dropout=np.float64(0.2))):
             FeatureGroupingClassifier(mask=mask, max_epochs=2, **SMALL, **fine).fit(X, y)
@@ -259,6 +261,7 @@ def test_a_class_of_one_subject_is_named_in_a_warning(rng):
         clf.fit(X, labels, groups=np.arange(24) < 12)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit
         clf.fit(X, labels, groups=np.arange(24) // 3)  # 4 subjects of each class
 
 
@@ -274,10 +277,11 @@ def test_a_class_left_out_of_a_split_by_sample_is_named_in_a_warning(rng):
                                          r"class on both sides: the (training|validation) rows "
                                          r"lack class 'cat' \(1 sample\(s\) of it in 24\)") as caught:
         clf.fit(X, labels)
-    assert [w.filename for w in caught] == [__file__]
+    assert [w.filename for w in caught if w.category is not ConvergenceWarning] == [__file__]
     assert list(clf.classes_) == ["cat", "face", "house"]  # the refit sees every row
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit
         clf.fit(X, np.where(np.arange(24) < 12, "face", "house"))  # stratified: no warning
 
 
@@ -294,3 +298,22 @@ def test_early_stopping_auto_turned_off_by_a_class_of_one_sample_is_said(rng):
     with warnings.catch_warnings():  # too few rows for a split anyway: nothing to say
         warnings.filterwarnings("error", message="early_stopping")
         clf.fit(X[:3], ["a", "b", "c"])
+
+
+@pytest.mark.parametrize("early_stopping", ["auto", False])
+def test_a_fit_ended_by_max_epochs_before_its_criterion_warns_as_scikit_learns(
+        rng, early_stopping):
+    """scikit-learn's ConvergenceWarning, at the caller's line, where the chosen fit ran out of
+    epochs while its criterion (the validation loss, else the training loss) still improved;
+    none where the criterion ended it."""
+    X, y, mask = _problem(rng, n=60)
+    params = dict(mask=mask, early_stopping=early_stopping, **SMALL)
+    loss = "validation loss" if early_stopping == "auto" else "training loss"
+    with pytest.warns(ConvergenceWarning, match=rf"training reached max_epochs=2 while its {loss} "
+                                                r"still improved") as caught:
+        clf = FeatureGroupingClassifier(max_epochs=2, **params).fit(X, y)
+    assert clf.n_iter_ == 2 and {w.filename for w in caught} == {__file__}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        clf = FeatureGroupingClassifier(max_epochs=500, patience=3, **params).fit(X, y)
+    assert clf.n_iter_ < 500

@@ -5,6 +5,7 @@ do not depend on the batch, warnings a search does not trigger, pickling, featur
 
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 
 from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor
 
@@ -52,6 +53,7 @@ def test_a_search_over_the_regularizer_warns_only_of_what_the_user_set(rng, Esti
     fast = dict(FAST, max_epochs=3, random_state=0)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit
         search = GridSearchCV(Estimator(**fast), grid, cv=2, error_score="raise").fit(X, y)
     assert len(search.cv_results_["params"]) == 8
     assert [str(w.message) for w in seen] == []
@@ -149,6 +151,7 @@ def test_pickle_names_weights_and_dtypes_as_scikit_learn_has_them(rng, Estimator
         values = (X * 10).astype(kind) if kind is np.int16 else X.astype(kind)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
+            warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit
             as_is = Estimator(**fast).fit(values, target).predict(values)
         as_float = Estimator(**fast).fit(values.astype(np.float32), target).predict(
             values.astype(np.float32))
