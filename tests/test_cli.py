@@ -327,7 +327,9 @@ def test_train_shows_the_bar_of_the_banks_it_builds(tiny_store, tmp_path, capsys
     assert main(["train", store, "--out", str(tmp_path / "shown"), *auto]) == 0
     err = capsys.readouterr().err
     # a bar starts at 0% once (it may print its 100% twice: its last update, then its close)
-    assert err.count("groupings:   0%|") == 2 and "groupings: 100%|" in err
+    # one bar per new bank, named by its k
+    started = re.findall(r"groupings \(k (\d+)\):   0%\|", err)
+    assert len(started) == 2 and len(set(started)) == 2 and "100%|" in err
     # each candidate's bar named by its values, the refit's by its phase: four bars named
     # "epochs" could not be told apart
     ks = re.findall(r"epochs \(candidate (\d): alpha 0, dropout 0, k (\d+)\): 100%\|", err)
@@ -354,7 +356,8 @@ def test_a_bar_written_to_a_log_file_is_redrawn_now_and_then(tmp_path):
         assert done.returncode == 0, text
         # drawn at 0%, then its last update and its close (training may stop early): no
         # redraw in between
-        assert 2 <= text.count(f"{bar}:") <= 3 and f"{bar}:   0%|" in text, text
+        named = rf"{bar}(?: \(k \d+\))?:"  # a bank's bar names its k
+        assert 2 <= len(re.findall(named, text)) <= 3 and re.search(named + "   0%", text), text
         # each drawing on a line of its own, as tail -f and grep read a log: not carriage
         # returns that glue every update, and any warning, into one line
         assert "\r" not in text, text

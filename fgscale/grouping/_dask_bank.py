@@ -224,7 +224,9 @@ def _build(store: Store, key: str, params: dict, rows, n_groupings: int, found: 
                 run_tasks(c, _grouping_task,
                           [(path, bank.location, key, int(i), s, params["n_clusters"],
                             params["n_bootstrap"]) for i, s in zip(todo, seeds, strict=True)],
-                          progress=progress, desc="groupings", unit="grouping")
+                          # named by k: "auto" builds a bank per k, one bar after another
+                          progress=progress, desc=f"groupings (k {params['n_clusters']})",
+                          unit="grouping")
     return bank, int(todo.size)
 
 
