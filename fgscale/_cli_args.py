@@ -9,6 +9,7 @@ import difflib
 import math
 import os
 import re
+import sys
 import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
@@ -390,10 +391,14 @@ def one_line_warnings(command: str) -> None:
     """fgscale's own warnings said in one line, as its errors are (``fgscale train: warning:
     ...``), not with the source line that raised them; other libraries' keep their format."""
     package = os.path.dirname(os.path.abspath(__file__))
+    # a warning at its caller's line (an estimator's) names the command's start: the console
+    # script, or runpy for python -m fgscale
+    starts = {"<frozen runpy>", os.path.abspath((sys.argv or [""])[0])}
     default = warnings.formatwarning
 
     def formatwarning(message, category, filename, lineno, line=None):
-        if os.path.abspath(filename).startswith(package + os.sep):
+        where = os.path.abspath(filename)
+        if where.startswith(package + os.sep) or filename in starts or where in starts:
             return f"fgscale {command}: warning: {message}\n"
         return default(message, category, filename, lineno, line)
 
