@@ -37,6 +37,7 @@ from fgscale.estimators._selection import (
     check_groups,
     split_rows,
     use_validation,
+    warn_chain,
     warn_ignored,
     warn_not_converged,
 )
@@ -141,8 +142,7 @@ class FeatureGroupingBase(BaseEstimator):
             raise
 
     def _images_in(self, X):
-        """Images to fit on, as rows, and the mask they came through
-        (:func:`~fgscale.estimators._inputs.images_to_rows`)."""
+        """Images to fit on, as rows, and the mask they came through (``images_to_rows``)."""
         return images_to_rows(X, self.mask, bool(self.resample))
 
     def _rows_in(self, X):
@@ -155,8 +155,8 @@ class FeatureGroupingBase(BaseEstimator):
         the mask the rows came through, when they came as images; ``groups``: the rows'
         subjects, which the validation split keeps on one side."""
         self.mask_img_ = mask_img if mask_img is not None else mask_image_of(self.mask)
-        graph = resolve_graph(self.mask if self.mask_img_ is None else self.mask_img_,
-                              X.shape[1])
+        graph = warn_chain(self, resolve_graph(self.mask if self.mask_img_ is None else
+                                               self.mask_img_, X.shape[1]))
         self.n_features_in_ = X.shape[1]
         seed, rows = self._seed(), np.arange(len(y_idx))
         mean = scale = None

@@ -142,7 +142,7 @@ def test_a_constant_target_is_warned_of_and_scored_as_undefined(rng, tmp_path, c
     with pytest.warns(UserWarning, match="the target is 50 for all 30 training samples") as seen:
         reg = FeatureGroupingRegressor(max_epochs=3, random_state=0).fit(X, np.full(30, 50.0))
     # the warning names the line that called fit, here, not a line of fgscale
-    assert [w.filename for w in seen if w.category is not ConvergenceWarning] == [__file__]
+    assert [w.filename for w in seen if "the target is" in str(w.message)] == [__file__]
     store = write_store(tmp_path / "s.zarr", X, np.zeros(30, int), np.ones((2, 4, 1), bool),
                         np.eye(4), target=np.full(30, 50.0))
     with pytest.warns(UserWarning, match="the target is 50 for all 30") as seen:

@@ -317,3 +317,20 @@ def test_a_fit_ended_by_max_epochs_before_its_criterion_warns_as_scikit_learns(
         warnings.simplefilter("error", ConvergenceWarning)
         clf = FeatureGroupingClassifier(max_epochs=500, patience=3, **params).fit(X, y)
     assert clf.n_iter_ < 500
+
+
+def test_feature_grouping_of_arrays_without_a_mask_is_warned_of_at_the_callers_line(rng):
+    """Columns without mask= are clustered as a chain in their order: no layout for voxels, and
+    none for a table's features (iris, clinical scores). Said, unless the chain is given as the
+    layout or no grouping applies."""
+    X, y, mask = _problem(rng, n=60)
+    with pytest.warns(UserWarning, match=rf"feature grouping without mask= clusters the "
+                                         rf"{X.shape[1]} features as a chain") as caught:
+        FeatureGroupingClassifier(max_epochs=2, **SMALL).fit(X, y)
+    assert [w.filename for w in caught if "chain" in str(w.message)] == [__file__]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit
+        for params in (dict(mask=mask), dict(mask=np.ones(X.shape[1], bool)),
+                       dict(regularizer="l2"), dict(regularizer="dropout")):
+            FeatureGroupingClassifier(max_epochs=2, **SMALL, **params).fit(X, y)

@@ -50,7 +50,7 @@ def test_a_search_over_the_regularizer_warns_only_of_what_the_user_set(rng, Esti
     X, y = _problem(rng, n=90)
     grid = {"regularizer": ["none", "l2", "dropout", "feature_grouping"],
             "model": ["logreg", "mlp"]}
-    fast = dict(FAST, max_epochs=3, random_state=0)
+    fast = dict(FAST, max_epochs=3, random_state=0, mask=np.ones(40, bool))  # a chain, said
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit
@@ -123,7 +123,7 @@ def test_pickle_names_weights_and_dtypes_as_scikit_learn_has_them(rng, Estimator
 
     X, y = _problem(rng, n=80, p=12)
     target = y if Estimator is FeatureGroupingClassifier else X[:, 0] * 2.0 + 1.0
-    fast = dict(FAST, max_epochs=5, random_state=0)
+    fast = dict(FAST, max_epochs=5, random_state=0, mask=np.ones(12, bool))  # a chain, said
     named = pd.DataFrame(X, columns=[f"v{i}" for i in range(12)])
     est = Estimator(**fast).fit(named, target)
     loaded = pickle.loads(pickle.dumps(est))
