@@ -149,7 +149,9 @@ def _header(run: Path, config: dict, final: dict | None) -> str:
 # the scores' names on the page; a regression's errors are in the target's units
 _SCORE_NAMES = {"n": "rows", "r2": "R²", "mae": "mean absolute error", "rmse": "root mean "
                 "squared error", "correlation": "Pearson's correlation", "loss": "loss "
-                "(cross-entropy)", "balanced_accuracy": "balanced accuracy"}
+                "(cross-entropy)", "balanced_accuracy": "balanced accuracy",
+                "chance": "chance (the most frequent class alone)",
+                "mae_of_mean": "mean absolute error of predicting the mean"}
 
 
 _NA = "n/a"

@@ -71,6 +71,9 @@ def test_report_of_a_finished_run(tiny_runs, tmp_path, name, nilearn):
     # 40 rows, every fifth a test row
     assert "<tr><td>training rows</td><td>32</td></tr>" in text
     assert "<tr><td>test rows</td><td>8</td></tr>" in text
+    y_test = tiny_runs["store"].y[tiny_runs["store"].split == "test"]  # beside the accuracy
+    chance = np.bincount(y_test).max() / y_test.size
+    assert re.search(rf"<tr><td>chance \(the most frequent class alone\)</td><td>{chance:.4g}", text)
     if name == "mlp":  # two candidates in a table, the one selected marked
         final = json.loads((tiny_runs[name] / "final.json").read_text())
         rows = re.findall(r"<tr><td>(✓?)</td><td>([0-9.]+)</td>", text)
