@@ -44,24 +44,25 @@ from fgscale._params import PARAMS, params_to_json, plain_json, validate_params
 from fgscale.estimators._saved_mask import (
     MASK,
     MASK_PARAM,
+    MODEL_JSON,
     MODEL_NPZ,
     NPZ_MASK_PARAM,
     mask_arrays_of,
     mask_param,
     mask_to_save,
+    not_saved_by_fgscale,
     placed_mask,
     read_mask,
 )
+from fgscale.estimators._saved_mask import MODEL_FORMAT as _FORMAT
+from fgscale.estimators._saved_mask import NPZ_PREFIX as _PREFIX
 from fgscale.training._models import build_model
 
 __all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model", "write_model"]
 
 FORMAT_VERSION = 1
-MODEL_JSON = "model.json"
-_FORMAT = "fgscale-model"
 _SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_")
 _CLASS_KINDS = "Uiubf"  # the dtypes of labels that JSON gives back as they were (and "O")
-_PREFIX = "model."  # state_dict arrays in model.npz, apart from mean_ and scale_
 
 
 def _sha256(path: Path) -> str:
@@ -126,7 +127,8 @@ def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> 
     overwrite : bool, default=False
         Replace a run folder whole: the model is saved into a new folder, which then takes
         the run folder's place, every file of the run removed; a save that fails leaves the
-        run folder as it was.
+        run folder as it was. Without it, a ``model.json``, ``model.npz`` or ``mask.nii.gz``
+        that no fgscale save wrote (a user's mask, another library's model) is refused.
 
     Returns
     -------
@@ -139,6 +141,10 @@ def save_model(estimator, folder, *, mask_img=None, overwrite: bool = False) -> 
                               f"({MODEL_JSON}, {MODEL_NPZ}, {MASK}): choose another path")
     with exclusive_name(folder, waiting=f"{folder}: another save into it is running; waiting "
                                         "for it to end"):
+        theirs = [] if overwrite else not_saved_by_fgscale(folder)
+        if theirs:  # a user's own mask.nii.gz, another library's model.json: never replaced
+            raise FileExistsError(f"{folder}: {', '.join(theirs)} there, not of an fgscale save: "
+                                  "save into another folder, or pass overwrite=True to replace them")
         if not (folder / "config.json").is_file():
             return write_model(estimator, folder, mask_img=mask_img)
         if not overwrite:

@@ -1,12 +1,14 @@
-"""The mask of a saved model (:mod:`fgscale.estimators._persist`): ``mask.nii.gz``, the image
-the features come from, and a ``mask`` parameter given as an array or a sparse adjacency, kept as
-arrays of ``model.npz``."""
+"""The files of a saved model (:mod:`fgscale.estimators._persist`), and its mask: ``mask.nii.gz``,
+the image the features come from, and a ``mask`` parameter given as an array or a sparse
+adjacency, kept as arrays of ``model.npz``."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
+import zipfile
 from pathlib import Path
 
 import nibabel as nib
@@ -17,13 +19,31 @@ from fgscale.images._nifti import space_codes, with_space_codes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MASK", "MASK_PARAM", "MODEL_NPZ", "NPZ_MASK_PARAM", "mask_arrays_of", "mask_param",
-           "mask_to_save", "placed_mask", "read_mask", "saved_mask_param"]
+__all__ = ["MASK", "MASK_PARAM", "MODEL_FORMAT", "MODEL_JSON", "MODEL_NPZ", "NPZ_MASK_PARAM",
+           "NPZ_PREFIX", "mask_arrays_of", "mask_param", "mask_to_save", "not_saved_by_fgscale",
+           "placed_mask", "read_mask", "saved_mask_param"]
 
-MODEL_NPZ, MASK = "model.npz", "mask.nii.gz"
+MODEL_JSON, MODEL_NPZ, MASK = "model.json", "model.npz", "mask.nii.gz"
+MODEL_FORMAT = "fgscale-model"  # model.json's "format"
+NPZ_PREFIX = "model."  # state_dict arrays in model.npz, apart from mean_ and scale_
 MASK_PARAM = {"saved": MASK}  # an image ``mask`` parameter: the saved mask
 NPZ_MASK_PARAM = {"saved": MODEL_NPZ}  # an array, or a sparse adjacency: its arrays
 _COO = ("mask.row", "mask.col", "mask.data")
+
+
+def not_saved_by_fgscale(folder: Path) -> list[str]:
+    """The files of a save in ``folder`` (model.json, model.npz, mask.nii.gz) that no fgscale
+    save wrote: none where model.json is fgscale's or, missing (a first save killed before
+    it), where model.npz holds a model."""
+    names = [n for n in (MODEL_JSON, MODEL_NPZ, MASK) if (folder / n).exists()]
+    try:
+        if MODEL_JSON in names:
+            doc = json.loads((folder / MODEL_JSON).read_text())
+            return [] if doc.get("format") == MODEL_FORMAT else names
+        with np.load(folder / MODEL_NPZ, allow_pickle=False) as npz:
+            return [] if any(k.startswith(NPZ_PREFIX) for k in npz.files) else names
+    except (OSError, ValueError, AttributeError, zipfile.BadZipFile):
+        return names
 
 
 def mask_to_save(estimator, mask_img, in_npz: bool):

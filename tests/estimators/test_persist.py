@@ -352,3 +352,29 @@ def test_a_save_into_a_folder_another_save_is_writing_waits_for_it(saved, proble
     assert "model: another save into it is running; waiting for it to end" in err
     np.testing.assert_array_equal(load_model(out).predict_proba(X), clf.predict_proba(X))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_files_no_fgscale_save_wrote_are_never_replaced_without_overwrite(saved, tmp_path):
+    """A project folder holding the user's own mask.nii.gz, or another library's model.json:
+    a save there is refused, naming them, and leaves them as they were (the save used to
+    replace the mask, or remove it when the model had none); overwrite=True replaces them.
+    A first save killed before its model.json is finished by the next save, not refused."""
+    clf, folder = saved
+    theirs = {"mask.nii.gz": b"the lab's own mask", "model.json": b'{"format": "keras"}'}
+    for name, content in theirs.items():
+        project = tmp_path / name.replace(".", "_")
+        project.mkdir()
+        (project / name).write_bytes(content)
+        with pytest.raises(FileExistsError, match=rf"{project}: {name} there, not of an fgscale "
+                                                  r"save: .* pass overwrite=True"):
+            save_model(clf, project)
+        assert [p.name for p in project.iterdir()] == [name]
+        assert (project / name).read_bytes() == content
+        save_model(clf, project, overwrite=True)
+        np.testing.assert_array_equal(load_model(project).coef_, clf.coef_)
+    killed = tmp_path / "killed"  # model.npz written, then the process killed
+    killed.mkdir()
+    (killed / "model.npz").write_bytes((folder / "model.npz").read_bytes())
+    save_model(clf, killed)
+    np.testing.assert_array_equal(load_model(killed).coef_, clf.coef_)
+    save_model(clf, killed)  # and a folder of an fgscale save is saved over, as before
