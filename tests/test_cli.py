@@ -315,7 +315,8 @@ def test_a_resumed_run_says_its_own_model_and_a_warning_is_one_line(tiny_store, 
     # a warning at the estimator's caller's line (here the command's start) is one line too
     said = [line for line in first.stderr.splitlines() if "max_epochs=2" in line]
     assert len(said) == 1 and said[0].startswith(
-        "fgscale train: warning: FeatureGroupingClassifier: training reached max_epochs=2 "), said
+        "fgscale train: warning: FeatureGroupingClassifier(regularizer='dropout'): training "
+        "reached max_epochs=2 "), said
     again = subprocess.run([*fgscale, "--resume"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "already complete" in again.stdout and "trained mlp/dropout for" in again.stdout

@@ -159,8 +159,9 @@ def warn_not_converged(estimator, stopped: bool, validation: bool) -> None:
         return
     loss = ("validation " + ("loss" if estimator.stop_on == "loss" else "error") if validation
             else "training loss")
-    warnings.warn(f"{type(estimator).__name__}: training reached max_epochs="
-                  f"{estimator.max_epochs} while its {loss} still improved (by more than "
+    # which fit, where a script or the demo trains several
+    warnings.warn(f"{type(estimator).__name__}(regularizer={estimator.regularizer!r}): training "
+                  f"reached max_epochs={estimator.max_epochs} while its {loss} still improved (by more than "
                   f"tol={estimator.tol:g} within patience={estimator.patience} epochs); raise "
                   "max_epochs (--max-epochs) to train until it stops", ConvergenceWarning,
                   stacklevel=_caller_level())
