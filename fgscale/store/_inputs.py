@@ -152,8 +152,11 @@ def changed(g, rows, targets, mask, resample, intersect_mask=None, block_rows=No
     and --block-rows in a store that did not record the one asked for): a refusal after hours
     of conversion should say which change it is about."""
     def word(name, value):  # block_rows None: the default chosen from the rows' size
-        none = "default" if name == "block_rows" else "none"
-        return {None: none, False: "off", True: "on"}.get(value, value)
+        if value is None:
+            return "default" if name == "block_rows" else "none"
+        if isinstance(value, bool):  # not a lookup: --resample 1 (mm) == True would read "on"
+            return "on" if value else "off"
+        return value
 
     params = g.attrs.get("params", {})
     for name, now in (("mask", mask), ("resample", resample), ("intersect_mask", intersect_mask),

@@ -205,6 +205,8 @@ def test_a_store_of_other_inputs_is_refused_saying_what_differs(tmp_path, rng):
         convert(table, out, mask=mask, progress=False)
     with pytest.raises(StoreError, match=r"\(--block-rows default there, 2 now\); remove it"):
         convert(table, out, block_rows=2, progress=False)
+    with pytest.raises(StoreError, match=r"\(--resample none there, 1.0 now\); remove it"):
+        convert(table, out, resample=1, progress=False)  # 1 mm, not read as True
     # a store converted before its params recorded --block-rows: the blocks' size tells
     g = zarr.open_group(out, mode="r+")
     g.attrs["params"] = {k: v for k, v in g.attrs["params"].items() if k != "block_rows"}
