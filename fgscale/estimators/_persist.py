@@ -44,9 +44,11 @@ from fgscale._params import PARAMS, params_to_json, plain_json, validate_params
 from fgscale.estimators._saved_mask import (
     MASK,
     MASK_PARAM,
+    MODEL_FORMAT,
     MODEL_JSON,
     MODEL_NPZ,
     NPZ_MASK_PARAM,
+    NPZ_PREFIX,
     mask_arrays_of,
     mask_param,
     mask_to_save,
@@ -54,8 +56,6 @@ from fgscale.estimators._saved_mask import (
     placed_mask,
     read_mask,
 )
-from fgscale.estimators._saved_mask import MODEL_FORMAT as _FORMAT
-from fgscale.estimators._saved_mask import NPZ_PREFIX as _PREFIX
 from fgscale.training._models import build_model
 
 __all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model", "write_model"]
@@ -166,7 +166,7 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
     check_is_fitted(estimator, "model_")
     _check_params_build_the_model(estimator)
     folder = Path(folder).expanduser()
-    doc = {"format": _FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
+    doc = {"format": MODEL_FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
            "estimator": name}
     if hasattr(estimator, "classes_"):
         classes = np.asarray(estimator.classes_)
@@ -180,7 +180,7 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
     mask_arrays = mask_arrays_of(estimator.mask)
     mask = mask_to_save(estimator, mask_img, bool(mask_arrays))
 
-    arrays = {_PREFIX + k: v.detach().cpu().numpy()
+    arrays = {NPZ_PREFIX + k: v.detach().cpu().numpy()
               for k, v in estimator.model_.state_dict().items()}
     arrays.update(mask_arrays)
     arrays.update({attr: np.asarray(getattr(estimator, attr)) for attr in ("mean_", "scale_")
@@ -251,8 +251,8 @@ def _read_json(path: Path) -> dict:
         doc = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
-        raise ValueError(f"{path}: not an fgscale model (expected \"format\": \"{_FORMAT}\")")
+    if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
+        raise ValueError(f"{path}: not an fgscale model (expected \"format\": \"{MODEL_FORMAT}\")")
     version = doc.get("format_version")
     if version != FORMAT_VERSION:  # a newer fgscale's: no save again here can read it
         newer = isinstance(version, int) and version > FORMAT_VERSION
@@ -325,7 +325,7 @@ def _check_arrays(arrays: dict, expected: dict, path: Path) -> None:
         raise ValueError(f"{path}: expected arrays {sorted(expected)}; missing {missing}, "
                          f"unexpected {extra}")
     for name, shape in expected.items():
-        kind = "b" if name == _PREFIX + "grid" else "f"
+        kind = "b" if name == NPZ_PREFIX + "grid" else "f"
         if tuple(arrays[name].shape) != tuple(shape) or arrays[name].dtype.kind != kind:
             what = {"b": "bool", "f": "float"}[kind]
             raise ValueError(f"{path}: array {name!r} must be {what} of shape {tuple(shape)}, "
@@ -398,18 +398,18 @@ def load_model(folder, *, affine=None):
     est.history_ = doc.get("history_", [])
     est.bank_, est.mask_img_ = None, mask_img
 
-    grid = arrays.get(_PREFIX + "grid") if est.model == "cnn" else None
+    grid = arrays.get(NPZ_PREFIX + "grid") if est.model == "cnn" else None
     if est.model == "cnn" and (grid is None or grid.dtype != bool or grid.sum() != n_features):
-        raise ValueError(f"{folder / MODEL_NPZ}: array {_PREFIX}grid must be the CNN's boolean "
+        raise ValueError(f"{folder / MODEL_NPZ}: array {NPZ_PREFIX}grid must be the CNN's boolean "
                          f"grid with {n_features} cells set")
     model = build_model(est.model, n_features, est._n_outputs(), regularizer=est.regularizer,
                         dropout=est.dropout_, hidden_layer_sizes=est.hidden_layer_sizes,
                         grid=grid)
-    expected = {_PREFIX + k: v.shape for k, v in model.state_dict().items()}
+    expected = {NPZ_PREFIX + k: v.shape for k, v in model.state_dict().items()}
     if est.standardize:
         expected.update(mean_=(n_features,), scale_=(n_features,))
     _check_arrays(arrays, expected, folder / MODEL_NPZ)
-    model.load_state_dict({k: torch.from_numpy(arrays[_PREFIX + k])
+    model.load_state_dict({k: torch.from_numpy(arrays[NPZ_PREFIX + k])
                            for k in model.state_dict()})
     est.model_ = model.eval()
     est.mean_, est.scale_ = arrays.get("mean_"), arrays.get("scale_")
