@@ -112,7 +112,8 @@ def _shown(value) -> str:
 
 def saved_folds(out, header: dict, resume: bool) -> list:
     """The folds saved in ``out`` by the same cross-validation as ``header`` (none without the
-    file); an existing file is refused unless ``resume``, a differing one always."""
+    file); an existing file is refused unless ``resume``, a differing one always. ``header``
+    takes the saved values of the parameters that only show or feed the folds."""
     if not Path(out).exists():
         return []
     saved = read_results(out)  # a file of anything else is said so, whether resumed or not
