@@ -22,26 +22,59 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 class PauseAfterEachTask(WorkerPlugin):
     """A worker that pauses after each task (its result is kept, its writes are done), so that
-    a job of tiny tasks lasts long enough to be disturbed mid-way. Re-applied by the scheduler
-    to a worker that a nanny restarts."""
+    a job of tiny tasks lasts long enough to be disturbed mid-way; and, while the file ``hold``
+    exists, waits after its task, saying so with a file ``hold.<pid>`` (:func:`between_tasks`).
+    Re-applied by the scheduler to a worker that a nanny restarts."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, hold: str | None = None):
         self.seconds = seconds
+        self.hold = hold
 
     def transition(self, key, start, finish, **kwargs):
-        if finish == "memory":
-            time.sleep(self.seconds)
+        if finish != "memory":
+            return
+        time.sleep(self.seconds)
+        if self.hold is None or not os.path.exists(self.hold):
+            return
+        marker = f"{self.hold}.{os.getpid()}"
+        Path(marker).touch()
+        try:
+            deadline = time.monotonic() + 60
+            while os.path.exists(self.hold) and time.monotonic() < deadline:
+                time.sleep(0.002)
+        finally:
+            os.unlink(marker)
+
+
+_N_WORKERS = 2  # of a paused cluster
 
 
 @contextmanager
-def paused_cluster(pause: float):
+def paused_cluster(pause: float, hold: Path | None = None):
     """A client of two worker processes (restarted by their nannies when killed) that pause
-    ``pause`` seconds after each task."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+    ``pause`` seconds after each task, and wait while the file ``hold`` exists."""
+    with LocalCluster(n_workers=_N_WORKERS, threads_per_worker=1, processes=True,
                       dashboard_address=":0", memory_limit="2GiB") as cluster, \
             Client(cluster, set_as_default=False) as client:
-        client.register_plugin(PauseAfterEachTask(pause))
+        client.register_plugin(PauseAfterEachTask(pause, None if hold is None else str(hold)))
         yield client
+
+
+def between_tasks(hold: Path, action, timeout=5.0) -> None:
+    """Run ``action()`` while the workers of a cluster paused with ``hold`` rest between two
+    tasks, each waiting after the task it ran (or idle, after ``timeout`` seconds): a fault
+    struck there finds no write half done (a disk remounted read-only between zarr's write of
+    a chunk and its rename would leave its temporary file behind), and the job's next tasks
+    meet it."""
+    hold.touch()
+    try:
+        deadline = time.monotonic() + timeout
+        while (len(list(hold.parent.glob(f"{hold.name}.*"))) < _N_WORKERS
+               and time.monotonic() < deadline):
+            time.sleep(0.002)
+        action()
+    finally:
+        hold.unlink()
 
 
 TRAIN = dict(n_groupings=4, n_bootstrap=10, n_clusters=0.1, batch_size=8, learning_rate=0.05,

@@ -13,6 +13,7 @@ from faults import (
     TRAIN,
     assert_same_model,
     assert_same_store,
+    between_tasks,
     fit_in_memory,
     flags_set,
     mount_small_disk,
@@ -61,16 +62,22 @@ def fault(request, disk):
 
 
 @pytest.fixture(scope="module")
-def slow_cluster():
-    with paused_cluster(pause=0.05) as client:  # a fault strikes mid-job
+def hold(tmp_path_factory):
+    """The file that holds the workers of ``slow_cluster`` between two tasks."""
+    return tmp_path_factory.mktemp("hold") / "hold"
+
+
+@pytest.fixture(scope="module")
+def slow_cluster(hold):
+    with paused_cluster(pause=0.05, hold=hold) as client:  # a fault strikes mid-job
         yield client
 
 
-def fails_mid_job(job, progress, strike, code, *, at_least: int, total: int, names):
-    """Run ``job()`` with the fault striking once ``progress()`` reaches ``at_least``; check
-    that it fails with that fault's errno and a message naming ``names``; return the
-    progress it had made."""
-    struck = when(lambda: progress() >= at_least, strike)
+def fails_mid_job(job, progress, strike, code, *, at_least: int, total: int, names, hold):
+    """Run ``job()`` on ``slow_cluster`` with the fault striking between two tasks once
+    ``progress()`` reaches ``at_least``; check that it fails with that fault's errno and a
+    message naming ``names``; return the progress it had made."""
+    struck = when(lambda: progress() >= at_least, lambda: between_tasks(hold, strike))
     with pytest.raises(OSError) as info:
         job()
     struck.join()
@@ -81,13 +88,13 @@ def fails_mid_job(job, progress, strike, code, *, at_least: int, total: int, nam
     return made
 
 
-def test_conversion(tiny_cohort, tmp_path, client, slow_cluster, fault):
+def test_conversion(tiny_cohort, tmp_path, client, slow_cluster, hold, fault):
     disk, code, strike, repair = fault
     out = disk.path / "s.zarr"
     kw = dict(block_rows=2, progress=False)
     n_done = fails_mid_job(lambda: convert(tiny_cohort, out, client=slow_cluster, **kw),
                            lambda: flags_set(out), strike, code, at_least=3, total=12,
-                           names=out)
+                           names=out, hold=hold)
     assert not temporary_files(out)
     with pytest.raises(StoreError, match="re-run fgscale convert to finish it"):
         open_store(out)  # what a reader gets: the store is known, and not complete
@@ -98,7 +105,7 @@ def test_conversion(tiny_cohort, tmp_path, client, slow_cluster, fault):
     assert_same_store(out, reference.path)
 
 
-def test_bank(slow_cluster, fault):
+def test_bank(slow_cluster, hold, fault):
     disk, code, strike, repair = fault
     store = synthetic_store(disk.path / "s.zarr", 40, 4, n_subjects=5, seed=0)
     b, r, k = 16, 8, 20
@@ -106,7 +113,7 @@ def test_bank(slow_cluster, fault):
     done = f"banks/{bank_key(k, r, 0, store.train_rows())}/done"
     n_built = fails_mid_job(lambda: build_bank(store.path, **kw),
                             lambda: flags_set(store.path, done), strike, code, at_least=3,
-                            total=b, names=store.path)
+                            total=b, names=store.path, hold=hold)
     assert not temporary_files(store.path)
     expected = make_bank(store.X[:], store.mask, k, n_groupings=b, n_bootstrap=r,
                          rows=store.train_rows(), seed=0)
@@ -121,7 +128,7 @@ def test_bank(slow_cluster, fault):
     np.testing.assert_array_equal(again, expected)
 
 
-def test_standardization(tmp_path, client, slow_cluster, fault):
+def test_standardization(tmp_path, client, slow_cluster, hold, fault):
     disk, code, strike, repair = fault
     kw = dict(n_subjects=5, seed=1, block_rows=4)
     path = synthetic_store(disk.path / "s.zarr", 64, 4, **kw).path
@@ -129,7 +136,7 @@ def test_standardization(tmp_path, client, slow_cluster, fault):
     n_blocks, partial = len(np.unique(rows // 4)), f"{STATS}/{stats_key(rows)}/done"
     fails_mid_job(lambda: compute_stats(path, client=slow_cluster, progress=False),
                   lambda: flags_set(path, partial), strike, code, at_least=3, total=n_blocks,
-                  names=path)
+                  names=path, hold=hold)
     assert not temporary_files(path)
     assert load_stats(path) is None  # the store opens; partial statistics are not served
     repair()
@@ -161,11 +168,11 @@ def test_training_run(tiny_store, slow_cluster, fault, request):
     assert str(run) in str(info.value), str(info.value)
 
 
-def test_cli_reports_a_full_disk_and_resumes(tiny_cohort, slow_cluster, disk, capsys):
+def test_cli_reports_a_full_disk_and_resumes(tiny_cohort, slow_cluster, hold, disk, capsys):
     out = disk.path / "s.zarr"
     argv = ["convert", str(tiny_cohort), "--out", str(out), "--block-rows", "2", "--no-progress",
             "--scheduler", slow_cluster.scheduler.address]
-    struck = when(lambda: flags_set(out) >= 3, disk.fill)
+    struck = when(lambda: flags_set(out) >= 3, lambda: between_tasks(hold, disk.fill))
     try:
         assert main(argv) == 2
     finally:
