@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from fgscale._cli_runs import check_finished_run, check_not_a_store
+from fgscale._cli_runs import check_finished_run
 from fgscale._files import atomic_path, read_json
 from fgscale._params import RUNTIME_PARAMS, params_to_json
 from fgscale.estimators._persist import load_model, write_model
@@ -208,10 +208,6 @@ class RunFolder:
         """``model.json``, ``model.npz`` and the store's mask
         (:func:`fgscale.estimators._persist.write_model`)."""
         write_model(clf, self.path, mask_img=store.mask_img())
-
-    def check_not_a_store(self) -> None:
-        """Refuse a store given where a run folder is expected (arguments swapped)."""
-        check_not_a_store(self.path)
 
     def read_estimator(self):
         check_finished_run(self.path)

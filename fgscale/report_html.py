@@ -26,8 +26,9 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
+from fgscale._cli_runs import check_not_a_store
 from fgscale._files import atomic_path, check_writable, read_json
-from fgscale._run_folder import PREDICTIONS, RunFolder
+from fgscale._run_folder import PREDICTIONS
 from fgscale.maps import read_maps
 
 __all__ = ["write_report"]
@@ -67,7 +68,7 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
         If matplotlib (or nilearn, with ``nilearn=True``) is not installed.
     """
     run = Path(run_dir)
-    RunFolder(run).check_not_a_store()
+    check_not_a_store(run)
     if not (run / "config.json").is_file():
         raise FileNotFoundError(f"{run / 'config.json'}: no such file; {run} is not a run "
                                 "folder (fgscale train --out RUN writes one)")

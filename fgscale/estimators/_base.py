@@ -155,8 +155,8 @@ class FeatureGroupingBase(BaseEstimator):
         the mask the rows came through, when they came as images; ``groups``: the rows'
         subjects, which the validation split keeps on one side."""
         self.mask_img_ = mask_img if mask_img is not None else mask_image_of(self.mask)
-        graph = warn_chain(self, resolve_graph(self.mask if self.mask_img_ is None else
-                                               self.mask_img_, X.shape[1]))
+        graph = resolve_graph(self.mask if self.mask_img_ is None else self.mask_img_, X.shape[1])
+        warn_chain(self, X.shape[1])
         self.n_features_in_ = X.shape[1]
         seed, rows = self._seed(), np.arange(len(y_idx))
         mean = scale = None

@@ -135,20 +135,18 @@ def validation_split(y: np.ndarray, fraction: float, seed: int, groups=None, *,
     return split
 
 
-def warn_chain(estimator, graph):
-    """Warn where feature grouping clusters array columns given without a mask: as a chain in
-    their column order, which is no spatial layout for images' voxels (a mask is needed) nor
-    for features with no order at all; return ``graph``."""
+def warn_chain(estimator, p: int) -> None:
+    """Warn where feature grouping clusters ``p`` array columns given without a mask: as a
+    chain in their column order, which is no spatial layout for images' voxels (a mask is
+    needed) nor for features with no order at all."""
     if estimator.mask is None and estimator.mask_img_ is None and \
             _in_effect(estimator)["n_clusters"] and estimator.model != "cnn":
-        p = len(graph)
         warnings.warn(f"{type(estimator).__name__}: feature grouping without mask= clusters the "
                       f"{p} features as a chain in their column order; give mask= (their grid: "
                       "an image, a path or a boolean array) where they are voxels, "
                       "regularizer='l2' where they have no order, or mask=np.ones("
                       f"{p}, bool) where the chain is their order (a spectrum, a time series)",
                       UserWarning, stacklevel=_caller_level())
-    return graph
 
 
 def warn_not_converged(estimator, stopped: bool, validation: bool) -> None:
