@@ -46,6 +46,19 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def error(self, message):
+        """As argparse's, but a usage of more than a few lines (a subcommand's twenty options)
+        is cut to its arguments and required options, so that the error line is not buried."""
+        usage = self.format_usage()
+        if usage.count("\n") > 3:
+            needed = [a.metavar or (a.dest.upper() if a.option_strings else a.dest)
+                      for a in self._actions if not a.option_strings and a.help != argparse.SUPPRESS]
+            needed += [f"{a.option_strings[0]} {a.metavar or a.dest.upper()}"
+                       for a in self._actions if a.option_strings and a.required]
+            usage = (f"usage: {self.prog} {' '.join(map(str, needed))} [options] "
+                     f"({self.prog} --help lists them)\n")
+        self.exit(2, f"{usage}{self.prog}: error: {message}\n")
+
     def parse_args(self, args=None, namespace=None):
         """As argparse's, but arguments that the subcommand does not know are reported by it
         (``fgscale train: error: ...``, with its usage and its closest options), not by the

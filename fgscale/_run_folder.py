@@ -107,8 +107,12 @@ class RunFolder:
                              "another --out, or move the model away")
         if config.exists():
             if not resume:
-                raise ValueError(f"{self.path}: a run already exists there; pass --resume to "
-                                 "continue it or choose another --out")
+                if (self / "final.json").exists():  # nothing to continue at the same budget
+                    raise ValueError(f"{self.path}: a finished run already exists there; "
+                                     "choose another --out (--resume with a larger "
+                                     "--max-epochs trains it further)")
+                raise ValueError(f"{self.path}: an unfinished run exists there; pass --resume "
+                                 "to continue it or choose another --out")
             saved_run = read_json(config, "run configuration", ("params",))
             if saved_run.get("store_id", identity) != identity:
                 if saved_run.get("store") == str(store.path.resolve()):  # converted again since

@@ -73,6 +73,9 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
         raise FileNotFoundError(f"{run / 'config.json'}: no such file; {run} is not a run "
                                 "folder (fgscale train --out RUN writes one)")
     path = run / "report.html" if out is None else Path(out)
+    if path.suffix.lower() not in (".html", ".htm"):  # r.pdf would hold HTML under its name
+        raise ValueError(f"{path}: the report is one HTML file; expected a name ending in "
+                         f".html, got {repr(path.suffix) if path.suffix else 'none'}")
     check_writable(path, "; choose another --out; no report written")  # before the drawing
     _require("matplotlib", "pip install 'fgscale[plot]'")
     if nilearn is None:

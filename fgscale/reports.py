@@ -84,7 +84,9 @@ def check_store(clf, store: Store) -> None:
                                            (mask.shape, mask.affine))
                              or not np.array_equal(store.mask, np.asarray(mask.dataobj) != 0)):
         raise ValueError(f"{store.path}: its mask or grid differs from the model's mask: its "
-                         "rows are other voxels (convert the images with the model's mask.nii.gz)")
+                         "rows are other voxels; convert the images again with fgscale "
+                         "convert --mask RUN/mask.nii.gz (the model's mask), or predict the "
+                         "NIfTI images themselves (--resample on another grid)")
 
 
 def _store_rows(store: Store, rows) -> np.ndarray:

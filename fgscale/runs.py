@@ -168,7 +168,7 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
     refit's, the test score, the values chosen among candidates, the run folder and its maps."""
     test = summary["test"]
     refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
-    resumed = (f" (resumed; {summary['epoch_seconds']:.1f} s of epochs in all)"
+    resumed = (f" this time, {summary['epoch_seconds']:.1f} s of epochs over all its sessions"
                if summary.get("resumed") else "")
     lines = [f"trained {model_label(params, 'r2' in test)} for {summary['epochs']} epochs"
              f"{refit} in {summary['seconds']:.1f} s{resumed}; test {test_score(test)} on "

@@ -498,7 +498,8 @@ def test_resume_with_other_parameters_or_a_foreign_checkpoint_is_refused(store, 
             r"run: --resume with other parameters than the saved run \(n_clusters: saved 20, "
             r"given 30; see .*config\.json\)")
     refused(["train", store, "--out", run, *FAST], capsys,
-            r"run: a run already exists there; pass --resume")
+            r"run: a finished run already exists there; choose another --out \(--resume "
+            r"with a larger --max-epochs trains it further\)")
     # another store (other rows, here another split) is refused before anything is rewritten;
     # a copy of the run's own store resumes (a moved store keeps its identity)
     config = (run / "config.json").read_text()
@@ -525,6 +526,8 @@ def test_resume_with_other_parameters_or_a_foreign_checkpoint_is_refused(store, 
     assert main(["train", str(store), "--out", str(other), *changed]) == 0
     for name in ("final.json", "model.json", "model.npz"):
         (other / name).unlink()
+    refused(["train", store, "--out", other, *changed], capsys,
+            r"other: an unfinished run exists there; pass --resume to continue it")
     shutil.copy(run / "checkpoint.pt", other / "checkpoint.pt")
     refused(["train", store, "--out", other, *changed, "--resume"], capsys,
             r"other/checkpoint\.pt: saved with other parameters \(n_clusters\); use a new run "

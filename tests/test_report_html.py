@@ -150,6 +150,11 @@ def test_cli_report_and_its_errors(tiny_runs, tmp_path, capsys):
     assert main(["report", str(tiny_runs["logreg"]), "--out", str(tmp_path / "taken" / "r.html"),
                  "--maps-with", "matplotlib"]) == 2
     assert "taken/r.html: its folder " in capsys.readouterr().err
+    # another format's name would hold HTML: refused before any drawing
+    assert main(["report", str(tiny_runs["logreg"]), "--out", str(tmp_path / "r.pdf")]) == 2
+    assert ("r.pdf: the report is one HTML file; expected a name ending in .html, got '.pdf'"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "r.pdf").exists()
     # without matplotlib (None in sys.modules: the import fails as if it were not installed)
     code = ("import sys; sys.modules['matplotlib'] = None; from fgscale.cli import main; "
             f"sys.exit(main(['report', {str(tiny_runs['logreg'])!r}, '--out', "

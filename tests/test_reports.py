@@ -219,6 +219,17 @@ def test_evaluate_refuses_a_store_of_other_voxels_before_a_cluster_starts(traine
     assert re.search(r"fgscale evaluate: error: .*other\.zarr: \d+ features, the model was "
                      r"trained on \d+", err), err
     assert "Dask dashboard" not in err
+    # as many voxels on a shifted grid: other voxels, with the way to the model's own
+    store, _ = trained
+    moved = store.affine.copy()
+    moved[:3, 3] += 4
+    shifted = write_store(tmp_path / "shifted.zarr", store.X[:], store.y, store.mask, moved,
+                          classes=store.classes, split=store.split)
+    assert main(["evaluate", str(run), str(shifted.path), "--n-workers", "1", "--no-progress"]) == 2
+    assert ("shifted.zarr: its mask or grid differs from the model's mask: its rows are other "
+            "voxels; convert the images again with fgscale convert --mask RUN/mask.nii.gz (the "
+            "model's mask), or predict the NIfTI images themselves (--resample on another grid)"
+            ) in capsys.readouterr().err
 
 
 def test_a_store_all_rows(trained, tmp_path, capsys):

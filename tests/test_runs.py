@@ -153,8 +153,9 @@ def test_raising_max_epochs_extends_a_finished_run(tiny_store, client, tmp_path)
     assert (first["resumed"], summary["resumed"]) == (False, True)
     assert summary["epoch_seconds"] > first["epoch_seconds"] > 0
     line = summary_lines(summary, dict(PARAMS))[0]
-    assert f"in {summary['seconds']:.1f} s (resumed; {summary['epoch_seconds']:.1f} s of " in line
-    assert "resumed" not in summary_lines(first, dict(PARAMS))[0]
+    assert (f"in {summary['seconds']:.1f} s this time, {summary['epoch_seconds']:.1f} s of "
+            "epochs over all its sessions;") in line
+    assert "all its sessions" not in summary_lines(first, dict(PARAMS))[0]
     train_run(tiny_store.path, tmp_path / "whole", params=dict(PARAMS, max_epochs=4), client=client)
     assert_same_model(run, tmp_path / "whole", rtol=1e-6, atol=1e-7)
     # a smaller max_epochs is refused, the run left as it is: it was accepted, and config.json

@@ -161,7 +161,9 @@ def warn_not_converged(estimator, stopped: bool, validation: bool) -> None:
     warnings.warn(f"{type(estimator).__name__}(regularizer={estimator.regularizer!r}): training "
                   f"reached max_epochs={estimator.max_epochs} while its {loss} still improved (by more than "
                   f"tol={estimator.tol:g} within patience={estimator.patience} epochs); raise "
-                  "max_epochs (--max-epochs) to train until it stops", ConvergenceWarning,
+                  "max_epochs (--max-epochs) to train until it stops, or tol (--tol) where "
+                  "smaller gains do not matter (a loss falling slowly to 0 on separable data)",
+                  ConvergenceWarning,
                   stacklevel=_caller_level())
 
 

@@ -127,7 +127,8 @@ def _parse_table(path: Path, known: bool, given: dict) -> tuple[list[dict], bool
                                  "(.csv) or tabs (.tsv)" if spaced else ""))
         if known and not columns & {label, target}:
             raise ValueError(f"{path}: cohort table has neither a 'label' nor a 'target' "
-                             f"column; expected {_EXPECTED}, got {reader.fieldnames}")
+                             f"column; expected {_EXPECTED}, got {reader.fieldnames}; read "
+                             "another with --label-column NAME (columns={'label': NAME})")
         rows = []
         for rec in reader:
             line = reader.line_num  # the file's line: csv skips blank lines, not counted here
@@ -178,9 +179,10 @@ def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
                 log.info("%s: reading column %r as %r", path, column, name)
         names[name] = column
     unused = [c for c in fieldnames if c not in ("path", "volume", *names.values())]
-    if unused:
-        log.warning("%s: column(s) %s not used (fgscale reads %s)", path, unused,
-                    ", ".join(_COLUMNS))
+    if unused:  # a label column of another name, unread: a target alone makes it regression
+        hint = "" if names["label"] in fieldnames else "; --label-column NAME reads one as the labels"
+        log.warning("%s: column(s) %s not used (fgscale reads %s)%s", path, unused,
+                    ", ".join(_COLUMNS), hint)
     return names
 
 

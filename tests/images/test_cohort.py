@@ -131,6 +131,19 @@ def test_common_aliases_of_group_and_split_are_read_and_said(tmp_path, caplog):
     assert "reading column 'participant_id' as 'group'" in text
     assert "reading column 'set' as 'split'" in text
     assert text.count("not used") == 1 and "['age']" in text
+    assert "--label-column" not in text  # the table has its labels
+
+
+def test_a_label_column_of_another_name_is_pointed_at(tmp_path, caplog):
+    # a numeric target read without the labels would train a regressor
+    table = tmp_path / "cohort.csv"
+    table.write_text("path,condition,target\na.nii,x,1.5\nb.nii,y,2.5\n")
+    with caplog.at_level("WARNING", logger="fgscale.images._cohort"):
+        entries = read_cohort(table)
+    assert [e["label"] for e in entries] == ["", ""]
+    assert ("column(s) ['condition'] not used (fgscale reads path, label, target, group, split, "
+            "volume); --label-column NAME reads one as the labels") in caplog.text
+    assert [e["label"] for e in read_cohort(table, columns={"label": "condition"})] == ["x", "y"]
 
 
 def test_a_file_listed_twice_is_refused_naming_both_lines(tmp_path):
