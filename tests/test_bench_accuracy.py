@@ -96,6 +96,13 @@ def test_feature_grouping_against_the_best_of_l2_and_dropout(bench):
                     f"+2.00 ± {combined:.2f} (paired: ± {1 / np.sqrt(3):.2f})")
 
 
+def test_frem_with_its_default_screening_runs_only_when_named(bench):
+    assert "nilearn-frem-screening" not in bench.parse_args([]).methods
+    named = ["--methods", "nilearn-frem,nilearn-frem-screening"]
+    assert bench.parse_args(named).methods == ["nilearn-frem", "nilearn-frem-screening"]
+    assert bench.parse_args([*named, "--no-frem", "--datasets", "fashion"]).methods == []
+
+
 def test_first_seed_runs_a_part_of_the_seeds(bench, fake_fashion):
     args = bench.parse_args(["--datasets", "fashion", "--n-train", "10", "--noise", "none",
                              "--first-seed", "2", "--seeds", "2"])
