@@ -610,7 +610,8 @@ def report(records: list[Record], methods: list[str], fresh: bool = False) -> st
 
 def _differences(n_train, noise, stats, recs) -> str:
     parts = []
-    for anchor, label in (("sklearn-lrcv", "LogisticRegressionCV"), ("nilearn-frem", "FREM")):
+    for anchor, label in (("sklearn-lrcv", "LogisticRegressionCV"), ("nilearn-frem", "FREM"),
+                          ("nilearn-frem-screening", "FREM with its screening")):
         if "fgscale-default" in stats and anchor in stats:
             parts.append(f"fgscale default − {label}: "
                          f"{_diff(stats, recs, 'fgscale-default', anchor)}")
