@@ -113,6 +113,12 @@ PARAMS: tuple[Param, ...] = (
     Param("n_groupings", 100, Interval(int, 1, None), "b, groupings in the bank", "int"),
     Param("n_bootstrap", 50, Interval(int, 1, None),
           "r, training rows drawn with replacement for each grouping", "int"),
+    Param("screening_percentile", 20.0, Interval(float, 0, 100, closed="right"),
+          "with feature grouping, each grouping keeps the clusters of this best percentile by "
+          "F-test against the target on the training rows (nilearn FREM's screening), a "
+          "percentile of a human brain's volume, as nilearn's: scaled by the mask's volume "
+          "(rows without a mask image: 1 mm3 a feature), at most 100; 100 keeps all "
+          "clusters", "float"),
     Param("hidden_layer_sizes", (256,), Sizes(), "hidden layers of the MLP, their units; one "
           "int is one layer", "tuple of int, or int"),
     Param("standardize", True, Bool(), "center and scale each feature by the mean and "

@@ -256,10 +256,24 @@ def _train_val(X_tr, y_tr, X_val, y_val):
     return np.concatenate([X_tr, X_val]), np.concatenate([y_tr, y_val])
 
 
+def brain_mask_image(mask: np.ndarray):
+    """``mask`` as a user holds it: the brain cohort's 3D mask as an image on its 4 mm affine
+    (whose voxels' volume scales fgscale's screening percentile, as nilearn's), any other mask
+    (Fashion-MNIST's 2D grid: features of no volume, nothing screened) as the array it is."""
+    import nibabel as nib
+
+    from fgscale.images._synthetic import grid_geometry
+
+    shape, affine, _ = grid_geometry(BRAIN["grid"])
+    if mask.shape != tuple(shape):
+        return mask
+    return nib.Nifti1Image(mask.astype(np.uint8), affine)
+
+
 def _fgscale(mask, seed, **params):
     from fgscale import FeatureGroupingClassifier
 
-    return FeatureGroupingClassifier(mask=mask, random_state=seed, **params)
+    return FeatureGroupingClassifier(mask=brain_mask_image(mask), random_state=seed, **params)
 
 
 def fgscale_default(X_tr, y_tr, X_val, y_val, X_te, mask, seed):

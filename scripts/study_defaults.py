@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_accuracy import (  # noqa: E402
     BRAIN_NOISE,
     _pm,
+    brain_mask_image,
     brain_split,
     fashion_split,
     load_fashion,
@@ -67,7 +68,7 @@ def validation_accuracy(split, params: dict, seed: int) -> float:
     """Fit on the split's training rows, score on its validation rows."""
     from fgscale import FeatureGroupingClassifier
 
-    clf = FeatureGroupingClassifier(mask=split.mask, random_state=seed, **params)
+    clf = FeatureGroupingClassifier(mask=brain_mask_image(split.mask), random_state=seed, **params)
     clf.fit(split.X_tr, split.y_tr)
     return float(np.mean(clf.predict(split.X_val) == split.y_val))
 

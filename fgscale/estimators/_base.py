@@ -55,6 +55,7 @@ from fgscale.training._loop import (
 from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
+from fgscale.training._screening import adjusted_percentile, screen_bank
 from fgscale.training._sgd import lipschitz
 
 log = logging.getLogger(__name__)
@@ -285,6 +286,8 @@ class FeatureGroupingBase(BaseEstimator):
         grid = candidates(self, self.n_features_in_, validation)
         # from all the training rows: every candidate, and the refit, weigh the classes alike
         weights = self._set_class_weights(y_idx[rows])
+        self.screening_percentile_ = 100.0 if self.regularizer != "feature_grouping" else \
+            adjusted_percentile(self.screening_percentile, self.mask_img_, self.n_features_in_)
         fit_rows, val_rows = split_rows(self, y_idx, rows, seed, groups, validation=validation,
                                         n_candidates=len(grid))
         self.batch_size_ = self._batch_size(len(fit_rows))
@@ -350,6 +353,11 @@ class FeatureGroupingBase(BaseEstimator):
         start_epoch = run.resume()
         n_groupings = 0 if bank is None else len(bank)
         bank_t = None if bank is None else torch.as_tensor(bank, device=self.device)
+        keep = None  # on the rows this phase trains on: the refit's are all the training rows
+        if bank is not None and self.screening_percentile_ < 100:
+            keep = screen_bank(source.blocks(rows), bank_t, params["n_clusters"],
+                               self.screening_percentile_, n_outputs=self._n_outputs(),
+                               regression=not self._is_classifier())
 
         def epoch_batches(epoch):
             return source.batches(epoch_plan(rows, batch_size=self.batch_size_, epoch=epoch,
@@ -362,7 +370,7 @@ class FeatureGroupingBase(BaseEstimator):
                 stopper=stopper if stop else None, start_epoch=start_epoch,
                 on_epoch_end=run.epoch_end, progress=bool(self.verbose) and run.label,
                 step_size=self._step_size(alpha, dropout), monitor=self.stop_on,
-                regression=not self._is_classifier(), class_weight=class_weight)
+                regression=not self._is_classifier(), class_weight=class_weight, keep=keep)
             if stop and stopper.best_state is not None:
                 self.model_.load_state_dict(stopper.best_state)
         elif stopper.best_state is not None:
@@ -381,21 +389,6 @@ class FeatureGroupingBase(BaseEstimator):
         X = validate_data(self, self._rows_in(X), dtype=np.float32, reset=False)
         return predict_logits(self._placed_model(), self._standardized_blocks(X),
                               device=self.device)
-
-    def _coef_images(self, weights=None) -> list:
-        """``weights`` (default ``coef_``) as 3D images on ``mask_img_``'s grid, one per row
-        (a regressor's one vector: one image): logistic models fitted on images, a store, or
-        with ``mask=`` an image."""
-        from fgscale.images._nifti import space_codes, unmask
-
-        check_is_fitted(self)
-        if not hasattr(self, "coef_") or getattr(self, "mask_img_", None) is None:  # as fitted
-            raise AttributeError("coef_img_ needs model='logreg' and a fit on images, a store, "
-                                 "or with mask= an image")
-        mask = np.asarray(self.mask_img_.dataobj) != 0
-        codes = space_codes(self.mask_img_)  # the images' space (MNI...), as the mask's
-        weights = self.coef_ if weights is None else weights
-        return [unmask(w, mask, self.mask_img_.affine, codes) for w in np.atleast_2d(weights)]
 
     def _standardized_blocks(self, X: np.ndarray):
         # each block standardized into a copy, then to float64 to predict: 256 MB at most

@@ -10,7 +10,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from fgscale._params import estimator_signature, numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
-from fgscale.estimators._inputs import check_targets_present
+from fgscale.estimators._inputs import check_targets_present, coef_images
 
 __all__ = ["FeatureGroupingClassifier"]
 
@@ -39,6 +39,9 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         names; ``predict`` then checks them.
     n_clusters_ : int or None
         k as resolved from ``n_clusters``; None without feature grouping.
+    screening_percentile_ : float
+        The percentile of each grouping's clusters that training keeps: ``screening_percentile``
+        scaled by the mask's volume, as nilearn's; 100 without feature grouping.
     class_weight_ : ndarray of shape (n_classes,) or None
         Each class's weight in the loss, in ``classes_``'s order: ``class_weight`` rescaled
         to average 1 over the training rows; None with ``class_weight=None``.
@@ -203,7 +206,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         check_is_fitted(self)
         weights = self.model_.first.weight.detach().cpu().numpy() if hasattr(self, "coef_") \
             else None
-        return dict(zip(self.classes_.tolist(), self._coef_images(weights), strict=True))
+        return dict(zip(self.classes_.tolist(), coef_images(self, weights), strict=True))
 
     def _logits(self, X) -> np.ndarray:
         """Logits, shape (n_samples, n_classes)."""

@@ -9,8 +9,8 @@ import warnings
 import numpy as np
 from sklearn.base import is_classifier
 
-__all__ = ["check_not_empty", "check_targets_present", "cnn_grid", "images_to_rows", "is_store",
-           "mask_image_of", "missing", "refuse_multioutput", "refuse_table_of_images",
+__all__ = ["check_not_empty", "check_targets_present", "cnn_grid", "coef_images", "images_to_rows",
+           "is_store", "mask_image_of", "missing", "refuse_multioutput", "refuse_table_of_images",
            "resolve_graph", "rows_of", "warn_unused_mask"]
 
 
@@ -243,3 +243,22 @@ def cnn_grid(estimator):
         raise ValueError("model='cnn' needs a mask on a grid (an image, a path or a boolean "
                          "array), not a sparse adjacency")
     return grid
+
+
+def coef_images(estimator, weights=None) -> list:
+    """``weights`` (default the fitted ``estimator``'s ``coef_``) as 3D images on its
+    ``mask_img_``'s grid, one per row (a regressor's one vector: one image): logistic models
+    fitted on images, a store, or with ``mask=`` an image."""
+    from sklearn.utils.validation import check_is_fitted
+
+    from fgscale.images._nifti import space_codes, unmask
+
+    check_is_fitted(estimator)
+    mask_img = getattr(estimator, "mask_img_", None)
+    if not hasattr(estimator, "coef_") or mask_img is None:  # as fitted
+        raise AttributeError("coef_img_ needs model='logreg' and a fit on images, a store, "
+                             "or with mask= an image")
+    mask = np.asarray(mask_img.dataobj) != 0
+    codes = space_codes(mask_img)  # the images' space (MNI...), as the mask's
+    weights = estimator.coef_ if weights is None else weights
+    return [unmask(w, mask, mask_img.affine, codes) for w in np.atleast_2d(weights)]

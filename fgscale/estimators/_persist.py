@@ -61,7 +61,8 @@ from fgscale.training._models import build_model
 __all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "save_model", "write_model"]
 
 FORMAT_VERSION = 1
-_SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_")
+_SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_",
+            "screening_percentile_")
 _CLASS_KINDS = "Uiubf"  # the dtypes of labels that JSON gives back as they were (and "O")
 
 

@@ -9,7 +9,7 @@ from sklearn.base import RegressorMixin
 
 from fgscale._params import estimator_signature, numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
-from fgscale.estimators._inputs import check_targets_present
+from fgscale.estimators._inputs import check_targets_present, coef_images
 
 __all__ = ["FeatureGroupingRegressor"]
 
@@ -35,6 +35,8 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         As :class:`FeatureGroupingClassifier`'s: a DataFrame's column names.
     n_clusters_ : int or None
         k as resolved from ``n_clusters``; None without feature grouping.
+    screening_percentile_ : float
+        As :class:`FeatureGroupingClassifier`'s, the clusters tested against the target.
     alpha_, dropout_ : float
     cv_results_ : list of dict
         As :class:`FeatureGroupingClassifier`'s; with ``stop_on="accuracy"``, ``val_error`` is 1
@@ -163,7 +165,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
     @property
     def coef_img_(self):
         """``coef_`` as a 3D image on the mask's grid."""
-        return self._coef_images()[0]
+        return coef_images(self)[0]
 
     def predict(self, X) -> np.ndarray:
         """Predicted targets, shape (n_samples,)."""

@@ -43,7 +43,8 @@ def _in_effect(estimator) -> dict:
     grouping = regularizer == "feature_grouping"
     return {"alpha": regularizer in ("l2", "feature_grouping"),  # combined with grouping too
             "dropout": regularizer == "dropout" or (grouping and model != "logreg"),
-            "n_clusters": grouping, "hidden_layer_sizes": model != "logreg"}
+            "n_clusters": grouping, "screening_percentile": grouping,
+            "hidden_layer_sizes": model != "logreg"}
 
 
 def resolved(estimator) -> dict:

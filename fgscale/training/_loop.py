@@ -77,7 +77,8 @@ def batch_loss(out: torch.Tensor, y: torch.Tensor, regression: bool = False,
 
 def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=None,
                 device="cpu", step_size: Callable[..., float] | None = None,
-                regression: bool = False, class_weight: torch.Tensor | None = None) -> float:
+                regression: bool = False, class_weight: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> float:
     """Run one pass of SGD steps; return the mean training loss over the samples seen.
 
     In regression the epoch ends at the average of its iterates (Polyak-Ruppert averaging):
@@ -97,6 +98,9 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
         Squared error on float targets instead of cross-entropy on class indices.
     class_weight : Tensor of shape (n_classes,), optional
         Each class's weight in the loss (:func:`batch_loss`), on ``device``.
+    keep : Tensor of shape (n_groupings, n_clusters), optional
+        Screening (:func:`~fgscale.training._screening.screen_bank`): a reduced batch's
+        clusters are multiplied by its grouping's row, 1 for a kept cluster, 0 otherwise.
     """
     model.train()
     total, count = 0.0, 0
@@ -108,6 +112,8 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
             x = torch.as_tensor(batch.x, device=device)
             y = torch.as_tensor(batch.y, device=device)
             grouping = None if batch.grouping is None else bank[batch.grouping].long()
+            if keep is not None and grouping is not None:
+                x = x * keep[batch.grouping]
             if step_size is not None:
                 lr = step_size(x) if class_weight is None else step_size(x, class_weight[y])
                 for group in optimizer.param_groups:
@@ -312,7 +318,7 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         on_epoch_end: Callable[[dict], None] | None = None, progress: bool | str = False,
         step_size: Callable[..., float] | None = None,
         monitor: str = "loss", regression: bool = False,
-        class_weight: torch.Tensor | None = None) -> list[dict]:
+        class_weight: torch.Tensor | None = None, keep: torch.Tensor | None = None) -> list[dict]:
     """Train for up to ``max_epochs`` epochs; return one metrics dict per epoch (epoch,
     train_loss, val_loss and val_accuracy or val_r2 with validation, seconds).
 
@@ -342,6 +348,8 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         Squared error on float targets (see :func:`batch_loss`).
     class_weight : array-like of shape (n_classes,), optional
         Each class's weight in the training and validation losses and accuracy.
+    keep : Tensor of shape (n_groupings, n_clusters), optional
+        The clusters each grouping keeps (see :func:`train_epoch`).
     """
     if class_weight is not None:
         class_weight = torch.as_tensor(class_weight, dtype=torch.float32, device=device)
@@ -353,7 +361,8 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         metrics = {"epoch": epoch,
                    "train_loss": train_epoch(model, optimizer, epoch_batches(epoch),
                                              bank=bank, device=device, step_size=step_size,
-                                             regression=regression, class_weight=class_weight)}
+                                             regression=regression, class_weight=class_weight,
+                                             keep=keep)}
         monitored = metrics["train_loss"]
         if validation is not None:
             val = evaluate(model, validation(), device=device, regression=regression,

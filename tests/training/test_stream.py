@@ -8,7 +8,7 @@ import pytest
 import torch
 import zarr
 from distributed import Client, LocalCluster
-from helpers import smooth_cohort
+from helpers import mask_img, smooth_cohort
 
 from fgscale import FeatureGroupingClassifier
 from fgscale.grouping._projection import project, project_rows
@@ -70,6 +70,27 @@ def test_streamed_training_equals_in_memory(cohort, client, tmp_path, params):
     on_gpu = params.get("device") == "cuda"
     assert_same_model(streamed, memory, **(dict(rtol=1e-4, atol=1e-5) if on_gpu else {}))
     np.testing.assert_array_equal(streamed.predict(X), memory.predict(X))
+
+
+def test_screened_training_streamed_equals_in_memory(cohort, client, tmp_path):
+    from fgscale.training._screening import BRAIN_VOLUME_MM3
+
+    path, X, y, mask, split = cohort
+    # voxels so large that the mask weighs twice a brain: screening keeps 10% of the clusters
+    side = (2 * BRAIN_VOLUME_MM3 / mask.sum()) ** (1 / 3)
+    affine = np.diag([side, side, side, 1.0])
+    store_path = tmp_path / "s.zarr"
+    write_store(store_path, X, y, mask, affine, split=split, block_rows=16)
+    train = split == "train"
+    memory = FeatureGroupingClassifier(mask=mask_img(mask, affine), **PARAMS).fit(X[train],
+                                                                                 y[train])
+    assert memory.screening_percentile_ == pytest.approx(10)
+    streamed = FeatureGroupingClassifier(**PARAMS).fit(store_path, client=client)
+    assert streamed.screening_percentile_ == memory.screening_percentile_
+    assert_same_model(streamed, memory)
+    unscreened = FeatureGroupingClassifier(mask=mask_img(mask, affine), screening_percentile=100,
+                                           **PARAMS).fit(X[train], y[train])
+    assert not np.allclose(unscreened.coef_, memory.coef_, atol=1e-3)
 
 
 def test_thread_workers_train_as_worker_processes_do(cohort, tmp_path):
