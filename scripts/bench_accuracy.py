@@ -265,7 +265,7 @@ def brain_mask_image(mask: np.ndarray):
     from fgscale.images._synthetic import grid_geometry
 
     shape, affine, _ = grid_geometry(BRAIN["grid"])
-    if mask.shape != tuple(shape):
+    if mask is None or mask.shape != tuple(shape):
         return mask
     return nib.Nifti1Image(mask.astype(np.uint8), affine)
 
