@@ -297,7 +297,7 @@ class FeatureGroupingBase(BaseEstimator):
         with torch.random.fork_rng(devices=[] if gpu is None else [gpu]), \
                 torch_threads(self.batch_size_ * max(widths)):
             refit = val_rows is not None and self.refit
-            results, best = [], None
+            results, best, screens = [], None, {}
             for params in grid:
                 k = params["n_clusters"]
                 source, bank = sources[k]
@@ -307,7 +307,7 @@ class FeatureGroupingBase(BaseEstimator):
                 # a refit no candidate's weights are kept, so a search peaks as one fit does
                 self.model_ = None
                 run = self._phase(source, bank, fit_rows, val_rows, seed, history,
-                                  self.max_epochs, params, weights, phase=phase)
+                                  self.max_epochs, params, weights, phase=phase, screens=screens)
                 stopper = run.stopper
                 epochs = stopper.best_epoch + 1 if stopper.best_epoch >= 0 else len(run.history)
                 score = stopper.best_loss if val_rows is not None else None
@@ -329,14 +329,14 @@ class FeatureGroupingBase(BaseEstimator):
                 source, bank = sources[chosen["n_clusters"]]
                 params = {name: chosen[name] for name in ("alpha", "dropout", "n_clusters")}
                 again = self._phase(source, bank, rows, None, seed, history, self.n_iter_,
-                                    params, weights, stop=False, phase="refit")
+                                    params, weights, stop=False, phase="refit", screens=screens)
                 self.history_ = self.history_ + [dict(h, phase="refit") for h in again.history]
         check_finite(self.model_, self.n_iter_, self.learning_rate)
         self._set_outputs()
         return self
 
     def _phase(self, source, bank, rows, val_rows, seed, history, max_epochs, params,
-               class_weight=None, stop=True, phase=""):
+               class_weight=None, stop=True, phase="", screens=None):
         """Train a fresh model with ``params`` (and ``class_weight``: an array of the classes'
         weights, or None) on ``rows`` for up to ``max_epochs``; return its history hook (its
         stopper holds the best epoch and loss). ``phase`` names it for the hook: each phase
@@ -353,11 +353,14 @@ class FeatureGroupingBase(BaseEstimator):
         start_epoch = run.resume()
         n_groupings = 0 if bank is None else len(bank)
         bank_t = None if bank is None else torch.as_tensor(bank, device=self.device)
-        keep = None  # on the rows this phase trains on: the refit's are all the training rows
-        if bank is not None and self.screening_percentile_ < 100:
-            keep = screen_bank(source.blocks(rows), bank_t, params["n_clusters"],
-                               self.screening_percentile_, n_outputs=self._n_outputs(),
-                               regression=not self._is_classifier())
+        # on the rows this phase trains on (the refit's: all the training rows), once for the
+        # candidates that share them and their bank
+        key, screens = (id(bank), len(rows)), {} if screens is None else screens
+        if bank is not None and self.screening_percentile_ < 100 and key not in screens:
+            screens[key] = screen_bank(source.blocks(rows), bank_t, params["n_clusters"],
+                                       self.screening_percentile_, n_outputs=self._n_outputs(),
+                                       regression=not self._is_classifier())
+        keep = screens.get(key)
 
         def epoch_batches(epoch):
             return source.batches(epoch_plan(rows, batch_size=self.batch_size_, epoch=epoch,

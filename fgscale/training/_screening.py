@@ -64,14 +64,17 @@ def _sums(blocks: Iterable[tuple[np.ndarray, np.ndarray]], bank: torch.Tensor, n
         x = torch.as_tensor(np.asarray(x), device=bank.device)
         y = torch.as_tensor(np.asarray(y), device=bank.device)
         if regression:
-            weights = y.to(torch.float64)[:, None]  # (m, 1): sum of z * y
-            sums["y"] += torch.stack([weights.sum(), (weights ** 2).sum()]).cpu()
+            target = y.to(torch.float64)
+            sums["y"] += torch.stack([target.sum(), (target ** 2).sum()]).cpu()
+            weights = target[:, None]  # (m, 1): the sums of z * y
             sums["n"] += len(y)
         else:
             weights = torch.nn.functional.one_hot(y.long(), n_outputs).to(torch.float64)
             sums["n"] += weights.sum(0).cpu()
+        weights = weights.to(x.dtype)
         for g in range(b):
-            z = project(x, bank[g].long(), n_clusters).to(torch.float64)
+            # a block's sums in float32 (a block is a few hundred rows), the blocks' in float64
+            z = project(x, bank[g], n_clusters)
             sums["zy"][g] += (weights.T @ z).cpu()
             sums["zz"][g] += (z * z).sum(0).cpu()
             sums["z"][g] += z.sum(0).cpu()
