@@ -283,7 +283,8 @@ def fgscale_default(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
     return _fgscale(mask, seed).fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
 
 
-FG_PAPER = dict(regularizer="feature_grouping", n_clusters=0.1, n_groupings=100, n_bootstrap=50)
+FG_PAPER = dict(regularizer="feature_grouping", n_clusters=0.1, n_groupings=100, n_bootstrap=50,
+                screening_percentile=100)  # the paper screens no cluster
 
 
 def fgscale_fg_paper(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
