@@ -30,10 +30,13 @@ SIGMA_NOISE = 1.5
 
 
 def make_data(seed: int, n_samples: int, snr_db: float, smooth_noise: float):
-    """SYNTHETIC regression rows: (X, t, mask)."""
+    """SYNTHETIC regression rows: (X, t, mask), the mask an image on the 4 mm affine (as a
+    user's mask comes: its voxels' volume scales the screening percentile)."""
+    import nibabel as nib
+
     from fgscale.images import brain_mask, grid_geometry
 
-    shape, _, n_voxels = grid_geometry(GRID)
+    shape, affine, n_voxels = grid_geometry(GRID)
     mask = brain_mask(shape, n_voxels)
     rng = np.random.default_rng(seed)
     spikes = np.zeros(shape)
@@ -50,7 +53,7 @@ def make_data(seed: int, n_samples: int, snr_db: float, smooth_noise: float):
         noise = (np.sqrt(smooth_noise) * smooth
                  + np.sqrt(1.0 - smooth_noise) * rng.standard_normal(pattern.size))
         X[i] = t[i] * pattern + scale * noise
-    return X, t, mask
+    return X, t, nib.Nifti1Image(mask.astype(np.uint8), affine)
 
 
 def methods():
@@ -93,7 +96,7 @@ def main(argv=None):
             r2 = float(model.score(X[te], t[te]))
             scores.setdefault(name, []).append((r2, seconds))
             print(f"seed {seed} {name}: R² {r2:.3f} in {seconds:.1f} s", flush=True)
-    print(f"\nSYNTHETIC 4 mm regression cohort (p = {mask.sum():,}), {args.n_train} training / "
+    print(f"\nSYNTHETIC 4 mm regression cohort (p = {X.shape[1]:,}), {args.n_train} training / "
           f"{args.n_test} test rows, {args.snr_db:g} dB, {args.smooth_noise:.0%} smooth noise, "
           f"{seeds} seed(s)\n")
     print("| method | test R² | fit time (s) |\n|---|---|---|")

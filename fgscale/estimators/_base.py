@@ -55,7 +55,7 @@ from fgscale.training._loop import (
 from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
-from fgscale.training._screening import adjusted_percentile, screen_bank
+from fgscale.training._screening import adjusted_percentile, f_scores, keep_best
 from fgscale.training._sgd import lipschitz
 
 log = logging.getLogger(__name__)
@@ -357,10 +357,13 @@ class FeatureGroupingBase(BaseEstimator):
         # candidates that share them and their bank
         key, screens = (id(bank), len(rows)), {} if screens is None else screens
         if bank is not None and self.screening_percentile_ < 100 and key not in screens:
-            screens[key] = screen_bank(source.blocks(rows), bank_t, params["n_clusters"],
-                                       self.screening_percentile_, n_outputs=self._n_outputs(),
-                                       regression=not self._is_classifier())
+            regression = not self._is_classifier()
+            sums = source.screen_sums(rows, bank_t, params["n_clusters"], self._n_outputs(),
+                                      regression)
+            screens[key] = torch.from_numpy(keep_best(f_scores(sums, regression),
+                                                      self.screening_percentile_))
         keep = screens.get(key)
+        keep = None if keep is None else keep.to(self.device)
 
         def epoch_batches(epoch):
             return source.batches(epoch_plan(rows, batch_size=self.batch_size_, epoch=epoch,

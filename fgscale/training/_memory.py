@@ -10,6 +10,7 @@ import numpy as np
 from fgscale.grouping._projection import project, project_rows
 from fgscale.training._loop import Batch
 from fgscale.training._plan import EpochPlan
+from fgscale.training._screening import block_sums, merge_sums
 
 __all__ = ["MemorySource", "standardize_rows"]
 
@@ -88,6 +89,15 @@ class MemorySource:
         for i in range(0, rows.size, self.block_size):
             part = rows[i : i + self.block_size]
             yield self._rows(part), self.y[part]
+
+    def screen_sums(self, rows, bank, n_clusters: int, n_outputs: int,
+                    regression: bool = False) -> dict:
+        """The screening sums of ``rows`` for every grouping of ``bank`` (k ``n_clusters``,
+        computed on its device): :func:`~fgscale.training._screening.merge_sums` of the sums of
+        its evaluation blocks."""
+        return merge_sums(block_sums(x, y, bank, n_clusters, n_outputs, regression)
+                          for x, y in self.blocks(rows))
+
 
 
 def standardize_rows(x: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -22,7 +22,8 @@ import torch
 
 from fgscale.grouping._projection import project
 
-__all__ = ["BRAIN_VOLUME_MM3", "adjusted_percentile", "f_scores", "screen_bank"]
+__all__ = ["BRAIN_VOLUME_MM3", "adjusted_percentile", "block_sums", "f_scores", "keep_best",
+           "merge_sums", "screen_bank"]
 
 # The MNI152 brain's volume, nilearn's reference for screening_percentile
 BRAIN_VOLUME_MM3 = 1882989.0
@@ -50,90 +51,128 @@ def adjusted_percentile(percentile: float, mask_img, n_features: int) -> float:
     return float(min(100.0, percentile * BRAIN_VOLUME_MM3 / volume))
 
 
-def _sums(blocks: Iterable[tuple[np.ndarray, np.ndarray]], bank: torch.Tensor, n_clusters: int,
-          n_outputs: int, regression: bool) -> dict[str, torch.Tensor]:
-    """Sums over the rows of ``blocks`` of every grouping's cluster values, in float64."""
-    b = len(bank)
-    width = 1 if regression else n_outputs
-    sums = {"n": torch.zeros(width, dtype=torch.float64),
-            "zy": torch.zeros(b, width, n_clusters, dtype=torch.float64),
-            "zz": torch.zeros(b, n_clusters, dtype=torch.float64),
-            "z": torch.zeros(b, n_clusters, dtype=torch.float64),
-            "y": torch.zeros(2, dtype=torch.float64)}
-    for x, y in blocks:
-        x = torch.as_tensor(np.asarray(x), device=bank.device)
-        y = torch.as_tensor(np.asarray(y), device=bank.device)
-        if regression:
-            target = y.to(torch.float64)
-            sums["y"] += torch.stack([target.sum(), (target ** 2).sum()]).cpu()
-            weights = target[:, None]  # (m, 1): the sums of z * y
-            sums["n"] += len(y)
-        else:
-            weights = torch.nn.functional.one_hot(y.long(), n_outputs).to(torch.float64)
-            sums["n"] += weights.sum(0).cpu()
-        weights = weights.to(x.dtype)
-        for g in range(b):
-            # a block's sums in float32 (a block is a few hundred rows), the blocks' in float64
-            z = project(x, bank[g], n_clusters)
-            sums["zy"][g] += (weights.T @ z).cpu()
-            sums["zz"][g] += (z * z).sum(0).cpu()
-            sums["z"][g] += z.sum(0).cpu()
-    return sums
+def block_sums(x: np.ndarray, y: np.ndarray, bank, n_clusters: int, n_outputs: int,
+               regression: bool = False) -> dict[str, np.ndarray]:
+    """The sums over one block of rows of every grouping's cluster values, merged over the
+    blocks by :func:`merge_sums`: what the F-tests need.
 
+    Parameters
+    ----------
+    x : ndarray of shape (m, p), float32
+        Rows, standardized as training sees them.
+    y : ndarray of shape (m,)
+        Their class indices, or their targets in regression.
+    bank : ndarray or Tensor of shape (b, p), int
+        The groupings (a slice of a bank, for a task on a share of it); a Tensor's device
+        computes.
+    n_clusters, n_outputs : int
+        k, and the number of classes (1 in regression).
 
-def f_scores(sums: dict[str, torch.Tensor], regression: bool) -> np.ndarray:
-    """F statistic of each grouping's clusters, shape (b, k): scikit-learn's ``f_classif``
-    (one-way ANOVA over the classes) or ``f_regression`` (centered), from :func:`_sums`.
-    Clusters of no variance score 0."""
-    zz, z = sums["zz"], sums["z"]
+    Returns
+    -------
+    dict of ndarray
+        ``n`` (rows per class, or the rows), ``y`` (the targets' sum and sum of squares),
+        ``zy`` (b, n_outputs, k: each class's sum, or the sum of z * y), ``zz`` and ``z``
+        (b, k); a block's sums in float32, the counts and targets' in float64.
+    """
+    bank = torch.as_tensor(bank)
+    x = torch.as_tensor(np.asarray(x), device=bank.device)
+    y = torch.as_tensor(np.asarray(y), device=bank.device)
+    out = {"n": np.zeros(n_outputs), "y": np.zeros(2)}
     if regression:
-        n = sums["n"][0]
-        sy, syy = sums["y"]
-        cov = sums["zy"][:, 0] - z * sy / n
-        var_z = zz - z * z / n
-        var_y = syy - sy * sy / n
-        r2 = cov * cov / (var_z * var_y)
-        f = r2 / (1 - r2) * (n - 2)
+        target = y.to(torch.float64)
+        out["n"][0] = len(y)
+        out["y"][:] = [float(target.sum()), float((target ** 2).sum())]
+        weights = target[:, None].to(x.dtype)  # (m, 1): the sums of z * y
     else:
-        counts = sums["n"]
-        present = counts > 0
-        n, n_classes = counts.sum(), int(present.sum())
-        class_sums = sums["zy"][:, present]  # (b, C, k)
-        between = (class_sums ** 2 / counts[present][:, None]).sum(1) - z * z / n
-        within = zz - (class_sums ** 2 / counts[present][:, None]).sum(1)
-        f = (between / max(n_classes - 1, 1)) / (within / max(n - n_classes, 1))
-    f = f.numpy()
+        weights = torch.nn.functional.one_hot(y.long(), n_outputs).to(x.dtype)
+        out["n"][:] = weights.sum(0).double().cpu().numpy()
+    zy, zz, z_sum = [], [], []
+    for labels in bank:
+        # a block's sums in float32 (a block is a few hundred rows), the blocks' in float64
+        z = project(x, labels, n_clusters)
+        zy.append(weights.T @ z)
+        zz.append((z * z).sum(0))
+        z_sum.append(z.sum(0))
+    out["zy"], out["zz"], out["z"] = (torch.stack(a).cpu().numpy() for a in (zy, zz, z_sum))
+    return out
+
+
+def merge_sums(parts: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The float64 sum of :func:`block_sums` of blocks of rows: ``zy``, ``zz`` and ``z`` of
+    parts on shares of one bank (the same rows) are put side by side, in order of groupings,
+    by the caller (:meth:`~fgscale.training._stream.StoreSource.screen_sums`)."""
+    total = None
+    for part in parts:
+        if total is None:
+            total = {name: np.asarray(a, np.float64).copy() for name, a in part.items()}
+        else:
+            for name, a in part.items():
+                total[name] += a
+    if total is None:
+        raise ValueError("no rows to screen on")
+    return total
+
+
+def f_scores(sums: dict[str, np.ndarray], regression: bool) -> np.ndarray:
+    """F statistic of each grouping's clusters, shape (b, k): scikit-learn's ``f_classif``
+    (one-way ANOVA over the classes) or ``f_regression`` (centered), from
+    :func:`merge_sums`. Clusters of no variance score 0."""
+    zz, z = sums["zz"], sums["z"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if regression:
+            n = sums["n"][0]
+            sy, syy = sums["y"]
+            cov = sums["zy"][:, 0] - z * sy / n
+            r2 = cov * cov / ((zz - z * z / n) * (syy - sy * sy / n))
+            f = r2 / (1 - r2) * (n - 2)
+        else:
+            counts = sums["n"]
+            present = counts > 0
+            n, n_classes = counts.sum(), int(present.sum())
+            explained = (sums["zy"][:, present] ** 2 / counts[present][:, None]).sum(1)
+            between = explained - z * z / n
+            within = zz - explained
+            f = (between / max(n_classes - 1, 1)) / (within / max(n - n_classes, 1))
     return np.where(np.isfinite(f) & (f > 0), f, 0.0)
 
 
-def screen_bank(blocks: Iterable[tuple[np.ndarray, np.ndarray]], bank: torch.Tensor,
-                n_clusters: int, percentile: float, *, n_outputs: int,
-                regression: bool = False) -> torch.Tensor:
-    """Which clusters of each grouping a minibatch keeps: the ``percentile`` percent of best F.
+def keep_best(scores: np.ndarray, percentile: float) -> np.ndarray:
+    """1 for the clusters of each row of ``scores`` (b, k) in the best ``percentile``
+    percent, 0 for the others: ``int(k * percentile / 100)`` a row (at least one), as
+    ``SelectPercentile`` keeps them, ties going to the first clusters; float32."""
+    n_keep = max(1, int(scores.shape[1] * percentile / 100))
+    best = np.argsort(-scores, axis=1, kind="stable")[:, :n_keep]
+    keep = np.zeros(scores.shape, np.float32)
+    np.put_along_axis(keep, best, 1.0, axis=1)
+    return keep
+
+
+def screen_bank(blocks: Iterable[tuple[np.ndarray, np.ndarray]], bank, n_clusters: int,
+                percentile: float, *, n_outputs: int, regression: bool = False) -> np.ndarray:
+    """Which clusters of each grouping a minibatch keeps: the ``percentile`` percent of best F
+    on the rows of ``blocks`` (in memory; a store's sums are computed on its workers,
+    :meth:`~fgscale.training._stream.StoreSource.screen_sums`).
 
     Parameters
     ----------
     blocks : iterable of (ndarray (m, p) float32, ndarray (m,))
         The training rows, standardized as training sees them, and their class indices (or
         targets, in regression).
-    bank : Tensor of shape (b, p), int
+    bank : ndarray or Tensor of shape (b, p), int
     n_clusters : int
         k.
     percentile : float
         In (0, 100), already adjusted (:func:`adjusted_percentile`).
     n_outputs : int
-        The number of classes (unused in regression).
+        The number of classes (1 in regression).
     regression : bool, default=False
 
     Returns
     -------
-    keep : Tensor of shape (b, k), float32, on ``bank``'s device
-        1 for a kept cluster, 0 otherwise; ``int(k * percentile / 100)`` ones a row (at least
-        one), as ``SelectPercentile`` keeps them, ties going to the first clusters.
+    keep : ndarray of shape (b, k), float32
+        :func:`keep_best` of the F statistics.
     """
-    scores = f_scores(_sums(blocks, bank, n_clusters, n_outputs, regression), regression)
-    n_keep = max(1, int(n_clusters * percentile / 100))
-    best = np.argsort(-scores, axis=1, kind="stable")[:, :n_keep]
-    keep = np.zeros(scores.shape, np.float32)
-    np.put_along_axis(keep, best, 1.0, axis=1)
-    return torch.from_numpy(keep).to(bank.device)
+    sums = merge_sums(block_sums(x, y, bank, n_clusters, n_outputs, regression)
+                      for x, y in blocks)
+    return keep_best(f_scores(sums, regression), percentile)

@@ -34,13 +34,19 @@ from fgscale.store._reader import Store, open_store
 from fgscale.store._stats import read_saved, stats_key, stats_location
 from fgscale.training._loop import Batch
 from fgscale.training._plan import EpochPlan
+from fgscale.training._screening import block_sums
 
-__all__ = ["PREFETCH_BYTES", "Prefetcher", "StoreSource", "auto_window"]
+__all__ = ["PREFETCH_BYTES", "SCREEN_REPLY_BYTES", "Prefetcher", "StoreSource", "auto_window",
+           "load_screen_sums"]
 
 log = logging.getLogger(__name__)
 
 PREFETCH_BYTES = 2**30
 """With ``prefetch="auto"``: the bytes of the blocks in flight at most (1 GiB)."""
+
+SCREEN_REPLY_BYTES = 16 << 20
+"""The screening sums a worker task returns, at most about (16 MiB): a task covers a block of
+rows and as many of the bank's groupings as fit (at least one)."""
 
 # Per worker process: the open store and its bank, keyed by (path, key) and the bank's or the
 # statistics' location. The key names the store's state (see StoreSource), so a store rewritten
@@ -122,6 +128,17 @@ def load_rows(path: str, rows: np.ndarray, key: str = "", stats: str | None = No
               ) -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read full rows (evaluation), with their class indices or their target."""
     return load_batch(path, rows, None, 0, key, stats, target, "", stats_at)
+
+
+def load_screen_sums(path: str, rows: np.ndarray, span: tuple[int, int], n_clusters: int,
+                     n_outputs: int, key: str = "", stats: str | None = None,
+                     target: tuple[float, float] | None = None, bank_at: str = "",
+                     stats_at: str = "") -> dict[str, np.ndarray]:
+    """Worker task: :func:`~fgscale.training._screening.block_sums` of rows ``rows`` for the
+    groupings ``span[0]`` to ``span[1] - 1`` of the bank (arguments as :func:`load_batch`)."""
+    x, y = load_rows(path, rows, key, stats, target, stats_at)
+    bank = _bank(path, key, bank_at or path)[span[0] : span[1]]
+    return block_sums(x, y, bank, n_clusters, n_outputs, regression=target is not None)
 
 
 class Prefetcher:
@@ -304,6 +321,39 @@ class StoreSource:
         yield from self.prefetcher.map(load_rows, args,
                                        self._window(self.block_size, self.n_features))
         _trim_heap()
+
+
+    def screen_sums(self, rows, bank, n_clusters: int, n_outputs: int,
+                    regression: bool = False, reply_bytes: int = SCREEN_REPLY_BYTES) -> dict:
+        """The screening sums of ``rows`` for every grouping of the bank (``bank`` gives their
+        number; ``n_clusters`` is the source's k), as
+        :func:`~fgscale.training._screening.merge_sums` gives them in memory, computed on the
+        workers: a task per block of rows and share of the groupings, its sums within
+        ``reply_bytes``."""
+        if n_clusters != self.n_clusters:
+            raise ValueError(f"the source's bank has k = {self.n_clusters}, not {n_clusters}")
+        rows = np.asarray(rows, dtype=np.int64)
+        n_groupings = len(bank)
+        share = max(1, reply_bytes // (4 * (n_outputs + 2) * max(self.n_clusters, 1)))
+        spans = [(g, min(g + share, n_groupings)) for g in range(0, n_groupings, share)]
+        parts = [(rows[i : i + self.block_size], span)
+                 for i in range(0, rows.size, self.block_size) for span in spans]
+        args = ((self.path, part, span, self.n_clusters, n_outputs, self.key, self.stats,
+                 self.target, self.bank_at, self.stats_at) for part, span in parts)
+        total = {"n": np.zeros(n_outputs), "y": np.zeros(2),
+                 "zy": np.zeros((n_groupings, n_outputs, self.n_clusters)),
+                 "zz": np.zeros((n_groupings, self.n_clusters)),
+                 "z": np.zeros((n_groupings, self.n_clusters))}
+        window = self._window(self.block_size, self.n_features)
+        for (_, (first, last)), sums in zip(parts, self.prefetcher.map(load_screen_sums, args,
+                                                                        window), strict=True):
+            for name in ("zy", "zz", "z"):
+                total[name][first:last] += sums[name]
+            if first == 0:  # the block's rows, counted once
+                total["n"] += sums["n"]
+                total["y"] += sums["y"]
+        _trim_heap()
+        return total
 
 
 @functools.cache

@@ -285,6 +285,33 @@ def test_standardized_batches_equal_memory_source(cohort, client, tmp_path, raw)
         np.testing.assert_allclose(s_blocks, unit[rows], atol=1e-4)
 
 
+@pytest.mark.parametrize("reply_bytes", [1, 1 << 20], ids=["a-task-per-grouping", "one-share"])
+def test_screening_sums_on_the_workers_equal_memory_source(cohort, client, tmp_path,
+                                                           reply_bytes):
+    from fgscale.training._screening import f_scores
+
+    path, X, y, mask, split = cohort
+    store_path = tmp_path / "s.zarr"
+    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
+    p = int(mask.sum())
+    bank = np.stack([np.random.default_rng(g).permutation(np.arange(p) % 7) for g in range(3)])
+    key = write_bank(store_path, bank.astype(np.int32))
+    train = np.flatnonzero(split == "train")[::-1]  # any order: sums do not depend on it
+    y_idx = np.unique(y, return_inverse=True)[1]
+    mean, std = compute_stats(store_path, client=client, progress=False)
+    streamed = StoreSource(client, store_path, n_clusters=7, bank_key=key, standardize=True)
+    memory = MemorySource(X, y_idx, bank, mean=mean, scale=1 / std, block_size=16)
+    s = streamed.screen_sums(train, bank, 7, 3, reply_bytes=reply_bytes)
+    m = memory.screen_sums(np.sort(train), torch.from_numpy(bank), 7, 3)
+    assert s.keys() == m.keys()
+    for name in s:
+        np.testing.assert_allclose(s[name], m[name], rtol=1e-5, atol=1e-4, err_msg=name)
+    np.testing.assert_allclose(f_scores(s, False), f_scores(m, False), rtol=1e-4)
+    assert s["n"].sum() == train.size
+    with pytest.raises(ValueError, match="k = 7, not 8"):
+        streamed.screen_sums(train, bank, 8, 3)
+
+
 def test_small_rows_standardized_once_give_the_same_batches(rng):
     # all rows in one block: standardized up front, into a C-ordered copy shared by with_bank;
     # a block of 7 rows: standardized at every batch (from F-ordered rows: any layout)
