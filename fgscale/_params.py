@@ -115,7 +115,8 @@ PARAMS: tuple[Param, ...] = (
           "r, training rows drawn with replacement for each grouping", "int"),
     Param("screening_percentile", 20.0, Interval(float, 0, 100, closed="right"),
           "with feature grouping, each grouping keeps the clusters of this best percentile by "
-          "F-test against the target on the training rows (nilearn FREM's screening), a "
+          "F-test against the target on the training rows (nilearn FREM's screening; with "
+          "model='logreg', each class against the others, for its own weights), a "
           "percentile of a human brain's volume, as nilearn's: scaled by the mask's volume "
           "(rows without a mask image: 1 mm3 a feature), at most 100; 100 keeps all "
           "clusters", "float"),

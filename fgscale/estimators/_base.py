@@ -360,8 +360,9 @@ class FeatureGroupingBase(BaseEstimator):
             regression = not self._is_classifier()
             sums = source.screen_sums(rows, bank_t, params["n_clusters"], self._n_outputs(),
                                       regression)
-            screens[key] = torch.from_numpy(keep_best(f_scores(sums, regression),
-                                                      self.screening_percentile_))
+            # a linear classifier screens for each class apart, as FREM does
+            scores = f_scores(sums, regression, one_vs_rest=self.model == "logreg")
+            screens[key] = torch.from_numpy(keep_best(scores, self.screening_percentile_))
         keep = screens.get(key)
         keep = None if keep is None else keep.to(self.device)
 

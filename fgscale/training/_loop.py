@@ -98,9 +98,10 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
         Squared error on float targets instead of cross-entropy on class indices.
     class_weight : Tensor of shape (n_classes,), optional
         Each class's weight in the loss (:func:`batch_loss`), on ``device``.
-    keep : Tensor of shape (n_groupings, n_clusters), optional
-        Screening (:func:`~fgscale.training._screening.screen_bank`): a reduced batch's
-        clusters are multiplied by its grouping's row, 1 for a kept cluster, 0 otherwise.
+    keep : Tensor of shape (n_groupings, n_clusters) or (n_groupings, h, n_clusters), optional
+        Screening (:mod:`~fgscale.training._screening`): 1 for a kept cluster, 0 otherwise,
+        for all the first layer's h outputs or for each; a reduced batch's forward gets its
+        grouping's row (``model(x, grouping, keep[g])``).
     """
     model.train()
     total, count = 0.0, 0
@@ -112,14 +113,13 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
             x = torch.as_tensor(batch.x, device=device)
             y = torch.as_tensor(batch.y, device=device)
             grouping = None if batch.grouping is None else bank[batch.grouping].long()
-            if keep is not None and grouping is not None:
-                x = x * keep[batch.grouping]
+            mask = None if keep is None or grouping is None else keep[batch.grouping]
             if step_size is not None:
                 lr = step_size(x) if class_weight is None else step_size(x, class_weight[y])
                 for group in optimizer.param_groups:
                     group["lr"] = lr
             optimizer.zero_grad(set_to_none=True)
-            loss = batch_loss(model(x, grouping), y, regression, class_weight=class_weight)
+            loss = batch_loss(model(x, grouping, mask), y, regression, class_weight=class_weight)
             loss.backward()
             # the graph is let go before the step: through it a grouped forward's W0_hat
             # (h x k) would stay alive until the next batch's forward is done

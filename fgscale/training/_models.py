@@ -48,7 +48,8 @@ class GroupedLinear(nn.Module):
         self.defer = False
         self._pending = None
 
-    def forward(self, x: torch.Tensor, grouping: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, grouping: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> torch.Tensor:
         """Apply the layer.
 
         Parameters
@@ -56,6 +57,9 @@ class GroupedLinear(nn.Module):
         x : Tensor of shape (m, p), or (m, k) when ``grouping`` is given
         grouping : LongTensor of shape (p,), optional
             Labels of the grouping that reduced ``x``; k is ``x.shape[1]``.
+        keep : Tensor of shape (k,) or (h, k), optional
+            With ``grouping``: the reduced weights ``W0_hat`` are multiplied by it (screening,
+            :mod:`fgscale.training._screening`: 0 for the clusters an output does not see).
         """
         kind = self.defer is True or (self.defer == "grouped" and grouping is not None)
         deferred = kind and torch.is_grad_enabled() and self.weight.requires_grad
@@ -68,12 +72,13 @@ class GroupedLinear(nn.Module):
             out.register_hook(lambda grad: setattr(self, "_pending", (None, x, grad)))
             return out + self.bias
         if not deferred:
-            return F.linear(x, project(self.weight, grouping, x.shape[1]), self.bias)
+            reduced = project(self.weight, grouping, x.shape[1])
+            return F.linear(x, reduced if keep is None else reduced * keep, self.bias)
         with torch.no_grad():
             reduced = project(self.weight, grouping, x.shape[1])
         reduced.requires_grad_(True)
         reduced.register_post_accumulate_grad_hook(lambda r: self._take_grad(grouping, r))
-        return F.linear(x, reduced, self.bias)
+        return F.linear(x, reduced if keep is None else reduced * keep, self.bias)
 
     def _take_grad(self, grouping, reduced: torch.Tensor) -> None:
         # Taken from .grad once accumulated, not from a hook on the incoming gradient: that
@@ -125,8 +130,8 @@ class LogisticRegression(nn.Module):
         nn.init.zeros_(self.first.weight)
         nn.init.zeros_(self.first.bias)
 
-    def forward(self, x, grouping=None):
-        return self.first(self.input_dropout(x), grouping)
+    def forward(self, x, grouping=None, keep=None):
+        return self.first(self.input_dropout(x), grouping, keep)
 
 
 class MLP(nn.Module):
@@ -147,8 +152,8 @@ class MLP(nn.Module):
             layers += [nn.ReLU(), nn.Dropout(hidden_dropout), nn.Linear(n_in, n_out)]
         self.rest = nn.Sequential(*layers)
 
-    def forward(self, x, grouping=None):
-        return self.rest(self.first(self.input_dropout(x), grouping))
+    def forward(self, x, grouping=None, keep=None):
+        return self.rest(self.first(self.input_dropout(x), grouping, keep))
 
 
 _CONV = {1: (nn.Conv1d, nn.MaxPool1d), 2: (nn.Conv2d, nn.MaxPool2d), 3: (nn.Conv3d, nn.MaxPool3d)}
@@ -196,9 +201,9 @@ class CNN(nn.Module):
             nn.Linear(cells, hidden), nn.ReLU(), nn.Dropout(hidden_dropout),
             nn.Linear(hidden, n_classes))
 
-    def forward(self, x, grouping=None):
-        if grouping is not None:
-            x = back_project(x, grouping)
+    def forward(self, x, grouping=None, keep=None):
+        if grouping is not None:  # keep: (k,), the clusters the input keeps
+            x = back_project(x if keep is None else x * keep, grouping)
         return self.classifier(self.conv_features(x))
 
     def conv_features(self, x):

@@ -1,11 +1,13 @@
 """Univariate screening of each grouping's clusters, as nilearn's FREM screens its clusters.
 
 FREM reduces the voxels with one ReNA clustering, then keeps the clusters whose mean is most
-related to the target (an ANOVA F-test, scikit-learn's ``SelectPercentile``). With a bank,
-the same is done for every grouping: its k cluster values on the training rows are tested
-against the target and the best ``percentile`` percent kept; a minibatch reduced by that
-grouping trains with the other clusters set to zero. The weights stay in voxel space: predict
-uses them on full rows, as it does without screening.
+related to the target (an ANOVA F-test, scikit-learn's ``SelectPercentile``; in
+classification, for each class against the others, each class's model on its own clusters).
+With a bank, the same is done for every grouping: its k cluster values on the training rows
+are tested against the target and the best ``percentile`` percent kept; a minibatch reduced by
+that grouping trains with the other clusters' weights (of a class, or of the whole first
+layer) set to zero. The weights stay in voxel space: predict uses them on full rows, as it does
+without screening.
 
 The statistics are sums over rows, merged exactly block by block: one pass over the training
 rows (in memory, or streamed from a store) serves every grouping. The percentile is relative
@@ -114,10 +116,13 @@ def merge_sums(parts: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return total
 
 
-def f_scores(sums: dict[str, np.ndarray], regression: bool) -> np.ndarray:
-    """F statistic of each grouping's clusters, shape (b, k): scikit-learn's ``f_classif``
-    (one-way ANOVA over the classes) or ``f_regression`` (centered), from
-    :func:`merge_sums`. Clusters of no variance score 0."""
+def f_scores(sums: dict[str, np.ndarray], regression: bool,
+             one_vs_rest: bool = False) -> np.ndarray:
+    """F statistic of each grouping's clusters from :func:`merge_sums`: scikit-learn's
+    ``f_regression`` (centered), shape (b, k); ``f_classif`` (one-way ANOVA over the classes),
+    (b, k); or, with ``one_vs_rest``, ``f_classif`` of each class against the others, as
+    nilearn's FREM screens for each class, (b, n_classes, k). Clusters of no variance, and
+    classes without rows, score 0."""
     zz, z = sums["zz"], sums["z"]
     with np.errstate(divide="ignore", invalid="ignore"):
         if regression:
@@ -126,6 +131,12 @@ def f_scores(sums: dict[str, np.ndarray], regression: bool) -> np.ndarray:
             cov = sums["zy"][:, 0] - z * sy / n
             r2 = cov * cov / ((zz - z * z / n) * (syy - sy * sy / n))
             f = r2 / (1 - r2) * (n - 2)
+        elif one_vs_rest:  # two groups: the class (its sums) and the rest (the others')
+            counts, n = sums["n"][:, None], sums["n"].sum()
+            inside, outside = sums["zy"], z[:, None] - sums["zy"]
+            explained = inside ** 2 / counts + outside ** 2 / (n - counts)
+            between = explained - (z * z / n)[:, None]
+            f = between / ((zz[:, None] - explained) / (n - 2))
         else:
             counts = sums["n"]
             present = counts > 0
@@ -138,18 +149,19 @@ def f_scores(sums: dict[str, np.ndarray], regression: bool) -> np.ndarray:
 
 
 def keep_best(scores: np.ndarray, percentile: float) -> np.ndarray:
-    """1 for the clusters of each row of ``scores`` (b, k) in the best ``percentile``
+    """1 for the clusters of each row of ``scores`` (..., k) in the best ``percentile``
     percent, 0 for the others: ``int(k * percentile / 100)`` a row (at least one), as
     ``SelectPercentile`` keeps them, ties going to the first clusters; float32."""
-    n_keep = max(1, int(scores.shape[1] * percentile / 100))
-    best = np.argsort(-scores, axis=1, kind="stable")[:, :n_keep]
+    n_keep = max(1, int(scores.shape[-1] * percentile / 100))
+    best = np.argsort(-scores, axis=-1, kind="stable")[..., :n_keep]
     keep = np.zeros(scores.shape, np.float32)
-    np.put_along_axis(keep, best, 1.0, axis=1)
+    np.put_along_axis(keep, best, 1.0, axis=-1)
     return keep
 
 
 def screen_bank(blocks: Iterable[tuple[np.ndarray, np.ndarray]], bank, n_clusters: int,
-                percentile: float, *, n_outputs: int, regression: bool = False) -> np.ndarray:
+                percentile: float, *, n_outputs: int, regression: bool = False,
+                one_vs_rest: bool = False) -> np.ndarray:
     """Which clusters of each grouping a minibatch keeps: the ``percentile`` percent of best F
     on the rows of ``blocks`` (in memory; a store's sums are computed on its workers,
     :meth:`~fgscale.training._stream.StoreSource.screen_sums`).
@@ -167,12 +179,14 @@ def screen_bank(blocks: Iterable[tuple[np.ndarray, np.ndarray]], bank, n_cluster
     n_outputs : int
         The number of classes (1 in regression).
     regression : bool, default=False
+    one_vs_rest : bool, default=False
+        Screen for each class apart (:func:`f_scores`).
 
     Returns
     -------
-    keep : ndarray of shape (b, k), float32
+    keep : ndarray of shape (b, k), or (b, n_outputs, k) with ``one_vs_rest``, float32
         :func:`keep_best` of the F statistics.
     """
     sums = merge_sums(block_sums(x, y, bank, n_clusters, n_outputs, regression)
                       for x, y in blocks)
-    return keep_best(f_scores(sums, regression), percentile)
+    return keep_best(f_scores(sums, regression, one_vs_rest), percentile)

@@ -136,14 +136,19 @@ def test_train_epoch_returns_mean_loss():
 
 @pytest.mark.parametrize("model_name", ["logreg", "mlp"])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.05])
-def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay, monkeypatch):
+@pytest.mark.parametrize("screened", [False, True], ids=["all-clusters", "screened"])
+def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay, screened,
+                                                       monkeypatch):
     """train_epoch's deferred first-layer step (no dense (h x p) gradient) gives the weights
     that autograd and plain SGD give (torch.optim.SGD's, test_sgd), bit for bit, over steps
     with changing groupings and step sizes; wider than a block of columns, so that the blocks
-    are exercised."""
+    are exercised. Screened: each grouping keeps some clusters, for each class of the
+    logistic regression, for all hidden units of the MLP."""
     rng = np.random.default_rng(7)
     p, k, n_classes = 5000, 300, 3
     bank = torch.as_tensor(np.stack([random_labels(rng, p, k) for _ in range(3)]))
+    shape = (3, n_classes, k) if model_name == "logreg" else (3, k)
+    keep = torch.as_tensor(rng.random(shape) < 0.3, dtype=torch.float32) if screened else None
     batches = [Batch(rng.standard_normal((6, k)).astype(np.float32),
                      rng.integers(0, n_classes, 6), grouping=i % 3) for i in range(5)]
     steps = iter([0.3, 0.1, 0.2, 0.05, 0.4])
@@ -159,14 +164,14 @@ def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay,
     reference = copy.deepcopy(deferred)
     start = deferred.first.weight.detach().clone()
     train_epoch(deferred, make_optimizer(deferred, 0.1, weight_decay), batches, bank=bank,
-                step_size=step_size)
+                step_size=step_size, keep=keep)
     assert deferred.first.defer is False and deferred.first.weight.grad is None
     # without the override, a layer this small takes autograd's steps: the same weights again
     monkeypatch.undo()
     small = copy.deepcopy(reference)
     steps = iter([0.3, 0.1, 0.2, 0.05, 0.4])
     train_epoch(small, make_optimizer(small, 0.1, weight_decay), batches, bank=bank,
-                step_size=step_size)
+                step_size=step_size, keep=keep)
     for name, value in small.state_dict().items():
         assert torch.equal(deferred.state_dict()[name], value), name
 
@@ -175,13 +180,18 @@ def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay,
         for group in opt.param_groups:
             group["lr"] = lr
         opt.zero_grad()
-        F.cross_entropy(reference(torch.as_tensor(batch.x), bank[batch.grouping].long()),
+        mask = None if keep is None else keep[batch.grouping]
+        F.cross_entropy(reference(torch.as_tensor(batch.x), bank[batch.grouping].long(), mask),
                         torch.as_tensor(batch.y)).backward()
         assert reference.first.weight.grad.shape == (8 if model_name == "mlp" else 3, p)
         opt.step()
     for name, value in reference.state_dict().items():
         assert torch.equal(deferred.state_dict()[name], value), name
     assert not torch.equal(deferred.first.weight.detach(), start)  # the steps did move W0
+    if screened and model_name == "logreg":  # from zero, a class moves on its kept clusters
+        kept = torch.stack([keep[g][:, bank[g]] for g in range(3)]).amax(0) > 0  # (3, p)
+        assert torch.all(deferred.first.weight.detach()[~kept] == 0)
+        assert torch.all(deferred.first.weight.detach()[kept] != 0)
 
 
 @pytest.mark.parametrize("model_name", ["logreg", "mlp"])

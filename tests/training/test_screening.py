@@ -47,6 +47,23 @@ def test_f_scores_merged_over_blocks_are_scikit_learns(rng, regression):
         np.testing.assert_allclose(scores[g], expected, rtol=1e-4)
 
 
+def test_one_vs_rest_f_scores_are_scikit_learns_for_each_class(rng):
+    X = rng.standard_normal((61, 30)).astype(np.float32)
+    y = rng.integers(0, 3, 61)  # of 4 classes: the last has no row
+    X[:, :6] += (y[:, None] == 2) * 1.5
+    bank = random_bank(rng, 2, 30, 8)
+    scores = f_scores(sums_of(blocks_of(X, y, 9), bank, 8, 4, False), False, one_vs_rest=True)
+    assert scores.shape == (2, 4, 8)
+    for g in range(2):
+        Z = project(X.astype(np.float64), bank[g].numpy(), 8)
+        for c in range(3):
+            np.testing.assert_allclose(scores[g, c], f_classif(Z, y == c)[0], rtol=1e-4)
+    assert not scores[:, 3].any()
+    keep = screen_bank(blocks_of(X, y, 9), bank, 8, 50, n_outputs=4, one_vs_rest=True)
+    assert keep.shape == (2, 4, 8) and (keep.sum(-1) == 4).all()
+    np.testing.assert_array_equal(keep[:, :3], np.argsort(np.argsort(-scores[:, :3], -1), -1) < 4)
+
+
 def test_a_class_without_rows_and_a_constant_cluster(rng):
     X = rng.standard_normal((30, 12)).astype(np.float32)
     X[:, 0] = 3.0  # cluster 0 of the bank below is this one voxel
@@ -111,14 +128,16 @@ def test_weights_live_on_the_kept_clusters_only(make):
     est = screened_fit(make(), X, y, mask)
     assert est.screening_percentile_ == pytest.approx(51.5)  # 15.45 of the 30 clusters
     Z = project(((X - est.mean_) * est.scale_).astype(np.float64), est.bank_[0], 30)
-    target = y if make is FeatureGroupingRegressor else np.unique(y, return_inverse=True)[1]
+    # the regressor tests the target; the (logistic) classifier each class against the others
+    targets = [y] if make is FeatureGroupingRegressor else [y == c for c in est.classes_]
     test = f_regression if make is FeatureGroupingRegressor else f_classif
-    support = SelectPercentile(test, percentile=est.screening_percentile_).fit(Z, target).get_support()
-    assert support.sum() == 15
-    # the weights start at zero and only kept clusters' get a gradient (no weight decay)
-    weights = np.atleast_2d(est.coef_)
-    trained = np.array([np.any(weights[:, est.bank_[0] == q] != 0) for q in range(30)])
-    np.testing.assert_array_equal(trained, support)
+    for weights, target in zip(np.atleast_2d(est.coef_), targets, strict=True):
+        select = SelectPercentile(test, percentile=est.screening_percentile_)
+        support = select.fit(Z, target).get_support()
+        assert support.sum() == 15
+        # the weights start at zero and only kept clusters' get a gradient (no weight decay)
+        trained = np.array([np.any(weights[est.bank_[0] == q] != 0) for q in range(30)])
+        np.testing.assert_array_equal(trained, support)
     unscreened = screened_fit(make(screening_percentile=100), X, y, mask)
     assert unscreened.screening_percentile_ == 100
     assert np.all(np.atleast_2d(unscreened.coef_) != 0)
