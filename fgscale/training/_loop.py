@@ -99,7 +99,7 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     class_weight : Tensor of shape (n_classes,), optional
         Each class's weight in the loss (:func:`batch_loss`), on ``device``.
     keep : Tensor of shape (n_groupings, n_clusters) or (n_groupings, h, n_clusters), optional
-        Screening (:mod:`~fgscale.training._screening`): 1 for a kept cluster, 0 otherwise,
+        Screening (:mod:`~fgscale.training._screening`): True for a kept cluster,
         for all the first layer's h outputs or for each; a reduced batch's forward gets its
         grouping's row (``model(x, grouping, keep[g])``).
     """

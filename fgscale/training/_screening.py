@@ -89,14 +89,18 @@ def block_sums(x: np.ndarray, y: np.ndarray, bank, n_clusters: int, n_outputs: i
     else:
         weights = torch.nn.functional.one_hot(y.long(), n_outputs).to(x.dtype)
         out["n"][:] = weights.sum(0).double().cpu().numpy()
-    zy, zz, z_sum = [], [], []
-    for labels in bank:
-        # a block's sums in float32 (a block is a few hundred rows), the blocks' in float64
+    # a block's sums in float32 (a block is a few hundred rows), the blocks' in float64; the
+    # outputs allocated before the loop: small arrays kept between the (m x k) temporaries of
+    # every grouping would pin the heap's freed space (500 MB more at its peak on a 4 mm fit)
+    b = len(bank)
+    zy = x.new_empty((b, weights.shape[1], n_clusters))
+    zz, z_sum = x.new_empty((b, n_clusters)), x.new_empty((b, n_clusters))
+    for g, labels in enumerate(bank):
         z = project(x, labels, n_clusters)
-        zy.append(weights.T @ z)
-        zz.append((z * z).sum(0))
-        z_sum.append(z.sum(0))
-    out["zy"], out["zz"], out["z"] = (torch.stack(a).cpu().numpy() for a in (zy, zz, z_sum))
+        torch.mm(weights.T, z, out=zy[g])
+        torch.sum(z, 0, out=z_sum[g])
+        torch.sum(z.square_(), 0, out=zz[g])
+    out["zy"], out["zz"], out["z"] = zy.cpu().numpy(), zz.cpu().numpy(), z_sum.cpu().numpy()
     return out
 
 
@@ -116,46 +120,56 @@ def merge_sums(parts: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return total
 
 
+def _f_of_grouping(sums: dict[str, np.ndarray], g: int, regression: bool,
+                   one_vs_rest: bool) -> np.ndarray:
+    """:func:`f_scores` of grouping ``g``, in float64."""
+    zz, z, zy = sums["zz"][g], sums["z"][g], sums["zy"][g]
+    if regression:
+        n = sums["n"][0]
+        sy, syy = sums["y"]
+        cov = zy[0] - z * sy / n
+        r2 = cov * cov / ((zz - z * z / n) * (syy - sy * sy / n))
+        return r2 / (1 - r2) * (n - 2)
+    if one_vs_rest:  # two groups: the class (its sums) and the rest (the others')
+        counts, n = sums["n"][:, None], sums["n"].sum()
+        explained = zy ** 2 / counts + (z - zy) ** 2 / (n - counts)
+        return (explained - z * z / n) / ((zz - explained) / (n - 2))
+    counts = sums["n"]
+    present = counts > 0
+    n, n_classes = counts.sum(), int(present.sum())
+    explained = (zy[present] ** 2 / counts[present][:, None]).sum(0)
+    between = (explained - z * z / n) / max(n_classes - 1, 1)
+    return between / ((zz - explained) / max(n - n_classes, 1))
+
+
 def f_scores(sums: dict[str, np.ndarray], regression: bool,
              one_vs_rest: bool = False) -> np.ndarray:
     """F statistic of each grouping's clusters from :func:`merge_sums`: scikit-learn's
     ``f_regression`` (centered), shape (b, k); ``f_classif`` (one-way ANOVA over the classes),
     (b, k); or, with ``one_vs_rest``, ``f_classif`` of each class against the others, as
     nilearn's FREM screens for each class, (b, n_classes, k). Clusters of no variance, and
-    classes without rows, score 0."""
-    zz, z = sums["zz"], sums["z"]
+    classes without rows, score 0. Float32 (computed in float64 one grouping at a time: the
+    temporaries of all of them at once would weigh several times the sums)."""
+    b, n_outputs, k = sums["zy"].shape
+    scores = np.empty((b, n_outputs, k) if one_vs_rest and not regression else (b, k),
+                      np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
-        if regression:
-            n = sums["n"][0]
-            sy, syy = sums["y"]
-            cov = sums["zy"][:, 0] - z * sy / n
-            r2 = cov * cov / ((zz - z * z / n) * (syy - sy * sy / n))
-            f = r2 / (1 - r2) * (n - 2)
-        elif one_vs_rest:  # two groups: the class (its sums) and the rest (the others')
-            counts, n = sums["n"][:, None], sums["n"].sum()
-            inside, outside = sums["zy"], z[:, None] - sums["zy"]
-            explained = inside ** 2 / counts + outside ** 2 / (n - counts)
-            between = explained - (z * z / n)[:, None]
-            f = between / ((zz[:, None] - explained) / (n - 2))
-        else:
-            counts = sums["n"]
-            present = counts > 0
-            n, n_classes = counts.sum(), int(present.sum())
-            explained = (sums["zy"][:, present] ** 2 / counts[present][:, None]).sum(1)
-            between = explained - z * z / n
-            within = zz - explained
-            f = (between / max(n_classes - 1, 1)) / (within / max(n - n_classes, 1))
-    return np.where(np.isfinite(f) & (f > 0), f, 0.0)
+        for g in range(b):
+            f = _f_of_grouping(sums, g, regression, one_vs_rest)
+            scores[g] = np.where(np.isfinite(f) & (f > 0), f, 0.0)
+    return scores
 
 
 def keep_best(scores: np.ndarray, percentile: float) -> np.ndarray:
-    """1 for the clusters of each row of ``scores`` (..., k) in the best ``percentile``
-    percent, 0 for the others: ``int(k * percentile / 100)`` a row (at least one), as
-    ``SelectPercentile`` keeps them, ties going to the first clusters; float32."""
+    """True for the clusters of each row of ``scores`` (..., k) in the best ``percentile``
+    percent: ``int(k * percentile / 100)`` a row (at least one), as ``SelectPercentile``
+    keeps them, ties going to the first clusters (bool: a model multiplies its weights by
+    it, where it keeps a fourth of float32's memory for every candidate's bank)."""
     n_keep = max(1, int(scores.shape[-1] * percentile / 100))
-    best = np.argsort(-scores, axis=-1, kind="stable")[..., :n_keep]
-    keep = np.zeros(scores.shape, np.float32)
-    np.put_along_axis(keep, best, 1.0, axis=-1)
+    keep = np.zeros(scores.shape, bool)
+    for row, out in zip(scores, keep, strict=True):  # one grouping's sort at a time
+        best = np.argsort(-row, axis=-1, kind="stable")[..., :n_keep]
+        np.put_along_axis(out, best, True, axis=-1)
     return keep
 
 
@@ -184,7 +198,7 @@ def screen_bank(blocks: Iterable[tuple[np.ndarray, np.ndarray]], bank, n_cluster
 
     Returns
     -------
-    keep : ndarray of shape (b, k), or (b, n_outputs, k) with ``one_vs_rest``, float32
+    keep : ndarray of shape (b, k), or (b, n_outputs, k) with ``one_vs_rest``, bool
         :func:`keep_best` of the F statistics.
     """
     sums = merge_sums(block_sums(x, y, bank, n_clusters, n_outputs, regression)

@@ -148,7 +148,7 @@ def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay,
     p, k, n_classes = 5000, 300, 3
     bank = torch.as_tensor(np.stack([random_labels(rng, p, k) for _ in range(3)]))
     shape = (3, n_classes, k) if model_name == "logreg" else (3, k)
-    keep = torch.as_tensor(rng.random(shape) < 0.3, dtype=torch.float32) if screened else None
+    keep = torch.as_tensor(rng.random(shape) < 0.3) if screened else None
     batches = [Batch(rng.standard_normal((6, k)).astype(np.float32),
                      rng.integers(0, n_classes, 6), grouping=i % 3) for i in range(5)]
     steps = iter([0.3, 0.1, 0.2, 0.05, 0.4])
