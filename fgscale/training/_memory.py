@@ -99,7 +99,6 @@ class MemorySource:
                           for x, y in self.blocks(rows))
 
 
-
 def standardize_rows(x: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``(x - mean) * scale`` in float32, into a new C-ordered array: the streamed source's
     numbers, for training rows and for the rows an estimator predicts on."""

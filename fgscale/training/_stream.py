@@ -322,7 +322,6 @@ class StoreSource:
                                        self._window(self.block_size, self.n_features))
         _trim_heap()
 
-
     def screen_sums(self, rows, bank, n_clusters: int, n_outputs: int,
                     regression: bool = False, reply_bytes: int = SCREEN_REPLY_BYTES) -> dict:
         """The screening sums of ``rows`` for every grouping of the bank (``bank`` gives their
