@@ -344,6 +344,8 @@ class StoreSource:
                  "zz": np.zeros((n_groupings, self.n_clusters)),
                  "z": np.zeros((n_groupings, self.n_clusters))}
         window = self._window(self.block_size, self.n_features)
+        log.info("screening: sums of %d rows for %d groupings, %d tasks", rows.size,
+                 n_groupings, len(parts))
         for (_, (first, last)), sums in zip(parts, self.prefetcher.map(load_screen_sums, args,
                                                                         window), strict=True):
             for name in ("zy", "zz", "z"):
