@@ -91,7 +91,7 @@ def block_sums(x: np.ndarray, y: np.ndarray, bank, n_clusters: int, n_outputs: i
         out["n"][:] = weights.sum(0).double().cpu().numpy()
     # a block's sums in float32 (a block is a few hundred rows), the blocks' in float64; the
     # outputs allocated before the loop: small arrays kept between the (m x k) temporaries of
-    # every grouping would pin the heap's freed space (500 MB more at its peak on a 4 mm fit)
+    # every grouping would keep the heap from reusing their space, growing it each grouping
     b = len(bank)
     zy = x.new_empty((b, weights.shape[1], n_clusters))
     zz, z_sum = x.new_empty((b, n_clusters)), x.new_empty((b, n_clusters))
@@ -105,9 +105,9 @@ def block_sums(x: np.ndarray, y: np.ndarray, bank, n_clusters: int, n_outputs: i
 
 
 def merge_sums(parts: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The float64 sum of :func:`block_sums` of blocks of rows: ``zy``, ``zz`` and ``z`` of
-    parts on shares of one bank (the same rows) are put side by side, in order of groupings,
-    by the caller (:meth:`~fgscale.training._stream.StoreSource.screen_sums`)."""
+    """The float64 sums of :func:`block_sums` of blocks of rows, for the same groupings (a
+    store's, computed on shares of its bank, are merged by
+    :meth:`~fgscale.training._stream.StoreSource.screen_sums`)."""
     total = None
     for part in parts:
         if total is None:
