@@ -336,7 +336,7 @@ class FeatureGroupingBase(BaseEstimator):
         return self
 
     def _phase(self, source, bank, rows, val_rows, seed, history, max_epochs, params,
-               class_weight=None, stop=True, phase="", screens=None):
+               class_weight=None, stop=True, phase="", *, screens: dict):
         """Train a fresh model with ``params`` (and ``class_weight``: an array of the classes'
         weights, or None) on ``rows`` for up to ``max_epochs``; return its history hook (its
         stopper holds the best epoch and loss). ``phase`` names it for the hook: each phase
@@ -353,18 +353,6 @@ class FeatureGroupingBase(BaseEstimator):
         start_epoch = run.resume()
         n_groupings = 0 if bank is None else len(bank)
         bank_t = None if bank is None else torch.as_tensor(bank, device=self.device)
-        # on the rows this phase trains on (the refit's: all the training rows), once for the
-        # candidates that share them and their bank
-        key, screens = (id(bank), len(rows)), {} if screens is None else screens
-        if bank is not None and self.screening_percentile_ < 100 and key not in screens:
-            regression = not self._is_classifier()
-            sums = source.screen_sums(rows, bank_t, params["n_clusters"], self._n_outputs(),
-                                      regression)
-            # a linear classifier screens for each class apart, as FREM does
-            scores = f_scores(sums, regression, one_vs_rest=self.model == "logreg")
-            screens[key] = torch.from_numpy(keep_best(scores, self.screening_percentile_))
-        keep = screens.get(key)
-        keep = None if keep is None else keep.to(self.device)
 
         def epoch_batches(epoch):
             return source.batches(epoch_plan(rows, batch_size=self.batch_size_, epoch=epoch,
@@ -372,12 +360,24 @@ class FeatureGroupingBase(BaseEstimator):
 
         validation = None if val_rows is None else (lambda: source.blocks(val_rows))
         if not run.stopped_early:  # the epochs left: none once max_epochs are done
+            # the clusters kept, on the rows this phase trains on (the refit's: all the
+            # training rows), once for the candidates that share them and their bank
+            key = (id(bank), len(rows))
+            if bank is not None and self.screening_percentile_ < 100 and key not in screens:
+                regression = not self._is_classifier()
+                sums = source.screen_sums(rows, bank_t, params["n_clusters"],
+                                          self._n_outputs(), regression)
+                # a linear classifier screens for each class apart, as FREM does
+                scores = f_scores(sums, regression, one_vs_rest=self.model == "logreg")
+                screens[key] = torch.from_numpy(keep_best(scores, self.screening_percentile_))
+            keep = screens.get(key)
             fit(self.model_, optimizer, epoch_batches=epoch_batches, max_epochs=max_epochs,
                 bank=bank_t, device=self.device, validation=validation,
                 stopper=stopper if stop else None, start_epoch=start_epoch,
                 on_epoch_end=run.epoch_end, progress=bool(self.verbose) and run.label,
                 step_size=self._step_size(alpha, dropout), monitor=self.stop_on,
-                regression=not self._is_classifier(), class_weight=class_weight, keep=keep)
+                regression=not self._is_classifier(), class_weight=class_weight,
+                keep=None if keep is None else keep.to(self.device))
             if stop and stopper.best_state is not None:
                 self.model_.load_state_dict(stopper.best_state)
         elif stopper.best_state is not None:

@@ -348,7 +348,7 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         Squared error on float targets (see :func:`batch_loss`).
     class_weight : array-like of shape (n_classes,), optional
         Each class's weight in the training and validation losses and accuracy.
-    keep : Tensor of shape (n_groupings, n_clusters), optional
+    keep : Tensor of shape (n_groupings, [h,] n_clusters), optional
         The clusters each grouping keeps (see :func:`train_epoch`).
     """
     if class_weight is not None:
