@@ -24,6 +24,10 @@ brain, brain-white
     cohort). Test: the generator's 25% of subjects (15 subjects, 120 rows); validation: 15
     of the 45 remaining subjects (120 rows), drawn with the seed; training: the other 30
     subjects (240 rows). ``--n-train`` and ``--noise`` do not apply to it.
+brain-small
+    A smaller SYNTHETIC cohort of the same generator at ``brain-white``'s noise (a user
+    trial's kind): 240 volumes, 4 classes, 24 subjects; test 6 subjects (60 rows), validation
+    6 of the other 18, training 12.
 
 Data given to each method (the same rule everywhere): every final model is fitted on
 train+validation. Methods with a hyper-parameter to choose do so on those rows without
@@ -94,8 +98,12 @@ FASHION_FILES = {
 }
 FASHION_TEST_PER_CLASS = 200  # 2,000 test images (10 classes)
 BRAIN = dict(n_samples=480, n_classes=8, grid="4mm", n_subjects=60, test_fraction=0.25)
+# a smaller study's cohort, of the kind a user trial compared against FREM
+BRAIN_SMALL = dict(BRAIN, n_samples=240, n_classes=4, n_subjects=24)
 BRAIN_NOISE = {"brain": dict(snr_db=-20.0, smooth_noise=0.5),
-               "brain-white": dict(snr_db=-27.0, smooth_noise=0.1)}
+               "brain-white": dict(snr_db=-27.0, smooth_noise=0.1),
+               "brain-small": dict(snr_db=-27.0, smooth_noise=0.1)}
+BRAIN_DESIGN = {"brain": BRAIN, "brain-white": BRAIN, "brain-small": BRAIN_SMALL}
 BRAIN_VAL_FRACTION = 1 / 3  # of the training subjects (15 of 45)
 ALPHAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 DROPOUTS = (0.1, 0.3, 0.5, 0.7)
@@ -209,7 +217,7 @@ def fashion_split(data: dict, n_train: int, noise_db: float | None, seed: int,
 
 def brain_subjects(seed: int, cohort: str = "brain"
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Subject, split and label of each row of ``make_classification_volumes(**BRAIN, seed=seed)``.
+    """Subject, split and label of each row of the cohort's ``make_classification_volumes``.
 
     The in-memory generator returns no subjects; its design (the same rows, drawn first from
     the same seed) comes from the module's private ``_volumes``, whose volumes are never
@@ -217,9 +225,9 @@ def brain_subjects(seed: int, cohort: str = "brain"
     """
     from fgscale.images._synthetic import _volumes
 
-    noise = BRAIN_NOISE[cohort]
-    design, _ = _volumes(BRAIN["n_samples"], BRAIN["n_classes"], BRAIN["grid"], noise["snr_db"],
-                         BRAIN["n_subjects"], BRAIN["test_fraction"], seed, noise["smooth_noise"])
+    noise, shape = BRAIN_NOISE[cohort], BRAIN_DESIGN[cohort]
+    design, _ = _volumes(shape["n_samples"], shape["n_classes"], shape["grid"], noise["snr_db"],
+                         shape["n_subjects"], shape["test_fraction"], seed, noise["smooth_noise"])
     return design["groups"], design["split"], design["y"]
 
 
@@ -229,7 +237,7 @@ def brain_split(seed: int, cohort: str = "brain") -> Split:
     from fgscale.images import make_classification_volumes
 
     noise = BRAIN_NOISE[cohort]
-    X, y, mask, _ = make_classification_volumes(**BRAIN, **noise, seed=seed)
+    X, y, mask, _ = make_classification_volumes(**BRAIN_DESIGN[cohort], **noise, seed=seed)
     groups, split, y_design = brain_subjects(seed, cohort)
     if not np.array_equal(y, y_design):
         raise RuntimeError("make_classification_volumes and its design disagree on the labels")
@@ -717,7 +725,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default="fashion,brain,brain-white",
-                   help="comma list: fashion, brain, brain-white")
+                   help="comma list: fashion, " + ", ".join(BRAIN_NOISE))
     p.add_argument("--n-train", help="Fashion-MNIST images per class (default 10,30,100)")
     p.add_argument("--noise", help="Fashion-MNIST SNR in dB, or none (default none,3,0.6)")
     p.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 10)")

@@ -149,3 +149,27 @@ def test_report_of_earlier_parts_from_their_csv(bench, tmp_path):
                                       + "\nfashion,30,0.6 dB,zero,sklearn-lr,0.5,1,1,1,,,0,\n")
     with pytest.raises(SystemExit, match="bad.csv, line 2: invalid literal"):
         bench.main(common + ["--from-csv", str(tmp_path / "bad.csv")])
+
+
+
+def test_brain_small_split(bench):
+    # the smaller cohort: 240 maps of 24 subjects; 6 tested (the generator's), 6 for
+    # validation, 12 to train on; the test rows are the generator's test subjects' rows
+    from fgscale.images import make_classification_volumes
+
+    s = bench.brain_split(0, "brain-small")
+    groups, split, y = bench.brain_subjects(0, "brain-small")
+    X, y_gen, mask, _ = make_classification_volumes(**bench.BRAIN_SMALL,
+                                                    **bench.BRAIN_NOISE["brain-small"], seed=0)
+    assert len(s.y_tr) + len(s.y_val) + len(s.y_te) == 240
+    assert len(np.unique(groups)) == 24 and len(np.unique(groups[split == "test"])) == 6
+    # the validation rows are the whole of 6 subjects not tested, the training rows the rest
+    val = np.array([np.flatnonzero((X == row).all(1))[0] for row in s.X_val])
+    val_subjects = np.unique(groups[val])
+    assert len(val_subjects) == 6 and split[val].tolist() == ["train"] * len(val)
+    np.testing.assert_array_equal(np.sort(val), np.flatnonzero(np.isin(groups, val_subjects)))
+    np.testing.assert_array_equal(s.X_tr, X[(split == "train") & ~np.isin(groups, val_subjects)])
+    np.testing.assert_array_equal(s.X_te, X[split == "test"])
+    np.testing.assert_array_equal(s.y_te, y_gen[split == "test"])
+    assert set(s.y_tr.tolist()) == set(s.y_val.tolist()) == {0, 1, 2, 3}
+    assert s.X_tr.shape[1] == mask.sum() == bench.brain_mask_image(s.mask).get_fdata().sum()
