@@ -1,6 +1,7 @@
 """fgscale cv: grouped K-fold on a store, each fold streamed, against in-memory fits."""
 
 import json
+import math
 import sys
 
 import numpy as np
@@ -351,8 +352,22 @@ def test_a_cross_validation_killed_mid_fold_resumes_that_fold_from_its_checkpoin
                  "1", "--no-progress"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and lines[-1].startswith("3-fold cross-validation")
-    assert _read(out)["folds"] == scores["folds"]
+    # fold 0 (or its first epochs) trained in the killed command's own process: its float
+    # figures agree with this process's to float32 rounding, not bit for bit, as another
+    # process's torch and BLAS may sum in another order; everything else is exact
+    assert _close(_read(out)["folds"], scores["folds"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cv.json"]
+
+
+def _close(a, b, rel: float = 1e-6) -> bool:
+    """``a`` equals ``b``, nested lists and dicts alike, their floats to ``rel`` relative."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=rel, abs_tol=rel)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[key], b[key], rel) for key in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b, strict=True))
+    return a == b
 
 
 def test_cli_out_and_resume_with_the_saved_parameters(full_run, grouped_store, client,
