@@ -250,7 +250,9 @@ def brain_split(seed: int, cohort: str = "brain") -> Split:
     is_tr = ~is_test & ~is_val
     n_tr_subjects = train_subjects.size - n_val
     setting = f"{noise['snr_db']:g} dB, {noise['smooth_noise']:.0%} smooth (generator)"
-    return Split(f"{cohort} (SYNTHETIC)", f"{n_tr_subjects} subj. ({int(is_tr.sum())} rows)",
+    # subjects hold unequal numbers of maps in the smaller cohort: its rows vary with the seed
+    rows = "" if cohort == "brain-small" else f" ({int(is_tr.sum())} rows)"
+    return Split(f"{cohort} (SYNTHETIC)", f"{n_tr_subjects} subj.{rows}",
                  setting, seed, X[is_tr], y[is_tr], X[is_val], y[is_val], X[is_test],
                  y[is_test], mask)
 
@@ -596,8 +598,10 @@ def report(records: list[Record], methods: list[str], fresh: bool = False) -> st
         recs = [r for r in records if r.dataset == dataset]
         settings = list(dict.fromkeys((r.n_train, r.noise) for r in recs))
         synthetic = "SYNTHETIC" in dataset
-        title = (f"### {dataset}: SYNTHETIC 4 mm cohort (make_classification_volumes, 480 "
-                 f"volumes, 8 classes, 60 subjects, p = 33,854); not real data"
+        design = BRAIN_DESIGN.get(dataset.split(" ")[0], BRAIN)
+        title = (f"### {dataset}: SYNTHETIC 4 mm cohort (make_classification_volumes, "
+                 f"{design['n_samples']} volumes, {design['n_classes']} classes, "
+                 f"{design['n_subjects']} subjects, p = 33,854); not real data"
                  if synthetic else f"### {dataset}: Fashion-MNIST (real images, 28×28, 10 classes)")
         out += [title, ""]
         ntr = "training subjects" if synthetic else "n_train / class"
