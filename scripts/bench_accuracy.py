@@ -26,8 +26,8 @@ brain, brain-white
     subjects (240 rows). ``--n-train`` and ``--noise`` do not apply to it.
 brain-small
     A smaller SYNTHETIC cohort of the same generator at ``brain-white``'s noise (a user
-    trial's kind): 240 volumes, 4 classes, 24 subjects; test 6 subjects (60 rows), validation
-    6 of the other 18, training 12.
+    trial's kind): 240 volumes, 4 classes, 24 subjects; test 6 subjects (about 60 rows; a
+    subject holds 10 maps on average), validation 6 of the other 18, training 12.
 
 Data given to each method (the same rule everywhere): every final model is fitted on
 train+validation. Methods with a hyper-parameter to choose do so on those rows without
