@@ -34,11 +34,10 @@ GRIDS = {"4mm": 33_854, "2mm": 270_806}
 
 def screening_pass(X, y, bank, k: int, n_classes: int, block: int):
     """The estimator's pass: blocks of rows, their sums, one-vs-rest F, the kept clusters."""
-    from fgscale.training._screening import block_sums, f_scores, keep_best, merge_sums
+    from fgscale.training._screening import screen_bank
 
-    sums = merge_sums(block_sums(X[i : i + block], y[i : i + block], bank, k, n_classes)
-                      for i in range(0, len(X), block))
-    return keep_best(f_scores(sums, False, one_vs_rest=True), 20.0)
+    blocks = ((X[i : i + block], y[i : i + block]) for i in range(0, len(X), block))
+    return screen_bank(blocks, bank, k, 20.0, n_outputs=n_classes, one_vs_rest=True)
 
 
 def measure(p: int, n: int, n_groupings: int, n_classes: int, passes: int, seed: int = 0):

@@ -55,7 +55,7 @@ from fgscale.training._loop import (
 from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
-from fgscale.training._screening import adjusted_percentile, f_scores, keep_best
+from fgscale.training._screening import adjusted_percentile, kept_clusters
 from fgscale.training._sgd import lipschitz
 
 log = logging.getLogger(__name__)
@@ -367,9 +367,9 @@ class FeatureGroupingBase(BaseEstimator):
                 regression = not self._is_classifier()
                 sums = source.screen_sums(rows, bank_t, params["n_clusters"],
                                           self._n_outputs(), regression)
-                # a linear classifier screens for each class apart, as FREM does
-                scores = f_scores(sums, regression, one_vs_rest=self.model == "logreg")
-                screens[key] = torch.from_numpy(keep_best(scores, self.screening_percentile_))
+                screens[key] = torch.from_numpy(kept_clusters(
+                    sums, self.screening_percentile_, regression=regression,
+                    one_vs_rest=self.model == "logreg"))  # a linear model: each class, as FREM
             keep = screens.get(key)
             fit(self.model_, optimizer, epoch_batches=epoch_batches, max_epochs=max_epochs,
                 bank=bank_t, device=self.device, validation=validation,

@@ -25,7 +25,7 @@ import torch
 from fgscale.grouping._projection import project
 
 __all__ = ["BRAIN_VOLUME_MM3", "adjusted_percentile", "block_sums", "f_scores", "keep_best",
-           "merge_sums", "screen_bank"]
+           "kept_clusters", "merge_sums", "screen_bank"]
 
 # The MNI152 brain's volume, nilearn's reference for screening_percentile
 BRAIN_VOLUME_MM3 = 1882989.0
@@ -173,6 +173,14 @@ def keep_best(scores: np.ndarray, percentile: float) -> np.ndarray:
     return keep
 
 
+def kept_clusters(sums: dict[str, np.ndarray], percentile: float, *, regression: bool,
+                  one_vs_rest: bool) -> np.ndarray:
+    """:func:`keep_best` of the :func:`f_scores` of ``sums`` (:func:`merge_sums`, or a store's
+    :meth:`~fgscale.training._stream.StoreSource.screen_sums`): the clusters each grouping
+    keeps, (b, k), or (b, n_outputs, k) with ``one_vs_rest``."""
+    return keep_best(f_scores(sums, regression, one_vs_rest), percentile)
+
+
 def screen_bank(blocks: Iterable[tuple[np.ndarray, np.ndarray]], bank, n_clusters: int,
                 percentile: float, *, n_outputs: int, regression: bool = False,
                 one_vs_rest: bool = False) -> np.ndarray:
@@ -199,8 +207,8 @@ def screen_bank(blocks: Iterable[tuple[np.ndarray, np.ndarray]], bank, n_cluster
     Returns
     -------
     keep : ndarray of shape (b, k), or (b, n_outputs, k) with ``one_vs_rest``, bool
-        :func:`keep_best` of the F statistics.
+        :func:`kept_clusters`.
     """
     sums = merge_sums(block_sums(x, y, bank, n_clusters, n_outputs, regression)
                       for x, y in blocks)
-    return keep_best(f_scores(sums, regression, one_vs_rest), percentile)
+    return kept_clusters(sums, percentile, regression=regression, one_vs_rest=one_vs_rest)
