@@ -4,11 +4,16 @@ The subpackages follow the data flow::
 
     images      NIfTI files and cohort tables in, voxel maps out
     store       the Zarr store (samples x in-mask voxels) and the conversion into it
-    grouping    ReNA, projections with a grouping, banks of groupings (in memory, on Dask)
+    grouping    ReNA, projections with a grouping, banks of groupings (in memory, on Dask),
+               and what a bank does as a regularizer (Omega, membership variance)
     training    minibatch plans, torch models, the training loop, the streamed source
-    estimators  the scikit-learn estimators
-    runs        run folders: checkpoints, metrics, weight maps; training and scoring on a store
-    analysis    what a bank does as a regularizer: Omega = E[Phi^T Phi], membership variance
+    estimators  the scikit-learn estimators, their parameter table and regularizers
+    runs        run folders: training, scoring, predicting and cross-validating on a store;
+               checkpoints, metrics, weight maps, the HTML report
+    cli         the ``fgscale`` command (the library never imports it)
+
+Beside them, two private packages: ``_dask`` (the client and cluster plumbing) and ``_utils``
+(atomic files, progress bars, the checkers that several layers share).
 
 Public names are imported lazily, so that a Dask worker that only converts NIfTI files or
 builds groupings does not pay for importing torch.
@@ -39,13 +44,13 @@ _EXPORTS = {
     "unmask": "fgscale.images",
     "load_img": "fgscale.images",
     "mask_images": "fgscale.images",
-    "get_client": "fgscale.cluster",
+    "get_client": "fgscale._dask.client",
     "train_run": "fgscale.runs",
     "evaluate_run": "fgscale.runs",
     "load_run": "fgscale.runs",
-    "omega_diagonal": "fgscale.analysis",
-    "omega_matrix": "fgscale.analysis",
-    "membership_variance": "fgscale.analysis",
+    "omega_diagonal": "fgscale.grouping",
+    "omega_matrix": "fgscale.grouping",
+    "membership_variance": "fgscale.grouping",
 }
 __all__ = sorted(_EXPORTS)
 

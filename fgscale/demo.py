@@ -12,10 +12,10 @@ import logging
 import time
 from pathlib import Path
 
-from fgscale._auto import searched_values
-from fgscale._params import PARAMS, params_to_json
-from fgscale.cluster import deferred_cluster
+from fgscale._dask.client import deferred_cluster
+from fgscale.estimators._auto import searched_values
 from fgscale.estimators._factory import make_estimator
+from fgscale.estimators._params import PARAMS, params_to_json
 from fgscale.grouping._dask_bank import build_bank
 from fgscale.images._synthetic import make_cohort
 from fgscale.runs import RunFolder, train_run
@@ -63,7 +63,7 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
     start = time.perf_counter()
     # A cluster starts when a step has work for it (a demo run again starts none): the bank
     # on worker processes, streamed training on thread workers, which hand each block to the
-    # model without a copy (see fgscale.cluster.get_client); the conversion, a small cohort,
+    # model without a copy (see fgscale._dask.client.get_client); the conversion, a small cohort,
     # on threads of this process, as fgscale convert
     with deferred_cluster(n_workers=n_workers):  # prints its dashboard link when it starts
         csv = out / "cohort" / "cohort.csv"

@@ -423,7 +423,7 @@ GRIDS = {"fgscale-l2-auto": ALPHAS, "fgscale-dropout-auto": DROPOUTS}  # the scr
 def _estimator_grid(name: str) -> tuple | None:
     """The candidates of the estimator's own "auto" (a private table: None if it moved)."""
     try:
-        from fgscale._auto import AUTO_GRIDS
+        from fgscale.estimators._auto import AUTO_GRIDS
     except ImportError:
         return None
     return AUTO_GRIDS.get({"fgscale-l2-auto": "alpha", "fgscale-dropout-auto": "dropout"}.get(name))

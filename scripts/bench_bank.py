@@ -31,7 +31,7 @@ import nibabel as nib
 import numpy as np
 from benchlib import import_on_workers, markdown_row, markdown_table, parse_args, synthetic_store
 
-from fgscale.cluster import get_client
+from fgscale._dask.client import get_client
 from fgscale.grouping._bank import bootstrap_rows, grouping_seed
 from fgscale.grouping._dask_bank import build_bank
 

@@ -113,7 +113,7 @@ def main() -> None:
 
 
 def run(args, scratch: Path) -> None:
-    from fgscale.cluster import get_client
+    from fgscale._dask.client import get_client
     from fgscale.images._synthetic import brain_mask, grid_geometry, make_cohort
 
     folder = Path(args.cohort) if args.cohort else scratch / "cohort"

@@ -175,7 +175,7 @@ def main() -> None:
                         help="folder for the store (default: a temporary one, removed)")
     args = parse_args(parser, quick=dict(epochs=5, rows=200, p=2_000))
 
-    from fgscale.cluster import get_client
+    from fgscale._dask.client import get_client
 
     kinds = ["threads", "processes"] if args.workers == "both" else [args.workers]
     with scratch_dir(args.dir, prefix="fgscale-soak-") as folder:

@@ -59,7 +59,7 @@ def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
     """Two streamed FG epochs over the first ``n_rows`` rows (run in a fresh process): the
     first includes the ramp-up (cluster warm-up, the first block with nothing to overlap), the
     second is the steady state of a training run."""
-    from fgscale.cluster import get_client
+    from fgscale._dask.client import get_client
     from fgscale.grouping._dask_bank import load_bank
     from fgscale.training._models import build_model
     from fgscale.training._stream import StoreSource
@@ -221,7 +221,7 @@ def main() -> None:
     size_gb = store.n_samples * store.n_features * 4 / 1e9
     print(f"SYNTHETIC store {store_path}: {store.n_samples} x {store.n_features} float32 "
           f"({size_gb:.1f} GB), ready in {time.perf_counter() - t:.0f} s", flush=True)
-    from fgscale.cluster import get_client
+    from fgscale._dask.client import get_client
     from fgscale.grouping._dask_bank import build_bank
     with get_client(n_workers=min(args.n_workers)) as client:
         build_bank(store_path, n_groupings=args.n_groupings, **BANK, client=client,

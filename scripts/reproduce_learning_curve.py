@@ -15,7 +15,7 @@ Training rows: for seed s, each class's training rows (45 subjects, 360 rows) ar
 interleaved class by class; a size n takes the first n rows of that order, so the draws are
 stratified and nested across sizes (the 40 rows of n = 40 are among the 80 of n = 80). The
 fit on those rows is ``FeatureGroupingClassifier._fit_store(store, client, rows=rows)``, the
-call ``fgscale.crossval.cross_validate`` makes for a fold: fgscale has no public row selection
+call ``fgscale.runs._crossval.cross_validate`` makes for a fold: fgscale has no public row selection
 on a store (``fit(store)`` takes its train split). L2 and dropout choose alpha and the dropout
 rate with the estimator's own "auto" (a grid scored on a validation split of the given rows,
 by subject, then a refit on all of them); the test rows are only read to score. Feature
@@ -119,7 +119,7 @@ def nested_rows(y: np.ndarray, train_rows: np.ndarray, seed: int) -> np.ndarray:
 def fit_cell(store, client, rows, model: str, regularizer: str, seed: int, args) -> Cell:
     """Fit one estimator on ``rows`` of the store, streamed, and score it on the test rows."""
     from fgscale import FeatureGroupingClassifier
-    from fgscale.reports import score_store
+    from fgscale.runs._reports import score_store
 
     # feature grouping at the paper's k = 10% of p, as every published cell was measured (the
     # estimator's default is now n_clusters="auto")
@@ -129,7 +129,7 @@ def fit_cell(store, client, rows, model: str, regularizer: str, seed: int, args)
                                     n_groupings=args.n_groupings, max_epochs=args.max_epochs,
                                     **params)
     start = time.perf_counter()
-    clf._fit_store(store.path, client, rows=rows)  # as fgscale.crossval does for a fold
+    clf._fit_store(store.path, client, rows=rows)  # as fgscale.runs._crossval does for a fold
     fit_s = time.perf_counter() - start
     start = time.perf_counter()
     test, _ = score_store(clf, store, client, store.test_rows())
@@ -234,14 +234,14 @@ def report(cells: list[Cell], args, store, command: str, setup_s: float, total_s
                                f"{got[0].candidates} | "
                                f"{np.mean([c.epochs for c in got]):.0f} | "
                                f"{', '.join(c.chosen for c in got if c.chosen) or '-'} |")
-    from fgscale._auto import AUTO_GRIDS as grids
+    from fgscale.estimators._auto import AUTO_GRIDS as grids
 
     capped = sum(c.epochs >= 2 * args.max_epochs for c in cells)
     out += ["", f"Chance: {100 / len(store.classes):.1f}% ({len(store.classes)} balanced classes). "
                 f"In {capped} of {len(cells)} fits the kept candidate ran all {args.max_epochs} "
                 "epochs (then as many in the refit): the epoch budget, not early stopping, ended "
                 "its training. The candidates of 'auto' are the estimator's "
-                f"(`fgscale._auto.AUTO_GRIDS`): alpha {grids['alpha'][0]:g} to "
+                f"(`fgscale.estimators._auto.AUTO_GRIDS`): alpha {grids['alpha'][0]:g} to "
                 f"{grids['alpha'][-1]:g}, dropout {grids['dropout'][0]:g} to "
                 f"{grids['dropout'][-1]:g}; a value chosen at an edge may lie beyond it."]
     out += ["", "A store keeps its banks and standardization statistics, keyed by their parameters "

@@ -6,7 +6,7 @@ Writes ``fig2_omega.png`` into ``--out`` (default ``scripts/results``):
     elementwise variance of Delta, for a 1D chain of 60 features whose bank is built by ReNA on
     bootstrap rows of smooth 1D signals (random sums of a few Gaussian bumps plus noise);
 (b) a real bank, as images: the mean training image, diag(Omega) and the membership variance
-    (``fgscale.analysis.membership_variance``, the diagonal of E[Delta^T Delta]) for a bank built
+    (``fgscale.grouping._omega.membership_variance``, the diagonal of E[Delta^T Delta]) for a bank built
     on 270 Fashion-MNIST training images (standing in for the paper's Olivetti faces), with the
     paper's settings: r = 50 bootstrap rows per grouping, b = 100 groupings, k = 10% of p.
     Without the Fashion-MNIST files (``/usr/share/datasets/fashion-mnist``) scikit-learn's 8x8
@@ -29,8 +29,8 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fgscale.analysis import membership_variance, omega_diagonal, omega_matrix  # noqa: E402
 from fgscale.grouping import make_bank, resolve_n_clusters  # noqa: E402
+from fgscale.grouping._omega import membership_variance, omega_diagonal, omega_matrix  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent
 N_TRAIN = 270  # training images the bootstrap rows are drawn from (the paper's Olivetti split)

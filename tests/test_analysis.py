@@ -1,4 +1,4 @@
-"""fgscale.analysis against a dense reference built from explicit Phi matrices."""
+"""fgscale.grouping._omega against a dense reference built from explicit Phi matrices."""
 
 import subprocess
 import sys
@@ -8,8 +8,8 @@ import pytest
 import zarr
 from numpy.testing import assert_allclose, assert_array_equal
 
-from fgscale.analysis import membership_variance, omega_diagonal, omega_matrix
 from fgscale.grouping import make_bank
+from fgscale.grouping._omega import membership_variance, omega_diagonal, omega_matrix
 
 
 def _phi(labels: np.ndarray) -> np.ndarray:
@@ -217,5 +217,5 @@ def test_omega_matrix_refuses_large_p():
 
 
 def test_does_not_import_torch():
-    code = "import sys, fgscale.analysis; sys.exit('torch' in sys.modules)"
+    code = "import sys, fgscale.grouping._omega; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

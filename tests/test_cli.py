@@ -54,7 +54,7 @@ def test_every_option_shows_its_default_in_help():
 def test_a_default_of_none_can_be_given_back():
     """--help says "(default: None)": the value must be typable, to set it back on a --resume
     whose saved run had another (it was refused: "expected None, ..., got 'None'")."""
-    from fgscale._params import PARAMS
+    from fgscale.estimators._params import PARAMS
 
     for param in (p for p in PARAMS if p.cli and p.default is None):
         option = "--" + param.name.replace("_", "-")
@@ -200,7 +200,7 @@ def test_small_convert_imports_no_dask(tmp_path):
 
 
 def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path, capsys):
-    from fgscale._auto import AUTO_GRIDS
+    from fgscale.estimators._auto import AUTO_GRIDS
     from fgscale.grouping._bank import resolve_n_clusters
     from fgscale.store._banks import list_banks
 

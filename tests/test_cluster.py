@@ -13,7 +13,7 @@ import pytest
 from distributed import Client
 from helpers import dashboard_port_may_be_taken
 
-from fgscale.cluster import (
+from fgscale._dask.client import (
     ThreadTasks,
     connect,
     dashboard_link,
@@ -121,7 +121,7 @@ def test_the_embedded_cluster_has_a_worker_per_core_this_process_may_use():
     code = (
         "import os\n"
         "import distributed\n"
-        "from fgscale.cluster import cpu_count, get_client\n"
+        "from fgscale._dask.client import cpu_count, get_client\n"
         "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
         "with get_client(processes=False) as c:\n"
         "    print(cpu_count(), len(c.scheduler_info()['workers']))\n")
@@ -139,7 +139,7 @@ def test_the_embedded_cluster_has_a_worker_per_core_this_process_may_use():
     ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.5),
 ], ids=["no-cgroup", "v2-unlimited", "v2-1.5-cpus", "v1-unlimited", "v1-half-a-cpu"])
 def test_cgroup_cpu_quota(tmp_path, files, expected):
-    from fgscale._cores import _cgroup_cpu_quota
+    from fgscale._dask.cores import _cgroup_cpu_quota
 
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -481,7 +481,7 @@ def test_readmes_exist():
 _KIND = ("import logging, sys\n"
          "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
          "print('main module ran', flush=True)\n"
-         "from fgscale.cluster import get_client\n"
+         "from fgscale._dask.client import get_client\n"
          "with get_client(n_workers={n}, processes='auto') as c:\n"
          "    print(sorted({{a.split('://')[0] for a in c.scheduler_info()['workers']}}))\n")
 
@@ -505,8 +505,8 @@ def test_auto_worker_kind_by_worker_count_and_main_module(tmp_path, n_workers, f
 
 
 def test_auto_worker_kind_of_the_command_line():
-    from fgscale._cli_args import worker_processes
     from fgscale.cli import build_parser
+    from fgscale.cli._options import worker_processes
 
     def kind(*options):
         return worker_processes(build_parser().parse_args(["train", "s.zarr", "--out", "o", *options]))
@@ -533,8 +533,8 @@ def test_a_bad_worker_kind_is_refused(call):
 
 @pytest.mark.parametrize("kind", ["threads", "processes"])
 def test_a_worker_kind_beside_a_scheduler_is_said_unused(kind):
-    from fgscale._cli_args import warn_unused_cluster_options
     from fgscale.cli import build_parser
+    from fgscale.cli._options import warn_unused_cluster_options
 
     args = build_parser().parse_args(["train", "s.zarr", "--out", "o", "--scheduler",
                                       "tcp://127.0.0.1:1", f"--worker-{kind}"])

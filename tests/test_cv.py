@@ -11,8 +11,8 @@ from sklearn.model_selection import GroupKFold
 
 from fgscale import FeatureGroupingClassifier
 from fgscale.cli import main
-from fgscale.crossval import cross_validate
 from fgscale.images import make_classification_volumes
+from fgscale.runs._crossval import cross_validate
 from fgscale.store import list_banks, write_store
 
 PARAMS = dict(regularizer="none", max_epochs=20, random_state=0)
@@ -177,7 +177,7 @@ def test_an_interrupted_cross_validation_resumes_to_the_uninterrupted_result(
 
     # complete: reported, nothing trained (no cluster asked for), the file left as it is
     before = out.read_bytes()
-    monkeypatch.setattr("fgscale.crossval.get_client", None)
+    monkeypatch.setattr("fgscale.runs._crossval.get_client", None)
     again = cross_validate(grouped_store.path, params=QUICK, n_folds=3, out=out, resume=True)
     assert again["already_complete"] and again["folds"] == scores["folds"]
     assert out.read_bytes() == before
@@ -187,7 +187,7 @@ def test_resume_refuses_other_parameters_folds_or_store_and_leaves_the_file(
         full_run, grouped_store, tmp_path, monkeypatch):
     _, full, _ = full_run
     before = full.read_bytes()
-    monkeypatch.setattr("fgscale.crossval.get_client", None)  # refused before any cluster
+    monkeypatch.setattr("fgscale.runs._crossval.get_client", None)  # refused before any cluster
     split = grouped_store.split.copy()
     split[:3] = "test"
     other = _copy_store(grouped_store, tmp_path / "other.zarr", split=split)
@@ -210,7 +210,7 @@ def test_resume_refuses_other_parameters_folds_or_store_and_leaves_the_file(
 def test_an_existing_file_is_refused_without_resume(full_run, grouped_store, monkeypatch):
     _, full, _ = full_run
     before = full.read_bytes()
-    monkeypatch.setattr("fgscale.crossval.get_client", None)
+    monkeypatch.setattr("fgscale.runs._crossval.get_client", None)
     with pytest.raises(ValueError, match=f"{full}: cross-validation results already exist "
                                          "there; pass --resume to continue them, or choose "
                                          "another --out"):
@@ -271,7 +271,7 @@ def test_a_damaged_results_file_names_the_field_and_what_it_should_be(full_run, 
 
 def test_an_out_that_cannot_be_written_is_refused_before_any_fold(grouped_store, tmp_path,
                                                                     monkeypatch, capsys):
-    monkeypatch.setattr("fgscale.crossval.get_client", None)  # refused before any cluster
+    monkeypatch.setattr("fgscale.runs._crossval.get_client", None)  # refused before any cluster
     (tmp_path / "file").write_text("")
     out = tmp_path / "file" / "cv.json"  # a folder no one can create, root included
     assert main(["cv", str(grouped_store.path), "--out", str(out), "--no-progress"]) == 2
@@ -305,7 +305,7 @@ def test_a_fold_that_failed_after_training_keeps_its_checkpoints_for_resume(
         raise RuntimeError("a worker died")
 
     with monkeypatch.context() as patch:
-        patch.setattr("fgscale.crossval.score_store", fails)
+        patch.setattr("fgscale.runs._crossval.score_store", fails)
         with pytest.raises(RuntimeError):
             cross_validate(grouped_store.path, params=QUICK, n_folds=3, client=client, out=out)
     folder = tmp_path / "cv.json.fold-0"
@@ -408,7 +408,7 @@ def test_cli_out_and_resume_with_the_saved_parameters(full_run, grouped_store, c
 def test_the_summary_says_how_folds_without_groups_were_drawn(task, kind):
     """Without groups a classification's folds are stratified (StratifiedKFold), which a
     methods section must say; a regression's are shuffled (KFold)."""
-    from fgscale.crossval import summary_line
+    from fgscale.runs._crossval import summary_line
 
     scores = {"n_folds": 3, "score": "accuracy" if task == "classification" else "r2",
               "mean_score": 0.5, "std_score": 0.1, "grouped": False}

@@ -154,7 +154,7 @@ def test_two_conversions_started_at_once_both_end_with_the_store(converted, tmp_
     empty: s.zarr.creating -> s.zarr' (or each removed the other's half-written folder). What
     killed runs left is removed, but not what a process of another node left on a shared file
     system, which may still run: that is named in a warning."""
-    from fgscale._files import owner_tag
+    from fgscale._utils.files import owner_tag
     from fgscale.store._layout import create_whole
     from fgscale.store._shards import StoreError
 
@@ -208,7 +208,7 @@ def test_a_conversion_into_a_store_being_converted_waits_for_it(converted, tmp_p
     import subprocess
     import sys
 
-    from fgscale._files import exclusive_name
+    from fgscale._utils.files import exclusive_name
 
     table, made = converted
     out = tmp_path / "s.zarr"
@@ -249,7 +249,7 @@ def test_a_lock_on_a_name_is_held_by_one_at_a_time(tmp_path, monkeypatch):
     import threading
     import time
 
-    from fgscale._files import exclusive_name
+    from fgscale._utils.files import exclusive_name
 
     inside, entered, overlaps = set(), [], []
 
@@ -284,7 +284,7 @@ def test_a_run_folder_or_cv_file_being_written_is_refused_to_a_second_command(
     ran) trained twice into one folder, each writing its checkpoints and metrics between the
     other's; two cv commands on one --out trained every fold twice. The second is now refused
     at once, with nothing written, and the same command runs once the first has ended."""
-    from fgscale._files import exclusive_name
+    from fgscale._utils.files import exclusive_name
 
     _, store = _copy(converted, tmp_path)  # the statistics and banks go into it
     run, results = tmp_path / "runs" / "fg", tmp_path / "cv.json"
@@ -334,7 +334,7 @@ def test_two_commands_computing_the_same_statistics_at_once(converted, tmp_path)
             outs.append(out)
         assert outs[0] == outs[1]
     # the second waits while the first holds the store
-    from fgscale._files import exclusive
+    from fgscale._utils.files import exclusive
 
     store = tmp_path / "held.zarr"
     shutil.copytree(made, store)
@@ -366,7 +366,7 @@ def test_two_commands_building_the_same_bank_at_once(converted, tmp_path):
     import subprocess
     import sys
 
-    from fgscale._files import exclusive
+    from fgscale._utils.files import exclusive
 
     _, made = converted
     store = tmp_path / "s.zarr"

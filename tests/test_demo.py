@@ -84,8 +84,8 @@ def test_a_run_made_with_other_parameters_is_kept_and_the_demo_trains_beside_it(
 
     from helpers import synthetic_store
 
-    from fgscale._params import params_to_json
     from fgscale.estimators._factory import make_estimator
+    from fgscale.estimators._params import params_to_json
 
     store = synthetic_store(tmp_path / "s.zarr", 12, 2, seed=0)
     params = dict(demo.TRAINING, regularizer="feature_grouping", random_state=0)

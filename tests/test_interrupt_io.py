@@ -1,4 +1,4 @@
-"""Zarr's reads and writes in flight, settled after Ctrl-C (fgscale._interrupt), in real
+"""Zarr's reads and writes in flight, settled after Ctrl-C (fgscale.cli._interrupt), in real
 processes: the interpreter then exits without printing what it found half done."""
 
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 _SCRIPT = textwrap.dedent("""
     import os, signal, sys, threading
     import numpy as np, zarr
-    from fgscale._interrupt import settle_io
+    from fgscale.cli._interrupt import settle_io
 
     a = zarr.create_array(sys.argv[1], shape=(1000, 1000), chunks=(10, 10), dtype="f4")
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
@@ -42,11 +42,11 @@ def test_a_write_in_flight_at_ctrl_c_ends_before_the_interpreter(tmp_path):
 
 
 def test_nothing_to_settle():
-    code = ("import sys; from fgscale._interrupt import settle_io; "
+    code = ("import sys; from fgscale.cli._interrupt import settle_io; "
             "print(settle_io(), 'zarr.core.sync' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["True", "False"]  # without zarr loaded: nothing, no import
-    code = ("import zarr; from fgscale._interrupt import settle_io; "
+    code = ("import zarr; from fgscale.cli._interrupt import settle_io; "
             "print(settle_io(), zarr.core.sync.loop[0] is None)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["True", "True"]  # zarr loaded, its loop never started
@@ -113,7 +113,7 @@ def test_ctrl_c_in_the_interpreters_last_clean_up_keeps_the_commands_status(args
 _GATHER_LEFT = textwrap.dedent("""
     import asyncio, gc, logging, sys
     from distributed.client import AllExit
-    from fgscale._interrupt import run_command
+    from fgscale.cli._interrupt import run_command
 
     def command():
         async def wait():
@@ -150,7 +150,7 @@ def test_the_tasks_an_interrupted_gather_leaves_are_not_reported(mode):
 _SYNC_LEFT = textwrap.dedent("""
     import asyncio, logging, signal, sys, threading, time
     from distributed.utils import LoopRunner, sync
-    from fgscale._interrupt import run_command
+    from fgscale.cli._interrupt import run_command
 
     def in_sync_wait(tid):
         frame = sys._current_frames().get(tid)

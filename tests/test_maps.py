@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fgscale.images import unmask
-from fgscale.maps import file_stems, linearized_weights, read_maps, write_maps
 from fgscale.runs import load_run
+from fgscale.runs._maps import file_stems, linearized_weights, read_maps, write_maps
 from fgscale.training._models import MLP, LogisticRegression
 
 

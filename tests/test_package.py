@@ -97,7 +97,7 @@ def test_the_cycle_finder_finds_cycles():
 
 @pytest.mark.parametrize("module", ["fgscale.images", "fgscale.store", "fgscale.grouping",
                                     "fgscale.grouping._dask_bank", "fgscale.store._convert",
-                                    "fgscale.cluster", "fgscale._params", "fgscale._worker_signals"])
+                                    "fgscale._dask.client", "fgscale.estimators._params", "fgscale._dask.worker_signals"])
 def test_worker_modules_import_no_torch_nor_sklearn(module):
     code = (f"import sys, {module}; "
             "print(sorted(m for m in ('torch', 'sklearn') if m in sys.modules))")

@@ -7,8 +7,8 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor
-from fgscale._params import PARAMS, params_to_json
 from fgscale.cli import build_parser, main
+from fgscale.estimators._params import PARAMS, params_to_json
 
 BAD = [
     ("model", "svm"), ("regularizer", "lasso"), ("alpha", -1.0), ("alpha", float("nan")),

@@ -383,7 +383,7 @@ def test_a_class_weight_naming_no_class_of_the_store_is_refused_before_a_cluster
 def test_the_scores_name_the_target_column_the_user_gave(regression_cohort, tmp_path, capsys):
     """R² of "age", not of "target": train, evaluate (text and JSON), cv and the report name the
     cohort table's column that the store was converted from."""
-    from fgscale.report_html import write_report
+    from fgscale.runs._html import write_report
 
     rows = _read(regression_cohort)
     table = tmp_path / "participants.tsv"

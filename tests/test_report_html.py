@@ -16,8 +16,8 @@ from sklearn import metrics
 
 from fgscale.cli import main
 from fgscale.images import make_classification_volumes
-from fgscale.report_html import _curves_figure, write_report
 from fgscale.runs import train_run
+from fgscale.runs._html import _curves_figure, write_report
 from fgscale.store import write_store
 
 _VOID = {"meta", "img", "br", "hr", "link", "input", "col", "source", "area", "base", "wbr"}
@@ -209,7 +209,7 @@ def test_matplotlib_maps_name_the_peak_as_in_the_file_whatever_its_orientation()
     which a reader can find in the file (an LAS image's x index runs the other way)."""
     import nibabel as nib
 
-    from fgscale.report_html import _matplotlib_slices
+    from fgscale.runs._html import _matplotlib_slices
 
     data = np.zeros((10, 12, 10), np.float32)
     data[3, 6, 2] = -0.5  # the peak of |value|, near the image's low-x side

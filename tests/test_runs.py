@@ -136,7 +136,7 @@ def test_a_run_folder_that_cannot_be_made_is_named_before_any_work(tiny_store, t
                                                                    monkeypatch, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    monkeypatch.setattr("fgscale.runs.get_client", None)  # refused before any cluster starts
+    monkeypatch.setattr("fgscale.runs._train.get_client", None)  # refused before any cluster starts
     assert main(["train", str(tiny_store.path), "--out", str(blocker / "run")]) == 2
     err = capsys.readouterr().err
     assert f"fgscale train: error: [Errno 20] {blocker / 'run'}: the run folder cannot be created" in err
@@ -237,7 +237,7 @@ def test_resumed_dropout_run_draws_the_same_masks(tiny_store, client, tmp_path, 
 
 
 def test_atomic_path_keeps_the_old_file_when_a_write_fails(tmp_path):
-    from fgscale.runs import atomic_path
+    from fgscale._utils.files import atomic_path
 
     target = tmp_path / "final.json"
     target.write_text("old")
@@ -253,7 +253,7 @@ def test_atomic_path_keeps_the_old_file_when_a_write_fails(tmp_path):
 
 _WRITER = """
 import sys
-from fgscale._files import atomic_path
+from fgscale._utils.files import atomic_path
 for _ in range(300):
     with atomic_path(sys.argv[1]) as tmp:
         tmp.write_bytes(sys.argv[2].encode() * 200_000)
@@ -266,7 +266,7 @@ def test_two_processes_writing_one_file_at_once_leave_one_whole(tmp_path):
     rename leaves its temporary file, which the next write on its machine removes; on a file
     system that nodes share, the next write on another node, where no process has that id, took
     it for dead and removed it, a file that writer might still rename."""
-    from fgscale._files import owner_tag
+    from fgscale._utils.files import owner_tag
 
     host = owner_tag().partition("@")[2]
     target = tmp_path / "predictions.csv"
@@ -283,7 +283,7 @@ def test_two_processes_writing_one_file_at_once_leave_one_whole(tmp_path):
 
 
 def test_atomic_path_error_names_the_file_not_its_temporary(tmp_path, monkeypatch):
-    from fgscale._files import atomic_path, read_json
+    from fgscale._utils.files import atomic_path, read_json
 
     monkeypatch.chdir(tmp_path)  # a relative path: its temporary name contains it
     (tmp_path / "final.json").mkdir()

@@ -206,10 +206,10 @@ def test_a_cluster_left_with_no_worker_while_tasks_wait_is_said_once(caplog):
     and says so once after the watch's patience, where it waited without a word."""
     from distributed import Client, LocalCluster
 
-    from fgscale._joined import PausedWatch
+    from fgscale._dask.joined import PausedWatch
 
     with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as client, caplog.at_level("WARNING", logger="fgscale._joined"):
+            Client(cluster) as client, caplog.at_level("WARNING", logger="fgscale._dask.joined"):
         with PausedWatch(client, "the test's cluster", every=0.05, patience=0.3):
             time.sleep(0.5)  # no task yet: nothing to say
             assert "no worker" not in caplog.text

@@ -11,9 +11,9 @@ from helpers import TINY_GRID
 
 from fgscale.cli import main
 from fgscale.images import make_classification_volumes
-from fgscale.report_html import write_report
 from fgscale.runs import train_run
-from fgscale.scores import classification_report, format_report, regression_report
+from fgscale.runs._html import write_report
+from fgscale.runs._scores import classification_report, format_report, regression_report
 from fgscale.store import write_store
 
 PARAMS = dict(n_groupings=4, n_bootstrap=8, n_clusters=0.1, batch_size=8, learning_rate=0.05,

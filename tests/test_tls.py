@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster, Security
 
+from fgscale._dask.client import dashboard_link, get_client
 from fgscale.cli import main
-from fgscale.cluster import dashboard_link, get_client
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 

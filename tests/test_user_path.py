@@ -12,8 +12,8 @@ from helpers import TINY_GRID, assert_png_not_blank, cohort_rows
 from fgscale import FeatureGroupingClassifier
 from fgscale.cli import main
 from fgscale.images import make_cohort, mask_images
-from fgscale.maps import read_maps
 from fgscale.runs import load_run
+from fgscale.runs._maps import read_maps
 
 matplotlib.use("Agg")
 FAST = ["--n-groupings", "4", "--n-bootstrap", "10", "--batch-size", "8", "--seed", "0",

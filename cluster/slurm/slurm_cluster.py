@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-log = logging.getLogger("fgscale.cluster.slurm")
+log = logging.getLogger("fgscale._dask.client.slurm")
 
 # fgscale's worker settings (see the file); the repository must be on the shared file system.
 DASK_CONFIG = Path(__file__).resolve().parents[1] / "dask-config"

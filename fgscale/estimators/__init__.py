@@ -1,8 +1,28 @@
 """Estimators behind the scikit-learn API: validate parameters, build the bank, train; and
-fitted estimators saved as data (no pickle) and loaded back."""
+fitted estimators saved as data (no pickle) and loaded back.
 
-from fgscale.estimators._classifier import FeatureGroupingClassifier
-from fgscale.estimators._persist import load_model, save_model
-from fgscale.estimators._regressor import FeatureGroupingRegressor
+The parameter table (:mod:`fgscale.estimators._params`) and the regularizers
+(:mod:`fgscale.estimators._regularizers`) import no torch, so that the command line reads its
+options from them before it imports torch; the estimators are imported on first use.
+"""
 
-__all__ = ["FeatureGroupingClassifier", "FeatureGroupingRegressor", "load_model", "save_model"]
+import importlib
+
+_EXPORTS = {
+    "FeatureGroupingClassifier": "_classifier",
+    "FeatureGroupingRegressor": "_regressor",
+    "load_model": "_persist",
+    "save_model": "_persist",
+    "make_estimator": "_factory",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return list(__all__)

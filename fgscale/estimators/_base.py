@@ -18,7 +18,6 @@ from sklearn.base import BaseEstimator, is_classifier
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
-from fgscale._params import check_device, params_of, validate_params
 from fgscale.estimators._inputs import (
     check_not_empty,
     cnn_grid,
@@ -32,6 +31,7 @@ from fgscale.estimators._inputs import (
     warn_unused_client,
     warn_unused_mask,
 )
+from fgscale.estimators._params import check_device, params_of, validate_params
 from fgscale.estimators._selection import (
     candidates,
     check_groups,
@@ -204,7 +204,7 @@ class FeatureGroupingBase(BaseEstimator):
 
     def _fit_store(self, path, client, history=_History, rows=None):
         """Fit on a store's training rows (or on ``rows``, a subset: a fold), streamed."""
-        from fgscale.cluster import get_client
+        from fgscale._dask.client import get_client
         from fgscale.grouping._dask_bank import ensure_bank
         from fgscale.store._reader import open_store
         from fgscale.store._stats import compute_stats

@@ -8,9 +8,9 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from fgscale._params import estimator_signature, numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
 from fgscale.estimators._inputs import check_targets_present, coef_images
+from fgscale.estimators._params import estimator_signature, numpydoc
 
 __all__ = ["FeatureGroupingClassifier"]
 
@@ -23,7 +23,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     After training the weights live in the original feature space. By default features are
     standardized, each step is 1/L for its minibatch, training stops when the validation
     loss stops improving, and the model is then refitted on all training rows. The
-    parameters are declared once, in :data:`fgscale._params.PARAMS`, and all checked when
+    parameters are declared once, in :data:`fgscale.estimators._params.PARAMS`, and all checked when
     ``fit`` starts.
 
     Parameters
@@ -126,7 +126,7 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         client : distributed.Client, optional
             With a store: the cluster to use; default the active ``distributed`` client, else
             an embedded LocalCluster: threads up to 4 workers, processes beyond
-            (``processes="auto"`` of :func:`fgscale.cluster.get_client`).
+            (``processes="auto"`` of :func:`fgscale._dask.client.get_client`).
 
         Returns
         -------

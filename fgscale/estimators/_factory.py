@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from fgscale._params import PARAMS
 from fgscale.estimators._classifier import FeatureGroupingClassifier
+from fgscale.estimators._params import PARAMS
 from fgscale.estimators._regressor import FeatureGroupingRegressor
 
 __all__ = ["TASKS", "make_estimator"]

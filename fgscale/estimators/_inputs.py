@@ -202,12 +202,12 @@ def _refuse_path(X) -> None:
     if path.suffix.lower() in TABLE_SUFFIXES:
         raise ValueError(f"{path}: a cohort table, not images; give its path column (the "
                          "table's folder prefixed to relative paths), or predict its files "
-                         "with fgscale.reports.predict_inputs(estimator, path)")
+                         "with fgscale.runs._reports.predict_inputs(estimator, path)")
     where = "a folder" if path.is_dir() else "not a NIfTI file (.nii, .nii.gz, .img, .hdr)"
     raise ValueError(f"{path}: {where}; predict and score take arrays or NIfTI images, not a "
                      "store: read its rows with open_store(path).read_rows(rows) (rows from "
                      "its test_rows() or train_rows()), or predict them a shard at a time "
-                     "with fgscale.reports.predict_inputs(estimator, path)")
+                     "with fgscale.runs._reports.predict_inputs(estimator, path)")
 
 
 def rows_of(X, mask_img, owner: str, resample: bool = False):

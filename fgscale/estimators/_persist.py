@@ -39,8 +39,8 @@ import torch
 from sklearn.base import is_classifier
 from sklearn.utils.validation import check_is_fitted
 
-from fgscale._files import atomic_path, exclusive_name, replaced_folder
-from fgscale._params import PARAMS, params_to_json, plain_json, validate_params
+from fgscale._utils.files import atomic_path, exclusive_name, replaced_folder
+from fgscale.estimators._params import PARAMS, params_to_json, plain_json, validate_params
 from fgscale.estimators._saved_mask import (
     MASK,
     MASK_PARAM,

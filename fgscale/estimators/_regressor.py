@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 from sklearn.base import RegressorMixin
 
-from fgscale._params import estimator_signature, numpydoc
 from fgscale.estimators._base import FeatureGroupingBase
 from fgscale.estimators._inputs import check_targets_present, coef_images
+from fgscale.estimators._params import estimator_signature, numpydoc
 
 __all__ = ["FeatureGroupingRegressor"]
 

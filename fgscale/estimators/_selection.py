@@ -2,14 +2,14 @@
 have subjects), the candidates of ``"auto"`` and of lists, and which parameters apply at all.
 
 ``alpha``, ``dropout`` and ``n_clusters`` each take a value, a list of values or ``"auto"``
-(``fgscale._auto.AUTO_GRIDS``). The candidates are every combination of the values that
+(``fgscale.estimators._auto.AUTO_GRIDS``). The candidates are every combination of the values that
 apply to the estimator's regularizer; all are trained on the same training rows with early
 stopping on the same validation rows, and the one of least validation loss (or error,
 ``stop_on="accuracy"``) is kept (ties: the first, in the order of the lists). Nothing here
 touches the test rows.
 
 Rows too few for a validation split leave nothing to choose on: ``"auto"`` then takes its
-value in ``fgscale._auto.AUTO_FALLBACK``, and an explicit list of several values is refused
+value in ``fgscale.estimators._auto.AUTO_FALLBACK``, and an explicit list of several values is refused
 by the caller.
 """
 
@@ -25,9 +25,9 @@ from sklearn.base import is_classifier
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
-from fgscale._auto import searched_values
-from fgscale._params import PARAMS
+from fgscale.estimators._auto import searched_values
 from fgscale.estimators._inputs import missing
+from fgscale.estimators._params import PARAMS
 from fgscale.grouping._bank import resolve_n_clusters
 
 __all__ = ["candidates", "check_groups", "resolved", "split_rows", "use_validation",

@@ -7,11 +7,11 @@ workers built it, in which order, or whether it was built in one go or extended 
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 
 import numpy as np
 
+from fgscale._utils.checks import resolve_n_clusters
 from fgscale.grouping._rena import rena
 
 __all__ = ["bank_row", "bootstrap_rows", "build_grouping", "check_not_none", "grouping_seed",
@@ -123,20 +123,3 @@ def bank_row(bank, g: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"bank row {g} holds negative labels (unbuilt rows are -1); build the "
                          "bank fully or pass only its built rows")
     return labels, np.bincount(labels)[labels].astype(np.float64)
-
-
-def resolve_n_clusters(n_clusters, n_features: int) -> int:
-    """k from an int, or from a float in (0, 1) taken as a fraction of p.
-
-    A fraction gives at least 2 clusters (or p, when p < 2): a single cluster would average
-    every feature into one value, leaving nothing to tell classes apart.
-    """
-    if isinstance(n_clusters, numbers.Integral) and not isinstance(n_clusters, bool):
-        k = int(n_clusters)
-    elif isinstance(n_clusters, numbers.Real) and 0 < n_clusters < 1:
-        k = max(min(2, n_features), int(round(n_clusters * n_features)))
-    else:
-        raise ValueError(f"n_clusters must be an int or a float in (0, 1), got {n_clusters!r}")
-    if not 1 <= k <= n_features:
-        raise ValueError(f"n_clusters={k} must lie in [1, n_features={n_features}]")
-    return k

@@ -25,9 +25,10 @@ import numpy as np
 import zarr
 from distributed import Client
 
-from fgscale._files import exclusive
-from fgscale.cluster import get_client, run_tasks
-from fgscale.grouping._bank import build_grouping, grouping_seed, resolve_n_clusters
+from fgscale._dask.client import get_client, run_tasks
+from fgscale._utils.checks import check_count, resolve_n_clusters
+from fgscale._utils.files import exclusive
+from fgscale.grouping._bank import build_grouping, grouping_seed
 from fgscale.store._banks import (
     BANKS,
     DONE,
@@ -61,15 +62,10 @@ def _grouping_task(path: str, derived: str, key: str, index: int, seed: int, n_c
     return index
 
 
-def _check_count(name: str, value) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def _params(store: Store, n_clusters, n_bootstrap, seed, rows=None
             ) -> tuple[str, dict, np.ndarray]:
     """The key, parameters and rows of the bank asked for (default: the store's training rows)."""
-    _check_count("n_bootstrap", n_bootstrap)
+    check_count("n_bootstrap", n_bootstrap)
     rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
     if rows.size == 0:
         raise ValueError(f"{store.path}: no training rows to draw the bootstrap samples from")
@@ -170,7 +166,7 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
         If groupings are to be built and neither the store nor the cache dir is writable.
     """
     start = time.perf_counter()
-    _check_count("n_groupings", n_groupings)
+    check_count("n_groupings", n_groupings)
     store = open_store(store_path)
     path = str(store.path.resolve())
     key, params, rows = _params(store, n_clusters, n_bootstrap, seed, rows)
@@ -264,7 +260,7 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
     store = open_store(store_path)
     key, params, _ = _params(store, n_clusters, n_bootstrap, seed, rows)
     if n_groupings is not None:
-        _check_count("n_groupings", n_groupings)
+        check_count("n_groupings", n_groupings)
     n = None if n_groupings is None else int(n_groupings)
     # the first copy with every grouping asked for (the store's, then the cache's), else the
     # errors of the first copy found

@@ -8,7 +8,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale._files import atomic_path, check_writable
+from fgscale._utils.files import atomic_path, check_writable
 from fgscale.grouping._bank import omega_diagonal
 from fgscale.images._nifti import unmask
 from fgscale.store._banks import list_banks, open_bank

@@ -26,7 +26,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale._files import atomic_path
+from fgscale._utils.files import atomic_path
 
 log = logging.getLogger(__name__)
 

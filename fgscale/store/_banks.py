@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from fgscale._utils.checks import check_count
 from fgscale.store._derived import read_locations
 from fgscale.store._reader import Store, open_group_checked
 from fgscale.store._shards import sync_node, sync_rows
@@ -75,9 +76,8 @@ def bank_params(n_clusters: int, n_bootstrap: int, seed: int, rows) -> dict:
     params : dict
         ``n_clusters``, ``n_bootstrap``, ``seed``, ``rows_sha1``, ``n_rows``.
     """
-    for name, value in (("n_clusters", n_clusters), ("n_bootstrap", n_bootstrap)):
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} of a bank must be a positive integer, got {value!r}")
+    check_count("n_clusters", n_clusters)
+    check_count("n_bootstrap", n_bootstrap)
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
         raise ValueError(f"seed of a bank must be an integer, got {seed!r}")
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)

@@ -45,8 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fgscale._files import check_writable, exclusive_name
-from fgscale.cluster import ThreadTasks, active_client, check_count, cpu_count, get_client, run_tasks
+from fgscale._dask.client import ThreadTasks, active_client, cpu_count, get_client, run_tasks
+from fgscale._utils.checks import check_count
+from fgscale._utils.files import check_writable, exclusive_name
 from fgscale.images._cohort import (
     class_order,
     entry_headers,
@@ -182,9 +183,9 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         With ``mask``: also compute the data mask and keep the intersection.
     client : distributed.Client, optional
         Default the active ``distributed`` client, else an embedded LocalCluster of worker
-        threads (:func:`fgscale.cluster.get_client`); a cohort of less than 1 GiB of voxels
+        threads (:func:`fgscale._dask.client.get_client`); a cohort of less than 1 GiB of voxels
         to read is converted by threads of this process instead, with no cluster to start
-        (:class:`fgscale.cluster.ThreadTasks`).
+        (:class:`fgscale._dask.client.ThreadTasks`).
     n_workers : int, optional
         Threads of the embedded cluster or of this process; default the usable cores.
     block_rows : int, optional

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import zarr
 
-from fgscale._files import can_write
+from fgscale._utils.files import can_write
 from fgscale.store._reader import Store
 from fgscale.store._shards import StoreError, sync_node
 

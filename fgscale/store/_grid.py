@@ -11,7 +11,7 @@ import logging
 import nibabel as nib
 import numpy as np
 
-from fgscale.cluster import run_tasks
+from fgscale._dask.client import run_tasks
 from fgscale.images._cohort import entry_name
 from fgscale.images._nifti import common_grid, grid_mismatch, load_mask, nonzero_voxels, same_grid
 from fgscale.images._volumes import iter_volumes

@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale._files import fsync_dir, fsync_tree, owner_elsewhere, owner_gone, owner_tag
+from fgscale._utils.files import fsync_dir, fsync_tree, owner_elsewhere, owner_gone, owner_tag
 from fgscale.store._reader import FORMAT_VERSION, Store, open_group_checked, open_store
 from fgscale.store._records import labels_array, row_records, target_array
 from fgscale.store._shards import ShardRowReader, StoreError, sync_node, sync_rows

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale._files import fsync_dir, fsync_fd, fsync_file, fsync_tree, owner_tag
+from fgscale._utils.files import fsync_dir, fsync_fd, fsync_file, fsync_tree, owner_tag
 
 __all__ = ["ShardRowReader", "StoreError", "resumable_write", "sync_node", "sync_rows"]
 

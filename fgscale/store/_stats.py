@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale._files import exclusive
-from fgscale.cluster import get_client, run_tasks
+from fgscale._dask.client import get_client, run_tasks
+from fgscale._utils.files import exclusive
 from fgscale.store._derived import read_locations, write_location
 from fgscale.store._reader import Store, open_store
 from fgscale.store._shards import resumable_write, sync_node, sync_rows

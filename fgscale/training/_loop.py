@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fgscale._progress import tqdm
+from fgscale._utils.progress import tqdm
 from fgscale.training._models import GroupedLinear, predict_forward
 from fgscale.training._sgd import SGD
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fgscale._params import check_prefetch
-from fgscale.cluster import task_result
+from fgscale._dask.client import task_result
+from fgscale._utils.checks import check_prefetch
 from fgscale.grouping._projection import project_rows
 from fgscale.store._banks import BANKS, LABELS, open_bank
 from fgscale.store._buffers import POOL

@@ -12,7 +12,7 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score, log_loss
 from sklearn.utils.class_weight import compute_class_weight
 
 from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor, load_model, save_model
-from fgscale._constraints import InvalidParameterError
+from fgscale._utils.constraints import InvalidParameterError
 from fgscale.training import LogisticRegression as TorchLogReg
 from fgscale.training import evaluate, lipschitz
 

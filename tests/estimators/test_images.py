@@ -134,7 +134,7 @@ def test_a_run_on_a_store_predicts_the_cohorts_images(tiny_cohort, tmp_path, cli
     np.testing.assert_allclose(clf.predict_proba(paths), clf.predict_proba(store.read_rows(rows)),
                                rtol=1e-6)
     # a store in predict or score is refused by name, with the two ways that read its rows
-    from fgscale.reports import predict_inputs
+    from fgscale.runs._reports import predict_inputs
 
     for method in (clf.predict, clf.predict_proba, clf.decision_function):
         with pytest.raises(ValueError, match=r"c\.zarr: a folder; predict and score take arrays "

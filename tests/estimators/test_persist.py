@@ -334,7 +334,7 @@ def test_a_save_into_a_folder_another_save_is_writing_waits_for_it(saved, proble
     import subprocess
     import sys
 
-    from fgscale._files import exclusive_name
+    from fgscale._utils.files import exclusive_name
 
     clf, folder = saved
     X = problem[0]

@@ -136,7 +136,7 @@ def test_class_labels_given_to_the_regressor_are_refused_naming_y(rng):
 
 
 def test_a_constant_target_is_warned_of_and_scored_as_undefined(rng, tmp_path, client):
-    from fgscale.scores import regression_report
+    from fgscale.runs._scores import regression_report
 
     X = rng.standard_normal((30, 8)).astype(np.float32)
     with pytest.warns(UserWarning, match="the target is 50 for all 30 training samples") as seen:

@@ -11,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
 from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor, load_model, save_model
-from fgscale._auto import AUTO_FALLBACK, AUTO_GRIDS
+from fgscale.estimators._auto import AUTO_FALLBACK, AUTO_GRIDS
 from fgscale.estimators._selection import candidates
 
 SMALL = dict(n_groupings=5, n_bootstrap=20, random_state=0)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import zarr
 
+from fgscale._dask.client import get_client
 from fgscale.cli import main
-from fgscale.cluster import get_client
 from fgscale.grouping._bank import bootstrap_rows, grouping_seed, make_bank, omega_diagonal
 from fgscale.grouping._dask_bank import build_bank, ensure_bank, load_bank
 from fgscale.images._synthetic import make_classification_volumes

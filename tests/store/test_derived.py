@@ -25,7 +25,7 @@ from faults import mount_small_disk, unmount
 from helpers import smooth_cohort, synthetic_store
 
 from fgscale import FeatureGroupingClassifier
-from fgscale._files import can_write
+from fgscale._utils.files import can_write
 from fgscale.cli import main
 from fgscale.grouping._bank import make_bank, resolve_n_clusters
 from fgscale.grouping._dask_bank import build_bank
@@ -231,7 +231,7 @@ def test_a_fit_with_nowhere_to_write_is_refused_before_a_cluster_starts(tmp_path
     monkeypatch.setenv(CACHE_DIR_ENV, str(blocker / "cache"))
     clf = FeatureGroupingClassifier(n_groupings=2, n_bootstrap=4, n_clusters=0.1, max_epochs=1,
                                     random_state=0)
-    monkeypatch.setattr("fgscale.cluster.get_client", None)  # any cluster would fail here
+    monkeypatch.setattr("fgscale._dask.client.get_client", None)  # any cluster would fail here
     with pytest.raises(StoreError, match="nowhere to go"):
         clf.fit(store.path)
     # with everything it needs already derived, it does not need to write: it trains

@@ -10,8 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
-from fgscale._files import atomic_path, read_json
-from fgscale._run_folder import UNSEEN_PARAMS
+from fgscale._utils.files import atomic_path, read_json
+from fgscale.runs._folder import UNSEEN_PARAMS
 
 __all__ = ["ERRORS", "KIND", "POOLED", "SHARED", "check_fold_folders", "fold_folder",
            "forget_fold", "read_results", "saved_folds", "saved_header", "start_fold"]

@@ -14,7 +14,8 @@ import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
            "add_column_args", "add_cv_args", "add_device_arg", "add_estimator_args", "add_param",
-           "add_progress_arg", "add_task_arg", "add_worker_kind_arg", "columns_of", "given_options",
+           "add_progress_arg", "add_task_arg", "add_worker_kind_arg", "client_of", "columns_of",
+           "estimator_params", "given_options",
            "one_line_warnings", "warn_unused_cluster_options",
            "parse_grid", "parse_resample", "positive", "saved_cv_unless_given",
            "saved_unless_given", "security_from", "worker_processes"]
@@ -197,8 +198,8 @@ def columns_of(args) -> dict:
 
 def add_param(p, name: str, note: str = "") -> None:
     """The option of an estimator parameter, from the table: its type, default and help."""
-    from fgscale._constraints import Searchable, Sizes
-    from fgscale._params import _BY_NAME
+    from fgscale._utils.constraints import Searchable, Sizes
+    from fgscale.estimators._params import _BY_NAME
 
     param = _BY_NAME[name]
     # argparse gives an option one word: a list of candidates is typed with commas
@@ -230,7 +231,7 @@ def add_param(p, name: str, note: str = "") -> None:
 
 def _metavar(param) -> str:
     """The words an option takes, where they are few ("{auto,true,false}"), else its name."""
-    from fgscale._constraints import Bool, Options, Union
+    from fgscale._utils.constraints import Bool, Options, Union
 
     constraint = param.constraint
     words = []
@@ -255,7 +256,7 @@ def add_bank_args(p, note: str) -> None:
 
 def add_estimator_args(p) -> None:
     """The store, then every estimator parameter of the table."""
-    from fgscale._params import PARAMS
+    from fgscale.estimators._params import PARAMS
 
     add_bank_args(p, "")
     for param in PARAMS:
@@ -317,7 +318,7 @@ def worker_processes(args, *, auto: bool = True) -> bool:
     """The LocalCluster's kind: the option given, else threads up to 4 workers and processes
     beyond (``processes="auto"``; this command's main module is guarded), or threads with
     ``auto=False`` (evaluation: full rows, which processes would send over a socket)."""
-    from fgscale._cores import auto_processes, cpu_count
+    from fgscale._dask.cores import auto_processes, cpu_count
 
     if args.worker_kind is not None:
         return args.worker_kind == "processes"
@@ -370,7 +371,7 @@ def saved_unless_given(params: dict, run_dir, given: set) -> dict:
     """``--resume``: the saved run's value of every parameter not given on the command line
     (a resumed 6-epoch run stays a 6-epoch run without ``--max-epochs``), but for the progress
     bars, which this command's ``--no-progress`` sets."""
-    from fgscale._files import read_json
+    from fgscale._utils.files import read_json
 
     config = os.path.join(run_dir, "config.json")
     if not os.path.isfile(config):
@@ -382,7 +383,7 @@ def saved_cv_unless_given(params: dict, args) -> tuple[dict, int, str]:
     """``fgscale cv --resume``: the estimator's parameters, ``--folds`` and ``--task`` of the
     results saved in ``--out`` (or of its first fold's checkpoints, killed before the file was
     written), where the command line gave none (as :func:`saved_unless_given`)."""
-    from fgscale._cv_results import saved_header
+    from fgscale.runs._cv_results import saved_header
 
     if args.out is None:
         raise ValueError("--resume continues the cross-validation saved in --out: give --out")
@@ -416,3 +417,24 @@ def one_line_warnings(command: str) -> None:
         return default(message, category, filename, lineno, line)
 
     warnings.formatwarning = formatwarning
+
+
+def client_of(args, *, processes: bool):
+    """Where --scheduler, --scheduler-file and --n-workers become a client: a running cluster
+    joined, else None within a deferred embedded LocalCluster (processes or threads) that the
+    first step with work starts: a command with nothing to do, or refused, starts none."""
+    from fgscale._dask.client import connect, deferred_cluster
+
+    if args.scheduler is not None or args.scheduler_file is not None:
+        if args.scheduler is not None and args.scheduler_file is not None:
+            raise ValueError("give --scheduler or --scheduler-file, not both")
+        return connect(args.scheduler, args.scheduler_file, timeout=args.timeout,
+                       security=security_from(args), origin=getattr(args, "scheduler_origin", None))
+    return deferred_cluster(n_workers=args.n_workers, processes=processes)
+
+
+def estimator_params(args) -> dict:
+    from fgscale.estimators._params import PARAMS
+
+    params = {p.name: getattr(args, p.name) for p in PARAMS if p.cli}
+    return {**params, "verbose": int(not args.no_progress), "random_state": args.seed}

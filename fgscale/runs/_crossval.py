@@ -9,7 +9,7 @@ once all are, the mean and standard deviation of the scores and ``"complete": tr
 regression fold also keeps its targets and out-of-fold predictions, pooled over the folds into
 one R² (as scikit-learn's ``cross_val_predict`` then ``r2_score``): the score of leave one
 subject out with a scan per subject, where no fold's own R² is defined. It is
-written whole under a temporary name, then renamed (:func:`fgscale._files.atomic_path`), and
+written whole under a temporary name, then renamed (:func:`fgscale._utils.files.atomic_path`), and
 read back as JSON only.
 """
 
@@ -20,7 +20,12 @@ import json
 import numpy as np
 from sklearn.base import clone, is_classifier
 
-from fgscale._cv_results import (
+from fgscale._dask.client import get_client
+from fgscale._utils.files import atomic_path, check_writable, exclusive_name
+from fgscale._utils.progress import bar_prefix
+from fgscale.estimators._factory import make_estimator
+from fgscale.estimators._params import params_to_json, plain_json
+from fgscale.runs._cv_results import (
     ERRORS,
     KIND,
     POOLED,
@@ -30,14 +35,9 @@ from fgscale._cv_results import (
     saved_folds,
     start_fold,
 )
-from fgscale._files import atomic_path, check_writable, exclusive_name
-from fgscale._params import params_to_json, plain_json
-from fgscale._progress import bar_prefix
-from fgscale._run_folder import RunFolder, versions
-from fgscale.cluster import get_client
-from fgscale.estimators._factory import make_estimator
-from fgscale.reports import score_store, target_name
-from fgscale.scores import regression_report
+from fgscale.runs._folder import RunFolder, versions
+from fgscale.runs._reports import score_store, target_name
+from fgscale.runs._scores import regression_report
 from fgscale.store._reader import open_store
 from fgscale.training._loop import _History
 
@@ -64,7 +64,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     client : distributed.Client, optional
         Default the active ``distributed`` client, else an embedded LocalCluster, of threads
         up to 4 workers, of processes beyond (``processes="auto"`` of
-        :func:`fgscale.cluster.get_client`).
+        :func:`fgscale._dask.client.get_client`).
     echo : callable, optional
         Called with a line of text after each fold (and, when resuming, for each saved fold).
     task : {"auto", "classification", "regression"}, default="auto"
@@ -82,7 +82,7 @@ def cross_validate(store_path, *, params: dict | None = None, n_folds: int = 5, 
     Returns
     -------
     scores : dict
-        ``folds`` (a dict per fold: its report, as :func:`fgscale.scores.classification_report`
+        ``folds`` (a dict per fold: its report, as :func:`fgscale.runs._scores.classification_report`
         or ``regression_report``, its training rows, the chosen hyper-parameters),
         ``score`` (``"accuracy"`` or ``"r2"``), ``mean_score``, ``std_score``, ``grouped``,
         ``n_groups`` (0 when not grouped), ``n_folds``; for classification also

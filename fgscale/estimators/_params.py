@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fgscale._auto import auto_k_help
-from fgscale._constraints import (
+from fgscale._utils.checks import PREFETCH
+from fgscale._utils.constraints import (
     Bool,
     ClassWeight,
     Constraint,
@@ -33,8 +33,9 @@ from fgscale._constraints import (
     Union,
     check_device,
 )
+from fgscale.estimators._auto import auto_k_help
 
-__all__ = ["PARAMS", "RUNTIME_PARAMS", "Param", "check_device", "check_prefetch",
+__all__ = ["PARAMS", "RUNTIME_PARAMS", "Param", "check_device",
            "estimator_signature", "numpydoc", "params_of", "params_to_json", "plain_json",
            "validate_params"]
 
@@ -159,7 +160,7 @@ PARAMS: tuple[Param, ...] = (
           "saved run (or a pickle of the estimator) holds its model on the CPU and moves it "
           "back to predict", "str",
           runtime=True),
-    Param("prefetch", "auto", Union(Options("auto"), Interval(int, 1, None)),
+    Param("prefetch", "auto", PREFETCH,
           "with a store: minibatches in flight on the workers at most; 'auto': two per worker "
           "thread, within 1 GiB of blocks", 'int or "auto"', runtime=True),
     Param("verbose", 0, Union(Bool(), Interval(int, 0, None)),
@@ -242,10 +243,3 @@ def params_to_json(params: dict) -> dict:
             value = os.fspath(value) if isinstance(value, os.PathLike) else repr(value)
         out[name] = value
     return out
-
-
-def check_prefetch(prefetch):
-    """``prefetch`` itself (an int as int), checked against the table's constraint; a
-    ValueError names what it must be."""
-    validate_params({"prefetch": prefetch}, "StoreSource")
-    return prefetch if isinstance(prefetch, str) else int(prefetch)

@@ -4,7 +4,7 @@ Every prediction comes from the estimator's own ``predict_proba`` on full rows: 
 are masked with the model's saved mask (:func:`fgscale.images.mask_images`), a store's rows
 are read in blocks, here or streamed from Dask workers. A table is a dict of equal-length
 columns (``row``/``path``, ``volume``, ``label``, then ``prediction`` and ``proba_<class>``),
-written as CSV by :func:`write_table`; :mod:`fgscale.scores` scores one that has labels or
+written as CSV by :func:`write_table`; :mod:`fgscale.runs._scores` scores one that has labels or
 targets.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fgscale._files import atomic_path
-from fgscale._progress import tqdm
+from fgscale._utils.files import atomic_path
+from fgscale._utils.progress import tqdm
 from fgscale.images._cohort import (
     TABLE_SUFFIXES,
     entry_headers,
@@ -29,7 +29,7 @@ from fgscale.images._cohort import (
 )
 from fgscale.images._masking import image_list, mask_images
 from fgscale.images._nifti import same_grid
-from fgscale.scores import classification_report, regression_report
+from fgscale.runs._scores import classification_report, regression_report
 from fgscale.store._reader import Store, open_store
 
 __all__ = ["ROWS", "STDOUT", "check_store", "check_table_name", "predict_inputs", "proba_matrix",

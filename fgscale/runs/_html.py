@@ -6,7 +6,7 @@ The page is a single file with its figures embedded as PNG data URIs: it can be 
 archived beside the run, or opened from a cluster's file system without a server. It reads the
 run folder only (:mod:`fgscale.runs`): config.json, metrics.jsonl (the curves, written after
 every epoch, so an unfinished run gets a page too), model.json (a refit's epochs), final.json
-(the scores and the choice) and maps.json with the maps (:mod:`fgscale.maps`).
+(the scores and the choice) and maps.json with the maps (:mod:`fgscale.runs._maps`).
 
 Figures need matplotlib (``pip install 'fgscale[plot]'``). The maps are drawn with
 ``nilearn.plotting.plot_stat_map`` when nilearn is installed, as a nilearn user knows them;
@@ -26,10 +26,10 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from fgscale._cli_runs import check_not_a_store
-from fgscale._files import atomic_path, check_writable, read_json
-from fgscale._run_folder import PREDICTIONS
-from fgscale.maps import read_maps
+from fgscale._utils.files import atomic_path, check_writable, read_json
+from fgscale.runs._folder import PREDICTIONS
+from fgscale.runs._listing import check_not_a_store
+from fgscale.runs._maps import read_maps
 
 __all__ = ["write_report"]
 

@@ -21,7 +21,7 @@ A run folder holds::
     maps/            a 3D map per class on the store's grid (``maps/<class>.nii.gz``), for
     maps.nii.gz      nilearn.plotting; maps.nii.gz holds them as one 4D image; maps.json says
     maps.json        which volume and file is which class, and what the values are
-                     (:mod:`fgscale.maps`)
+                     (:mod:`fgscale.runs._maps`)
     test_predictions.csv
                      each test row's prediction (``fgscale evaluate --predictions``' columns)
     final.json       the test report on the store's test rows and the run's summary
@@ -42,12 +42,12 @@ from pathlib import Path
 
 import torch
 
-from fgscale._cli_runs import check_finished_run
-from fgscale._files import atomic_path, read_json
-from fgscale._params import RUNTIME_PARAMS, params_to_json
+from fgscale._utils.files import atomic_path, read_json
+from fgscale.estimators._params import RUNTIME_PARAMS, params_to_json
 from fgscale.estimators._persist import load_model, write_model
-from fgscale.maps import MAPS_IMAGE, write_maps
-from fgscale.reports import write_table
+from fgscale.runs._listing import check_finished_run
+from fgscale.runs._maps import MAPS_IMAGE, write_maps
+from fgscale.runs._reports import write_table
 from fgscale.training._loop import _History, cuda_device
 
 __all__ = ["PREDICTIONS", "UNSEEN_PARAMS", "RunFolder", "versions"]
@@ -218,12 +218,12 @@ class RunFolder:
         return load_model(self.path)
 
     def write_maps(self, clf, store) -> Path:
-        """A map per class and maps.json (:func:`fgscale.maps.write_maps`); returns the 4D one."""
+        """A map per class and maps.json (:func:`fgscale.runs._maps.write_maps`); returns the 4D one."""
         write_maps(self.path, clf, store.mask, store.affine, store.space_codes)
         return self / MAPS_IMAGE
 
     def write_predictions(self, table: dict) -> Path:
-        """``test_predictions.csv``: a line per test row (:func:`fgscale.reports.score_store`'s
+        """``test_predictions.csv``: a line per test row (:func:`fgscale.runs._reports.score_store`'s
         table), what the report's plot of predictions against targets draws."""
         return write_table(table, self / PREDICTIONS)
 

@@ -7,7 +7,14 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-__all__ = ["bank_list", "built_line", "remove_banks", "warn_unused_build_options"]
+from fgscale.cli._options import (
+    add_bank_args,
+    add_cluster_args,
+    add_progress_arg,
+    client_of,
+)
+
+__all__ = ["bank_list", "built_line", "register", "remove_banks", "warn_unused_build_options"]
 
 # what builds a bank, and where: nothing that --list or --remove does
 _BUILD_OPTIONS = ("n_groupings", "n_bootstrap", "n_clusters", "seed", "overwrite", "scheduler",
@@ -115,3 +122,41 @@ def _size(n: int) -> str:
         if n < scale * 1e3:
             return f"{n / scale:.1f} {unit}"
     return f"{n / 1e9:.1f} GB"
+
+
+def register(sub) -> None:
+    """Add ``bank`` to the subcommands ``sub`` of the ``fgscale`` parser."""
+    p = sub.add_parser("bank", help="build the bank of groupings into a store (its cache store "
+                       "when the store is read-only: $FGSCALE_CACHE_DIR), on a Dask cluster")
+    add_bank_args(p, "")
+    add_cluster_args(p)
+    p.add_argument("--overwrite", action="store_true",
+                   help="rebuild the bank of these parameters from scratch (other banks are kept)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--list", action="store_true",
+                      help="list the banks of the store and of its cache store (key, k, r, seed, "
+                           "rows, built/total, in); build nothing")
+    what.add_argument("--remove", nargs="+", metavar="KEY", default=None,
+                      help="remove these banks (keys from --list; folds: those built on a part of "
+                           "the training rows, by cv) from the store and its cache (default: none)")
+    add_progress_arg(p)
+    p.set_defaults(func=_cmd_bank)
+
+
+def _cmd_bank(args) -> int:
+    if args.list or args.remove:
+        warn_unused_build_options(args.given)
+        print("\n".join(bank_list(args.store) if args.list else remove_banks(args.store, args.remove)))
+        return 0
+    from fgscale.estimators._auto import searched_values
+    from fgscale.grouping._dask_bank import build_bank
+
+    # "auto" or a list of n_clusters: a bank for each k that training will choose among
+    with client_of(args, processes=True) as client:  # a cluster only if a grouping is left
+        infos = [build_bank(args.store, n_groupings=args.n_groupings,
+                            n_bootstrap=args.n_bootstrap, n_clusters=k, seed=args.seed,
+                            client=client, overwrite=args.overwrite, return_info=True,
+                            progress=not args.no_progress)[1]
+                 for k in searched_values("n_clusters", args.n_clusters)]
+    print("\n".join(built_line(info, args.store) for info in infos))
+    return 0

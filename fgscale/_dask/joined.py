@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 class SchedulerLost(ConnectionError):
-    """The cluster joined by :func:`fgscale.cluster.connect` stopped serving a command mid-job:
+    """The cluster joined by :func:`fgscale._dask.client.connect` stopped serving a command mid-job:
     its scheduler no longer answers."""
 
 

@@ -10,10 +10,10 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["THREAD_WORKERS_UP_TO", "auto_processes", "check_count", "check_processes", "cpu_count",
+__all__ = ["THREAD_WORKERS_UP_TO", "auto_processes", "cpu_count",
            "main_reruns_in_workers"]
 
-log = logging.getLogger("fgscale.cluster")
+log = logging.getLogger("fgscale._dask.client")
 
 THREAD_WORKERS_UP_TO = 4
 """``processes="auto"``: an embedded cluster of at most this many workers runs threads, a larger
@@ -51,18 +51,6 @@ def _cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
     return None
 
 
-def check_count(name: str, value) -> None:
-    """Raise ValueError unless ``value`` is a positive integer (a worker or thread count)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def check_processes(value) -> None:
-    """Raise ValueError unless ``value`` is a worker kind: True, False or "auto"."""
-    if not (isinstance(value, bool) or value == "auto"):
-        raise ValueError(f"processes must be True, False or 'auto', got {value!r}")
-
-
 def auto_processes(n_workers: int, *, guarded: bool = False) -> bool:
     """Whether ``processes="auto"`` gives worker processes to an embedded cluster of
     ``n_workers`` workers that streams training blocks.
@@ -80,7 +68,7 @@ def auto_processes(n_workers: int, *, guarded: bool = False) -> bool:
         return True
     log.info("%d worker threads, not processes: each worker process would run %s again; for "
              "processes, guard its code with `if __name__ == \"__main__\":` and pass a client of "
-             "fgscale.cluster.get_client(processes=True)", n_workers,
+             "fgscale._dask.client.get_client(processes=True)", n_workers,
              getattr(sys.modules.get("__main__"), "__file__", "the main module"))
     return False
 

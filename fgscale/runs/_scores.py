@@ -80,7 +80,7 @@ def regression_report(targets, predictions, target: str = "target") -> dict:
     ``r2_score``), ``mae``, ``rmse`` and Pearson's ``correlation`` (None without rows, or
     where undefined: R² on targets that do not vary, where ``r2_score`` would say 1 or 0),
     ``mae_of_mean`` (the MAE of predicting these rows' mean: what ``mae`` is to beat) and
-    ``target``, the name of what is scored (:func:`fgscale.reports.target_name`)."""
+    ``target``, the name of what is scored (:func:`fgscale.runs._reports.target_name`)."""
     from sklearn import metrics
 
     y, pred = np.asarray(targets, float), np.asarray(predictions, float)

@@ -24,10 +24,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fgscale._cores import auto_processes, check_count, check_processes, cpu_count  # noqa: F401
-from fgscale._dashboard import dashboard_link, log_dashboard
-from fgscale._joined import PausedWatch, SchedulerLost, WorkersPaused
-from fgscale._progress import tqdm
+from fgscale._dask.cores import auto_processes, cpu_count  # noqa: F401
+from fgscale._dask.dashboard import dashboard_link, log_dashboard
+from fgscale._dask.joined import PausedWatch, SchedulerLost, WorkersPaused
+from fgscale._utils.checks import check_count, check_processes
+from fgscale._utils.progress import tqdm
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -91,7 +92,7 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
         its evaluation asks for threads) gives threads up to 4 workers: each (m x k) block
         reaches the model without being serialised and sent over a socket. Beyond, it gives
         worker processes, which stream faster there, unless they would run this program's main
-        script again (:func:`fgscale._cores.auto_processes`; the README's performance section
+        script again (:func:`fgscale._dask.cores.auto_processes`; the README's performance section
         gives the figures).
 
     Yields
@@ -174,9 +175,9 @@ def _embedded(n_workers, threads_per_worker, memory_limit, processes) -> Iterato
         processes = auto_processes(n_workers)
     if not processes and memory_limit == "auto":
         memory_limit = 0  # thread workers share this process: its memory is the bound
-    # worker processes leave Ctrl-C to this process, which stops them (fgscale._worker_signals)
+    # worker processes leave Ctrl-C to this process, which stops them (fgscale._dask.worker_signals)
     preload = {"distributed.worker.preload": [*dask.config.get("distributed.worker.preload", []),
-                                              "fgscale._worker_signals"]} if processes else {}
+                                              "fgscale._dask.worker_signals"]} if processes else {}
     with dask.config.set({**_WORKER_CONFIG, **preload}), warnings.catch_warnings():
         # 8787 taken (a notebook's cluster, another command): distributed picks another port
         # and warns in four lines; the dashboard link printed below says where it is
@@ -256,7 +257,7 @@ def connect(scheduler: str | None = None, scheduler_file: str | Path | None = No
     ConnectionError
         If no Dask scheduler answers at the address within ``timeout``;
         :class:`SchedulerLost` if it stops answering while the caller works with it, or
-        :class:`~fgscale._joined.WorkersPaused` if every worker stays paused for memory.
+        :class:`~fgscale._dask.joined.WorkersPaused` if every worker stays paused for memory.
     """
     if (scheduler is None) == (scheduler_file is None):
         raise ValueError("give one of scheduler and scheduler_file")

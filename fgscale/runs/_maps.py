@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
-from fgscale._files import atomic_path, read_json
+from fgscale._utils.files import atomic_path, read_json
 from fgscale.images._nifti import unmask
 
 __all__ = ["MAPS_IMAGE", "MAPS_JSON", "file_stems", "has_maps", "linearized_weights", "output_weights",
@@ -132,7 +132,7 @@ def output_weights(estimator) -> tuple[list[str], np.ndarray, dict]:
         method = "product of weight matrices"
         values = (f"the MLP linearised on {features}: W_out ... W_2 W_1, ReLU and dropout taken "
                   f"as the identity; the gradient of {output} with respect to the voxel wherever "
-                  "every hidden unit is active (see fgscale.maps)")
+                  "every hidden unit is active (see fgscale.runs._maps)")
     return names, weights, {"model": estimator.model, "method": method, "values": values}
 
 

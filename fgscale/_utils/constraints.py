@@ -1,5 +1,5 @@
 """What values a parameter of the estimators takes: the constraints of the table in
-:mod:`fgscale._params`, each able to check a value, say what it expects (in the style of
+:mod:`fgscale.estimators._params`, each able to check a value, say what it expects (in the style of
 scikit-learn's messages) and read a command-line string. Imports nothing heavy (torch only
 inside :func:`check_device`).
 """

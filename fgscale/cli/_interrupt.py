@@ -69,9 +69,9 @@ def interrupted(command: str, exc: KeyboardInterrupt | None = None) -> int:
 
 def failed(command: str, exc: Exception) -> int:
     """Say on stderr why ``fgscale command`` failed, in one line, and return its exit status,
-    2; a joined cluster lost mid-job (:class:`fgscale._joined.SchedulerLost`) also gets what
+    2; a joined cluster lost mid-job (:class:`fgscale._dask.joined.SchedulerLost`) also gets what
     the command kept and how to go on, as an interruption does."""
-    from fgscale._joined import SchedulerLost
+    from fgscale._dask.joined import SchedulerLost
 
     kept = f". {_KEPT.get(command, _KEPT_DEFAULT)}" if isinstance(exc, SchedulerLost) else ""
     print(f"fgscale {command}: error: {exc}{kept}", file=sys.stderr)

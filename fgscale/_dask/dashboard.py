@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from distributed import Client
 
-log = logging.getLogger("fgscale.cluster")  # the records of the cluster's module, as before
+log = logging.getLogger("fgscale._dask.client")  # the records of the cluster's module, as before
 
 __all__ = ["dashboard_link", "log_dashboard"]
 

@@ -1,5 +1,6 @@
-"""``fgscale runs``: the run folders in a folder and below, a line each (its state, task, model,
-test score and store), read from the files every run writes (config.json, metrics*.jsonl,
+"""The run folders in a folder and below, a line each (its state, task, model, test score and
+store), as ``fgscale runs`` prints them; and the checks that a folder holds a finished run. All
+read from the files every run writes (config.json, metrics*.jsonl,
 final.json): no model is loaded, so a folder of many runs lists at once."""
 
 from __future__ import annotations
@@ -8,24 +9,10 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["add_runs_command", "check_finished_run", "check_not_a_store", "model_label", "run_rows",
+__all__ = ["check_finished_run", "check_not_a_store", "model_label", "run_rows",
            "runs_table", "test_score"]
 
 _HEADER = ("run", "state", "task", "model", "test", "store")
-
-
-def add_runs_command(sub) -> None:
-    """Add ``fgscale runs [FOLDER]`` to the subcommands ``sub`` of the ``fgscale`` parser."""
-    p = sub.add_parser("runs", help="list the run folders in a folder and below: state, task, "
-                                    "model, test score, store")
-    p.add_argument("folder", nargs="?", default=".",
-                   help="the folder searched, with its subfolders (default: the working folder)")
-    p.set_defaults(func=_cmd_runs)
-
-
-def _cmd_runs(args) -> int:
-    print("\n".join(runs_table(args.folder)))
-    return 0
 
 
 def _json(path: Path):

@@ -1,0 +1,3 @@
+"""Private helpers that every layer of fgscale shares: files written atomically and locks
+(:mod:`~fgscale._utils.files`), progress bars (:mod:`~fgscale._utils.progress`) and the checkers
+of values that several layers take (:mod:`~fgscale._utils.checks`)."""

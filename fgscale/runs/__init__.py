@@ -1,0 +1,41 @@
+"""Runs on a store, and what they leave: a run folder (configuration, checkpoints, metrics,
+the fitted model as data, weight maps, predictions), its scores and its HTML report.
+
+- :func:`train_run` trains an estimator on a store into a run folder (``fgscale train``);
+- :func:`load_run`, :func:`evaluate_run` and :func:`predict_run` use a finished run;
+- :func:`cross_validate` runs K-fold cross-validation on a store's training rows
+  (``fgscale cv``);
+- :func:`runs_table` lists the run folders below a folder (``fgscale runs``), and
+  :func:`write_report` draws one run as an HTML file (``fgscale report``).
+
+Names are imported when first used: listing runs or checking a folder does not import torch.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "train_run": "_train",
+    "summary_lines": "_train",
+    "load_run": "_trained",
+    "evaluate_run": "_trained",
+    "predict_run": "_trained",
+    "predict_line": "_trained",
+    "cross_validate": "_crossval",
+    "read_results": "_crossval",
+    "RunFolder": "_folder",
+    "runs_table": "_listing",
+    "check_finished_run": "_listing",
+    "write_report": "_html",
+    "STDOUT": "_reports",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return list(__all__)
