@@ -102,12 +102,12 @@ def soak(store_path, client, *, epochs: int, processes: bool, batch_size: int = 
     """Train for ``epochs`` epochs on ``store_path`` with ``client``; return one sample per
     epoch (:func:`sample`, plus ``epoch`` and ``seconds``), taken at the end of the epoch."""
     from fgscale import FeatureGroupingClassifier
-    from fgscale.training._loop import _History
+    from fgscale.training import History
 
     samples: list[dict] = []
     clock = [time.perf_counter()]
 
-    class Sampled(_History):
+    class Sampled(History):
         def epoch_end(self, metrics: dict) -> None:
             super().epoch_end(metrics)
             now = time.perf_counter()
@@ -118,7 +118,7 @@ def soak(store_path, client, *, epochs: int, processes: bool, batch_size: int = 
     clf = FeatureGroupingClassifier(**BANK, batch_size=batch_size, max_epochs=epochs,
                                     early_stopping=True, patience=epochs + 1, refit=False,
                                     learning_rate=0.01, random_state=seed)
-    clf._fit_store(str(store_path), client, Sampled)
+    clf.fit(store_path, client=client, checkpoint=Sampled)
     return samples
 
 

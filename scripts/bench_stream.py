@@ -188,7 +188,8 @@ def worker_counts(text: str) -> list[int]:
     return counts
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
+    """The command line's options (``--quick``: the smallest run, see :func:`benchlib.parse_args`)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5600)
     parser.add_argument("--p", type=int, default=270_806)
@@ -205,16 +206,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="torch device of the central model")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-kind", default="threads", help=argparse.SUPPRESS)
-    args = parse_args(parser, quick=dict(rows=64, p=5_000, n_groupings=2, batch_size=16))
-    store_path = args.dir / f"stream_{args.rows}x{args.p}.zarr"
-    if args.central_threads:
-        torch.set_num_threads(args.central_threads)
-    if args.child is not None:
-        print(json.dumps(two_epochs(str(store_path), args.child, args.n_workers[0],
-                                    args.memory_limit, args.batch_size, args.prefetch,
-                                    args.child_kind == "processes", args.device)))
-        return
+    return parse_args(parser, quick=dict(rows=64, p=5_000, n_groupings=2, batch_size=16))
 
+
+def prepare(args, store_path: Path):
+    """The SYNTHETIC store (made, or reused if present) and its bank: the store and its size in
+    GB."""
     args.dir.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     store = random_store(store_path, args.rows, args.p, generator="scripts/bench_stream.py")
@@ -226,38 +223,63 @@ def main() -> None:
     with get_client(n_workers=min(args.n_workers)) as client:
         build_bank(store_path, n_groupings=args.n_groupings, **BANK, client=client,
                    progress=False)
+    return store, size_gb
 
-    n = store.n_samples
 
-    def best_of(passes: int, read_all) -> float:
+class Reads:
+    """The reads of the store's n rows in this process that the streamed epochs are set
+    against: by one thread (the raw reads), and by as many threads as each worker count (the
+    read limits)."""
+
+    def __init__(self, store, batch_size: int, n_workers: list[int]):
+        self.store, self.n, self.n_workers = store, store.n_samples, n_workers
+        n = self.n
+        self.epoch = epoch_plan(np.arange(n), batch_size=batch_size, epoch=1, seed=0)
+        self.shards = [np.arange(first, min(first + store.block_rows, n))
+                       for first in range(0, n, store.block_rows)]
+
+    def best_of(self, passes: int, read_all) -> float:
         """Rows/s of ``read_all()`` (which reads all n rows) in this process, best of ``passes``."""
-        return n / best_time(read_all, passes)
+        return self.n / best_time(read_all, passes)
 
-    def sequential():  # what evaluation does: shard-aligned blocks, into recycled memory
-        for _ in store.iter_blocks():
+    def sequential(self):  # what evaluation does: shard-aligned blocks, into recycled memory
+        for _ in self.store.iter_blocks():
             pass
 
-    def sequential_fresh():  # the same into a fresh array per block (np.empty)
+    def sequential_fresh(self):  # the same into a fresh array per block (np.empty)
+        store, n = self.store, self.n
         for first in range(0, n, store.block_rows):
             store.read_rows(range(first, min(first + store.block_rows, n)))
 
-    epoch = epoch_plan(np.arange(n), batch_size=args.batch_size, epoch=1, seed=0)
-    shards = [np.arange(first, min(first + store.block_rows, n))
-              for first in range(0, n, store.block_rows)]
+    def batches(self):  # the rows of a training epoch, batch by batch in its order, not projected
+        for rows in self.epoch.batches:
+            self.store.read_rows(rows, out=POOL.empty((rows.size, self.store.n_features)))
 
-    def batches():  # the rows of a training epoch, batch by batch in its order, not projected
-        for rows in epoch.batches:
-            store.read_rows(rows, out=POOL.empty((rows.size, store.n_features)))
-
-    def read_limits(passes: int) -> dict[int, tuple[float, float]]:
+    def read_limits(self, passes: int) -> dict[int, tuple[float, float]]:
         """Per worker count: rows/s of as many threads reading shard blocks / random batches."""
-        return {w: (parallel_read(store, shards, w, passes),
-                    parallel_read(store, list(epoch.batches), w, passes)) for w in args.n_workers}
+        return {w: (parallel_read(self.store, self.shards, w, passes),
+                    parallel_read(self.store, list(self.epoch.batches), w, passes))
+                for w in self.n_workers}
 
-    # the limits: the best of passes before the epochs (which also warm the page cache) and
-    # after them, so that a busy moment of the machine does not lower the bar
-    raw = best_of(3, sequential)
-    limits = read_limits(3)
+    def references(self) -> dict[str, float]:
+        """Rows/s of the other reads of one thread, shown for reference: into fresh arrays, an
+        epoch's batches, zarr's own reader and the shard files' bytes."""
+        store, n = self.store, self.n
+        rates = {"fresh": self.best_of(3, self.sequential_fresh),
+                 "batches": self.best_of(3, self.batches)}
+        start = time.perf_counter()  # zarr's own reader, for reference (not the limit)
+        for first in range(0, n, store.block_rows):
+            store.X[first:first + store.block_rows]
+        rates["zarr"] = n / (time.perf_counter() - start)
+        files = chunk_files(store.path / "X")
+        # the bytes of the shard files, whole, with numpy.fromfile
+        rates["file"] = self.best_of(3, lambda: [np.fromfile(f, np.uint8) for f in files])
+        return rates
+
+
+def streamed_runs(args, n: int) -> dict:
+    """Two streamed epochs (:func:`two_epochs`, each in a fresh process) per worker count,
+    kind of workers and number of rows, keyed so."""
     runs = {}
     for w in args.n_workers:
         for kind in ("threads", "processes"):
@@ -266,22 +288,15 @@ def main() -> None:
                 runs[w, kind, rows] = run_child(args, w, rows, kind == "processes")
                 print(f"{w} worker {kind}, {rows} rows: {runs[w, kind, rows]['steady']:.0f} "
                       f"samples/s in the second epoch", flush=True)
-    raw = max(raw, best_of(2, sequential))
-    limits = {w: tuple(map(max, before, after))
-              for (w, before), after in zip(limits.items(), read_limits(2).values(), strict=True)}
-    fresh_raw = best_of(3, sequential_fresh)
-    batch_raw = best_of(3, batches)
-    start = time.perf_counter()  # zarr's own reader, for reference (not the limit)
-    for first in range(0, n, store.block_rows):
-        store.X[first:first + store.block_rows]
-    zarr_raw = n / (time.perf_counter() - start)
-    files = chunk_files(store.path / "X")
-    # the bytes of the shard files, whole, with numpy.fromfile
-    file_raw = best_of(3, lambda: [np.fromfile(f, np.uint8) for f in files])
+    return runs
 
-    # one epoch from memory, same steps (a quarter of the rows: they must fit in RAM)
+
+def memory_epoch(args, store, store_path: Path):
+    """One FG epoch from rows already in memory (a quarter of the rows: they must fit in RAM),
+    same steps: its samples/s, the bank, and the costs of the work (:func:`compute_costs`)."""
     from fgscale.grouping._dask_bank import load_bank
 
+    n = store.n_samples
     bank, info = load_bank(store_path, **BANK)
     rows = np.arange(n // 4)
     X = store.read_rows(rows)
@@ -300,10 +315,16 @@ def main() -> None:
     memory = rows.size / (time.perf_counter() - start)
     costs, text = compute_costs(store, bank, info, model, opt, plan, int(bank.max()) + 1,
                                 args.device)
-    cores = os.cpu_count()
+    return memory, bank, costs, text
 
+
+def speed_table(args, store, n_bank: int, rates: dict, limits: dict, runs: dict, costs: dict,
+                text: str) -> None:
+    """Print the samples/s of every read and epoch against the read limits, one thread's
+    sequential read (``rates["raw"]``) and the compute bound."""
+    n, cores, raw = store.n_samples, os.cpu_count(), rates["raw"]
     print(f"\n{cores} cores, workers of {args.memory_limit} (processes), batch {args.batch_size}, "
-          f"prefetch {args.prefetch}, bank of {len(bank)}, p = {store.n_features}, "
+          f"prefetch {args.prefetch}, bank of {n_bank}, p = {store.n_features}, "
           f"central model on {args.device}, central torch threads {torch.get_num_threads()}\n")
     print("The read limit of w threads: the rows read by w threads in parallel, the faster of "
           "shard-aligned blocks and an epoch's random batches (each thread into its own block).\n")
@@ -319,12 +340,13 @@ def main() -> None:
                      f"{rate / compute_bound(costs, threads or cores):.2f}")
 
     line("raw sequential read of the rows into recycled blocks, fgscale's reader", 1, n, raw)
-    line("raw sequential read of the rows into fresh arrays, fgscale's reader", 1, n, fresh_raw)
+    line("raw sequential read of the rows into fresh arrays, fgscale's reader", 1, n,
+         rates["fresh"])
     line("raw read of an epoch's random batches into recycled blocks, fgscale's reader",
-         1, n, batch_raw)
-    line("raw read of the shard files' bytes, numpy.fromfile (fresh arrays)", 1, n, file_raw)
-    line("raw sequential read of the rows, zarr's own `X[a:b]`", 1, n, zarr_raw)
-    line("in-memory FG epoch (rows preloaded)", None, n // 4, memory)
+         1, n, rates["batches"])
+    line("raw read of the shard files' bytes, numpy.fromfile (fresh arrays)", 1, n, rates["file"])
+    line("raw sequential read of the rows, zarr's own `X[a:b]`", 1, n, rates["zarr"])
+    line("in-memory FG epoch (rows preloaded)", None, n // 4, rates["memory"])
     for w in args.n_workers:
         line(f"read limit: shard blocks read by {w} threads", w, n, limits[w][0])
         line(f"read limit: random batches read by {w} threads", w, n, limits[w][1])
@@ -336,6 +358,10 @@ def main() -> None:
     line(f"compute bound: {cores} cores doing only the work, no overhead", cores, n // 4,
          compute_bound(costs, cores))
     print(f"\nCPU ms per row, measured one at a time in this process: {text}")
+
+
+def memory_table(args, runs: dict, n: int, size_gb: float) -> None:
+    """Print the central process's peak RSS of each run, and how it grows from n / 4 to n rows."""
     print()
     markdown_table("central process", "workers", "n rows", "peak RSS (MB)", "spilled keys",
                    "max in flight")
@@ -349,6 +375,35 @@ def main() -> None:
         print(f"\npeak RSS ratio 4n / n with {w} worker {kind}: {ratio:.3f}")
     print(f"store {size_gb:.1f} GB vs the worker processes' total limit "
           f"{w} x {args.memory_limit}")
+
+
+def main() -> None:
+    args = arguments()
+    store_path = args.dir / f"stream_{args.rows}x{args.p}.zarr"
+    if args.central_threads:
+        torch.set_num_threads(args.central_threads)
+    if args.child is not None:
+        print(json.dumps(two_epochs(str(store_path), args.child, args.n_workers[0],
+                                    args.memory_limit, args.batch_size, args.prefetch,
+                                    args.child_kind == "processes", args.device)))
+        return
+
+    store, size_gb = prepare(args, store_path)
+    n = store.n_samples
+    reads = Reads(store, args.batch_size, args.n_workers)
+    # the limits: the best of passes before the epochs (which also warm the page cache) and
+    # after them, so that a busy moment of the machine does not lower the bar
+    raw = reads.best_of(3, reads.sequential)
+    limits = reads.read_limits(3)
+    runs = streamed_runs(args, n)
+    raw = max(raw, reads.best_of(2, reads.sequential))
+    limits = {w: tuple(map(max, before, after))
+              for (w, before), after in zip(limits.items(), reads.read_limits(2).values(),
+                                            strict=True)}
+    rates = {"raw": raw, **reads.references()}
+    rates["memory"], bank, costs, text = memory_epoch(args, store, store_path)
+    speed_table(args, store, len(bank), rates, limits, runs, costs, text)
+    memory_table(args, runs, n, size_gb)
 
 
 if __name__ == "__main__":

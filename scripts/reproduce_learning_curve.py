@@ -14,7 +14,7 @@ subjects, 120 rows), streamed as well.
 Training rows: for seed s, each class's training rows (45 subjects, 360 rows) are shuffled and
 interleaved class by class; a size n takes the first n rows of that order, so the draws are
 stratified and nested across sizes (the 40 rows of n = 40 are among the 80 of n = 80). The
-fit on those rows is ``FeatureGroupingClassifier._fit_store(store, client, rows=rows)``, the
+fit on those rows is ``FeatureGroupingClassifier.fit(store, client=client, rows=rows)``, the
 call ``fgscale.runs._crossval.cross_validate`` makes for a fold: fgscale has no public row selection
 on a store (``fit(store)`` takes its train split). L2 and dropout choose alpha and the dropout
 rate with the estimator's own "auto" (a grid scored on a validation split of the given rows,
@@ -129,7 +129,7 @@ def fit_cell(store, client, rows, model: str, regularizer: str, seed: int, args)
                                     n_groupings=args.n_groupings, max_epochs=args.max_epochs,
                                     **params)
     start = time.perf_counter()
-    clf._fit_store(store.path, client, rows=rows)  # as fgscale.runs._crossval does for a fold
+    clf.fit(store, client=client, rows=rows)  # as fgscale.runs._crossval does for a fold
     fit_s = time.perf_counter() - start
     start = time.perf_counter()
     test, _ = score_store(clf, store, client, store.test_rows())

@@ -140,7 +140,9 @@ def deferred_cluster(*, n_workers: int | None = None,
 
     What the command line wraps its work in: a command whose work is already done (a finished
     run resumed, a complete bank), or whose input is refused, starts no cluster at all, and
-    one whose steps each need a cluster (a bank per k) starts one, not one per step.
+    one whose steps each need a cluster (a bank per k) starts one, not one per step. Within
+    another one, this call changes nothing: the outermost caller (the command line, with its
+    ``--n-workers``) sets the cluster.
 
     Parameters
     ----------
@@ -153,6 +155,9 @@ def deferred_cluster(*, n_workers: int | None = None,
     if n_workers is not None:
         check_count("n_workers", n_workers)
     check_processes(processes)
+    if _DEFERRED:
+        yield
+        return
     with ExitStack() as stack:
         _DEFERRED.append({"n_workers": n_workers, "processes": processes, "client": None,
                           "stack": stack})

@@ -14,7 +14,19 @@ from fgscale._utils.constraints import Fraction, Interval, InvalidParameterError
 __all__ = ["COUNT", "PREFETCH", "check_count", "check_prefetch", "check_processes",
            "check_value", "resolve_n_clusters"]
 
-COUNT = Interval(int, 1, None)
+
+
+class _Count(Interval):
+    """An int >= 1, said as a count is."""
+
+    def __init__(self):
+        super().__init__(int, 1, None)
+
+    def describe(self):
+        return "a positive integer"
+
+
+COUNT = _Count()
 PREFETCH = Union(Options("auto"), COUNT)
 
 

@@ -15,12 +15,12 @@ import os
 from fgscale.cli._bank import register as register_bank
 from fgscale.cli._demo import register as register_demo
 from fgscale.cli._evaluate import register as register_evaluate
+from fgscale.cli._interrupt import failed, interrupted, run_command
+from fgscale.cli._options import Parser, given_options, one_line_warnings, warn_unused_cluster_options
 from fgscale.cli._report import register as register_report
 from fgscale.cli._runs import register as register_runs
 from fgscale.cli._store import register as register_store
 from fgscale.cli._train import register as register_train
-from fgscale.cli._interrupt import failed, interrupted, run_command
-from fgscale.cli._options import Parser, given_options, one_line_warnings, warn_unused_cluster_options
 
 log = logging.getLogger("fgscale")
 

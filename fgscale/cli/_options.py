@@ -199,9 +199,9 @@ def columns_of(args) -> dict:
 def add_param(p, name: str, note: str = "") -> None:
     """The option of an estimator parameter, from the table: its type, default and help."""
     from fgscale._utils.constraints import Searchable, Sizes
-    from fgscale.estimators._params import _BY_NAME
+    from fgscale.estimators._params import param_named
 
-    param = _BY_NAME[name]
+    param = param_named(name)
     # argparse gives an option one word: a list of candidates is typed with commas
     commas = ", comma-separated, such as 0.05,0.1" if isinstance(param.constraint, Searchable) else ""
 

@@ -14,6 +14,7 @@ _EXPORTS = {
     "load_model": "_persist",
     "save_model": "_persist",
     "make_estimator": "_factory",
+    "resolve_seed": "_params",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import copy
 import logging
-import numbers
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, is_classifier
-from sklearn.utils import check_random_state
-from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fgscale.estimators._inputs import (
     check_not_empty,
@@ -31,7 +29,7 @@ from fgscale.estimators._inputs import (
     warn_unused_client,
     warn_unused_mask,
 )
-from fgscale.estimators._params import check_device, params_of, validate_params
+from fgscale.estimators._params import check_device, params_of, resolve_seed, validate_params
 from fgscale.estimators._selection import (
     candidates,
     check_groups,
@@ -45,7 +43,7 @@ from fgscale.grouping._bank import make_bank
 from fgscale.store._stats import array_stats
 from fgscale.training._loop import (
     EarlyStopping,
-    _History,
+    History,
     check_finite,
     cuda_device,
     fit,
@@ -60,7 +58,6 @@ from fgscale.training._sgd import lipschitz
 
 log = logging.getLogger(__name__)
 
-_MAX_SEED = np.iinfo(np.int32).max
 _BATCH_RANGE = (32, 200)  # batch_size="auto": a tenth of the rows, within this range
 
 
@@ -91,15 +88,12 @@ class FeatureGroupingBase(BaseEstimator):
             warn_ignored(self, warn_level)
 
     def _seed(self) -> int:
-        """The run's seed: an int ``random_state`` as it is (so ``fgscale bank --seed S`` and
-        ``fgscale train --seed S`` agree), else one drawn from it."""
-        if isinstance(self.random_state, numbers.Integral):
-            return int(self.random_state)
-        return int(check_random_state(self.random_state).randint(_MAX_SEED))
+        """The run's seed (:func:`resolve_seed` of ``random_state``)."""
+        return resolve_seed(self.random_state)
 
     # ------------------------------------------------------------------ data in
 
-    def fit(self, X, y=None, *, groups=None, client=None):
+    def fit(self, X, y=None, *, groups=None, client=None, rows=None, checkpoint=None):
         """Check the parameters, then fit on a store (streamed), on images or on arrays; the
         subclasses document it and encode ``y`` (:meth:`_encode_targets`)."""
         from fgscale.images._masking import is_images, refuse_odd_item
@@ -118,18 +112,22 @@ class FeatureGroupingBase(BaseEstimator):
             refuse_multioutput(self, y)
             if is_store(X):
                 if y is not None or groups is not None:
-                    from fgscale.store._reader import open_group_checked
+                    from fgscale.store import open_group_checked
 
                     open_group_checked(X)  # a path that is no store is named as such first
                     raise ValueError(f"{'y' if y is not None else 'groups'} must be None when X is a "
                                      "store: the targets and groups come from the store")
-                return self._fit_store(X, client)
+                return self._fit_store(X, client, checkpoint or History, rows)
+            if rows is not None or checkpoint is not None:
+                raise ValueError(f"{'rows' if rows is not None else 'checkpoint'} applies to a fit "
+                                 "on a store (X a store's path or Store); with arrays or images, "
+                                 "pass the rows to fit on as X")
             warn_unused_client(client, stacklevel=4)  # the caller of the subclass's fit
             mask_img = None
             if is_images(X):
                 X, mask_img = self._images_in(X)
-                if y is not None and len(X) != _num_samples(y):
-                    raise ValueError(f"the images hold {len(X)} volumes but y has {_num_samples(y)} "
+                if y is not None and len(X) != np.shape(y)[0]:
+                    raise ValueError(f"the images hold {len(X)} volumes but y has {np.shape(y)[0]} "
                                      "targets: give one target per volume (a 4D image gives one "
                                      "row per volume)")
             # rows in C order: every batch, validation block and bootstrap reads whole rows
@@ -180,14 +178,38 @@ class FeatureGroupingBase(BaseEstimator):
         grid = candidates(self, self.n_features_in_, use_validation(self, y_idx))
         return sorted({c["n_clusters"] for c in grid}, key=lambda k: -1 if k is None else k)
 
-    def _store_plan(self, store, rows, seed: int) -> tuple[list, dict]:
-        """The k of each bank that a fit on ``rows`` of ``store`` trains with, and the banks'
-        other parameters. Refuses, before any cluster starts (the fit's, or train_run's), rows
-        that lack classes and a fit that would have to write missing statistics or banks with
-        nowhere to write them (a store that may not be written, no cache dir)."""
-        from fgscale.grouping._dask_bank import bank_ready
-        from fgscale.store._derived import write_location
-        from fgscale.store._stats import stats_ready
+    def check_store_fit(self, store, rows=None) -> None:
+        """Refuse now what a fit on ``rows`` of ``store`` would refuse before it trains.
+
+        What a run or a cross-validation calls before it writes anything or starts a cluster:
+        a bad parameter, rows without training rows or classes, and statistics or banks that
+        are missing with nowhere to write them (a store that may not be written, no cache
+        dir).
+
+        Parameters
+        ----------
+        store : str, Path or Store
+            A complete fgscale store.
+        rows : array-like of int, optional
+            The rows the fit would train on; default the store's training rows.
+        """
+        from fgscale.store import open_store
+
+        self._check_params()
+        store = open_store(store)
+        self._store_plan(store, self._store_rows(store, rows), self._seed())
+
+    @staticmethod
+    def _store_rows(store, rows) -> np.ndarray:
+        return store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
+
+    def _store_plan(self, store, rows, seed: int) -> dict:
+        """The bank each k of the candidates trains with (k -> :class:`BankSpec`, None without
+        feature grouping), each key resolved here once. Refuses, before any cluster starts,
+        rows that lack classes and a fit that would have to write missing statistics or banks
+        with nowhere to write them."""
+        from fgscale.grouping import bank_ready, bank_spec
+        from fgscale.store import stats_ready, write_location
 
         self.n_features_in_ = store.n_features
         if not len(rows):  # said as such, not as "0 class" or an empty bootstrap
@@ -195,34 +217,33 @@ class FeatureGroupingBase(BaseEstimator):
                              "expected some rows of split 'train' (or empty) in the cohort")
         self._set_store_targets(store, rows)
         counts = self._cluster_counts(self._store_targets(store)[rows])
-        bank_kw = dict(n_groupings=self.n_groupings, n_bootstrap=self.n_bootstrap, seed=seed,
-                       rows=rows)
-        if (self.standardize and not stats_ready(store.path, rows)) or not all(
-                bank_ready(store.path, n_clusters=k, **bank_kw) for k in counts if k is not None):
+        specs = {k: None if k is None else bank_spec(
+            store, n_clusters=k, n_bootstrap=self.n_bootstrap, seed=seed, rows=rows,
+            n_groupings=self.n_groupings) for k in counts}
+        if (self.standardize and not stats_ready(store, rows)) or not all(
+                bank_ready(store, spec) for spec in specs.values() if spec is not None):
             write_location(store)  # raises: nowhere to write what is missing
-        return counts, bank_kw
+        return specs
 
-    def _fit_store(self, path, client, history=_History, rows=None):
-        """Fit on a store's training rows (or on ``rows``, a subset: a fold), streamed."""
+    def _fit_store(self, store, client, history, rows=None):
+        """Fit on a store's training rows (or on ``rows``, a subset: a fold), streamed; the
+        store is opened here once and passed down, each bank's key resolved once."""
         from fgscale._dask.client import get_client
-        from fgscale.grouping._dask_bank import ensure_bank
-        from fgscale.store._reader import open_store
-        from fgscale.store._stats import compute_stats
-        from fgscale.training._stream import StoreSource
+        from fgscale.grouping import ensure_bank
+        from fgscale.store import compute_stats, open_store
+        from fgscale.training import StoreSource
 
-        self._check_params()
-        store = open_store(path)
+        store = open_store(store)
         warn_unused_mask(self.mask, store, stacklevel=5)  # the caller of the subclass's fit
         self.mask_img_ = store.mask_img()
         seed = self._seed()
-        rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, np.int64))
-        counts, bank_kw = self._store_plan(store, rows, seed)
+        rows = self._store_rows(store, rows)
+        specs = self._store_plan(store, rows, seed)
         targets = self._store_targets(store)
         with get_client(client=client, processes="auto") as client:
             self.mean_ = self.scale_ = None
             if self.standardize:
-                mean, std = compute_stats(store.path, rows, client=client,
-                                          progress=bool(self.verbose))
+                mean, std = compute_stats(store, rows, client=client, progress=bool(self.verbose))
                 self.mean_, self.scale_ = mean, (1.0 / std).astype(np.float32)
             grouped = store.groups != ""
             groups = store.groups if grouped.all() else None
@@ -230,14 +251,14 @@ class FeatureGroupingBase(BaseEstimator):
                 log.warning("%s: %d of its rows have no group: the validation split is by row, not "
                             "by subject; give each row its subject", store.path, (~grouped).sum())
             sources = {}
-            for k in counts:
+            for k, spec in specs.items():
                 bank, info = None, {"key": "", "location": None}
-                if k is not None:
+                if spec is not None:
                     # the bank of exactly these parameters and training rows, built if missing
-                    bank, info = ensure_bank(store.path, n_clusters=k, client=client,
-                                             progress=bool(self.verbose), **bank_kw)
+                    bank, info = ensure_bank(store, spec, client=client,
+                                             progress=bool(self.verbose))
                     log.info("using bank %s of %s", info["key"], info["location"])
-                sources[k] = (StoreSource(client, store.path, n_clusters=k or 0,
+                sources[k] = (StoreSource(client, store, n_clusters=k or 0,
                                           bank_key=info["key"], bank_at=info["location"],
                                           prefetch=self.prefetch,
                                           standardize=bool(self.standardize), stats_rows=rows,
@@ -273,7 +294,7 @@ class FeatureGroupingBase(BaseEstimator):
         attribute by the classifier; None here."""
         return None
 
-    def _train(self, sources: dict, y_idx, rows, seed, history=_History, groups=None):
+    def _train(self, sources: dict, y_idx, rows, seed, history=History, groups=None):
         """Train on ``sources`` (k -> (in-memory or streamed source, bank)) over ``rows``.
 
         With a validation split, each candidate (:func:`~fgscale.estimators._selection.

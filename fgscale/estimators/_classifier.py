@@ -105,12 +105,12 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
 
     __init__.__signature__ = estimator_signature("classification")
 
-    def fit(self, X, y=None, *, groups=None, client=None):
+    def fit(self, X, y=None, *, groups=None, client=None, rows=None, checkpoint=None):
         """Build the bank (with feature grouping) and train.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features), images, or str or Path of a store
+        X : array-like of shape (n_samples, n_features), images, or a store (Store, str or Path)
             In-memory data; or NIfTI images (paths or nibabel images, 3D, or 4D with one
             sample per volume, or a list of them), masked with ``mask`` or else with the
             voxels finite and non-zero in all of them; or a complete fgscale store: then the
@@ -127,13 +127,22 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
             With a store: the cluster to use; default the active ``distributed`` client, else
             an embedded LocalCluster: threads up to 4 workers, processes beyond
             (``processes="auto"`` of :func:`fgscale._dask.client.get_client`).
+        rows : array-like of int, optional
+            With a store: the rows to train on (a fold of a cross-validation); default the
+            store's training rows. Statistics and banks are those of these rows.
+        checkpoint : callable, optional
+            With a store: the per-phase hook, called as ``checkpoint(estimator, optimizer,
+            stopper, phase=..., params=...)`` and returning a
+            :class:`fgscale.training.History` (or subclass) that records each epoch and says
+            where a phase resumes; run folders pass their checkpoints here. Default
+            :class:`~fgscale.training.History`, which saves nothing.
 
         Returns
         -------
         self
         """
         check_targets_present(y, "label")
-        return super().fit(X, y, groups=groups, client=client)
+        return super().fit(X, y, groups=groups, client=client, rows=rows, checkpoint=checkpoint)
 
     def _encode_targets(self, y) -> np.ndarray:
         check_classification_targets(y)

@@ -16,9 +16,24 @@ TASKS = ("auto", "classification", "regression")
 
 
 def make_estimator(store, params: dict | None = None, task: str = "auto"):
-    """The estimator of ``task`` for ``store``: ``"auto"`` is classification when the store has
-    class labels, regression when it has only a target. A store without what the task needs is
-    refused here, before any run folder is written."""
+    """The estimator of ``task`` for ``store``, its parameters checked.
+
+    Parameters
+    ----------
+    store : Store
+    params : dict, optional
+        Estimator parameters; those of the other task are dropped at their default.
+    task : {"auto", "classification", "regression"}, default="auto"
+        ``"auto"`` is classification when the store has class labels, regression when it has
+        only a target. A store without what the task needs is refused here, before any run
+        folder is written.
+
+    Returns
+    -------
+    estimator : FeatureGroupingClassifier or FeatureGroupingRegressor
+        Not fitted; a bad parameter (or a GPU this machine lacks) is refused here. The
+        parameters that would have no effect are said by its ``fit``.
+    """
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     if task == "auto":
@@ -39,4 +54,6 @@ def make_estimator(store, params: dict | None = None, task: str = "auto"):
                 raise ValueError(f"{p.name}={params.pop(p.name)!r} applies to {p.task} only, and "
                                  f"{store.path} is fitted by {task}")
             del params[p.name]
-    return cls(**params)
+    estimator = cls(**params)
+    estimator._check_params()
+    return estimator

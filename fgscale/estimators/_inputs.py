@@ -131,10 +131,11 @@ def warn_unused_mask(mask, store, stacklevel: int) -> None:
 
 
 def is_store(X) -> bool:
-    """A store's path (a folder), not a NIfTI file's."""
+    """An open Store, or a store's path (a folder), not a NIfTI file's."""
     from fgscale.images._masking import is_images
+    from fgscale.store import Store
 
-    return isinstance(X, (str, os.PathLike)) and not is_images(X)
+    return isinstance(X, Store) or (isinstance(X, (str, os.PathLike)) and not is_images(X))
 
 
 def _array_mask_image(mask: np.ndarray, first):

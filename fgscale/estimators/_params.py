@@ -10,6 +10,7 @@ parser from it without importing torch.
 from __future__ import annotations
 
 import inspect
+import numbers
 import os
 import textwrap
 from dataclasses import dataclass
@@ -35,8 +36,8 @@ from fgscale._utils.constraints import (
 )
 from fgscale.estimators._auto import auto_k_help
 
-__all__ = ["PARAMS", "RUNTIME_PARAMS", "Param", "check_device",
-           "estimator_signature", "numpydoc", "params_of", "params_to_json", "plain_json",
+__all__ = ["PARAMS", "RUNTIME_PARAMS", "Param", "check_device", "estimator_signature", "numpydoc",
+           "param_named", "params_of", "params_to_json", "plain_json", "resolve_seed",
            "validate_params"]
 
 
@@ -193,6 +194,11 @@ def validate_params(params: dict, owner: str = "FeatureGroupingClassifier") -> N
                                         f"Got {value!r} instead.") from None
 
 
+def param_named(name: str) -> Param:
+    """The table's row of parameter ``name`` (a KeyError names an unknown one)."""
+    return _BY_NAME[name]
+
+
 def params_of(task: str) -> tuple[Param, ...]:
     """The parameters of the estimator of ``task`` ("classification" or "regression")."""
     return tuple(p for p in PARAMS if p.task in (None, task))
@@ -243,3 +249,27 @@ def params_to_json(params: dict) -> dict:
             value = os.fspath(value) if isinstance(value, os.PathLike) else repr(value)
         out[name] = value
     return out
+
+
+_MAX_SEED = np.iinfo(np.int32).max
+
+
+def resolve_seed(random_state) -> int:
+    """A run's seed from ``random_state``: an int as it is (so that ``fgscale bank --seed S``
+    and ``fgscale train --seed S`` agree), else one drawn from it (None: from numpy's global
+    generator, as scikit-learn's ``check_random_state(None)``; a RandomState: from it).
+
+    Parameters
+    ----------
+    random_state : None, int or numpy.random.RandomState
+
+    Returns
+    -------
+    seed : int
+        In ``[0, 2**31 - 1)``, or the int given.
+    """
+    if isinstance(random_state, numbers.Integral):
+        return int(random_state)
+    if random_state is None:
+        return int(np.random.randint(_MAX_SEED))  # noqa: NPY002 - the global generator, on purpose
+    return int(random_state.randint(_MAX_SEED))

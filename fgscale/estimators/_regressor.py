@@ -83,12 +83,12 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
 
     __init__.__signature__ = estimator_signature("regression")
 
-    def fit(self, X, y=None, *, groups=None, client=None):
+    def fit(self, X, y=None, *, groups=None, client=None, rows=None, checkpoint=None):
         """Build the bank (with feature grouping) and train.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features), images, or str or Path of a store
+        X : array-like of shape (n_samples, n_features), images, or a store (Store, str or Path)
             In-memory data; NIfTI images (paths or nibabel images, 3D or 4D, or a list of
             them) masked as :meth:`FeatureGroupingClassifier.fit` masks them; or a complete
             store whose cohort had a ``target`` column, streamed as the classifier streams.
@@ -98,6 +98,8 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
             The subject of each sample, kept on one side of the validation split, as
             :meth:`FeatureGroupingClassifier.fit`.
         client : distributed.Client, optional
+            With a store, as :meth:`FeatureGroupingClassifier.fit`.
+        rows, checkpoint : optional
             With a store, as :meth:`FeatureGroupingClassifier.fit`.
 
         Returns
@@ -113,7 +115,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
                     raise ValueError(f"y must be numeric targets, got {str(value)!r} (sample "
                                      f"{i}); for class labels use FeatureGroupingClassifier"
                                      ) from None
-        return super().fit(X, y, groups=groups, client=client)
+        return super().fit(X, y, groups=groups, client=client, rows=rows, checkpoint=checkpoint)
 
     def _encode_targets(self, y) -> np.ndarray:
         y = np.asarray(y, np.float64)

@@ -16,16 +16,24 @@ from fgscale.grouping._bank import (
     omega_diagonal,
     resolve_n_clusters,
 )
-from fgscale.grouping._dask_bank import build_bank, ensure_bank, load_bank
+from fgscale.grouping._dask_bank import (
+    BankSpec,
+    bank_ready,
+    bank_spec,
+    build_bank,
+    ensure_bank,
+    load_bank,
+)
 from fgscale.grouping._export import export_map
 from fgscale.grouping._omega import membership_variance, omega_matrix
 from fgscale.grouping._rena import grid_edges, rena
 
 _PROJECTIONS = ("back_project", "cluster_sizes", "project", "project_rows")
 
-__all__ = ["back_project", "bootstrap_rows", "build_bank", "build_grouping", "cluster_sizes",
-           "ensure_bank", "export_map", "grid_edges", "grouping_seed", "load_bank", "make_bank",
-           "membership_variance", "omega_diagonal", "omega_matrix", "project", "project_rows", "rena", "resolve_n_clusters"]
+__all__ = ["BankSpec", "back_project", "bank_ready", "bank_spec", "bootstrap_rows", "build_bank",
+           "build_grouping", "cluster_sizes", "ensure_bank", "export_map", "grid_edges",
+           "grouping_seed", "load_bank", "make_bank", "membership_variance", "omega_diagonal",
+           "omega_matrix", "project", "project_rows", "rena", "resolve_n_clusters"]
 
 
 def __getattr__(name):

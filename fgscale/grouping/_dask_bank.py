@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from fgscale.store._banks import (
     DONE,
     Bank,
     BankError,
-    bank_key,
+    bank_key_of,
     bank_params,
     create_bank,
     find_banks,
@@ -46,7 +47,7 @@ from fgscale.store._shards import resumable_write
 
 log = logging.getLogger(__name__)
 
-__all__ = ["bank_ready", "build_bank", "ensure_bank", "load_bank"]
+__all__ = ["BankSpec", "bank_ready", "bank_spec", "build_bank", "ensure_bank", "load_bank"]
 
 
 def _grouping_task(path: str, derived: str, key: str, index: int, seed: int, n_clusters: int,
@@ -62,10 +63,51 @@ def _grouping_task(path: str, derived: str, key: str, index: int, seed: int, n_c
     return index
 
 
-def _params(store: Store, n_clusters, n_bootstrap, seed, rows=None
-            ) -> tuple[str, dict, np.ndarray]:
-    """The key, parameters and rows of the bank asked for (default: the store's training rows)."""
+@dataclass(frozen=True)
+class BankSpec:
+    """A bank asked for, its key resolved once: what a fit or a command passes to
+    :func:`bank_ready`, :func:`ensure_bank` and the readers, so that none computes it again.
+
+    Attributes
+    ----------
+    key : str
+        :func:`fgscale.store.bank_key` of the parameters and rows.
+    params : dict
+        The bank's parameters (:func:`fgscale.store.bank_params`): k resolved to a count.
+    rows : ndarray of int64
+        The sorted rows the bootstrap samples are drawn from.
+    n_groupings : int or None
+        The groupings wanted; None: all of a stored bank's (readers only).
+    """
+
+    key: str
+    params: dict
+    rows: np.ndarray
+    n_groupings: int | None
+
+
+def bank_spec(store, *, n_clusters, n_bootstrap: int, seed: int, rows=None,
+              n_groupings: int | None = None) -> BankSpec:
+    """The bank of these parameters on ``rows`` of ``store`` (default its training rows).
+
+    Parameters
+    ----------
+    store : str, Path or Store
+    n_clusters : int or float
+        k, or a float in (0, 1) taken as a fraction of the number of features.
+    n_bootstrap : int
+    seed : int
+    rows : array-like of int, optional
+    n_groupings : int, optional
+
+    Returns
+    -------
+    spec : BankSpec
+    """
+    store = open_store(store)
     check_count("n_bootstrap", n_bootstrap)
+    if n_groupings is not None:
+        check_count("n_groupings", n_groupings)
     rows = store.train_rows() if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
     if rows.size == 0:
         raise ValueError(f"{store.path}: no training rows to draw the bootstrap samples from")
@@ -73,8 +115,8 @@ def _params(store: Store, n_clusters, n_bootstrap, seed, rows=None
         raise ValueError(f"{store.path}: rows must lie in [0, {store.n_samples})")
     params = bank_params(resolve_n_clusters(n_clusters, store.n_features), int(n_bootstrap),
                          seed, rows)
-    key = bank_key(params["n_clusters"], params["n_bootstrap"], params["seed"], rows)
-    return key, params, rows
+    return BankSpec(bank_key_of(params), params, rows,
+                    None if n_groupings is None else int(n_groupings))
 
 
 def _complete(banks: list[Bank], n_groupings: int | None) -> Bank | None:
@@ -166,29 +208,35 @@ def build_bank(store_path, *, n_groupings: int = 100, n_bootstrap: int = 50,
         If groupings are to be built and neither the store nor the cache dir is writable.
     """
     start = time.perf_counter()
-    check_count("n_groupings", n_groupings)
     store = open_store(store_path)
-    path = str(store.path.resolve())
-    key, params, rows = _params(store, n_clusters, n_bootstrap, seed, rows)
-    found = find_banks(store, key)
-    if not overwrite:
-        _reopen_damaged(store, found, int(n_groupings))
-    bank = None if overwrite else _complete(found, int(n_groupings))
-    if bank is not None:
-        bank.check(params, store.n_features)
-        log.info("bank %s of %s: all %d groupings built (in %s)", key, path, n_groupings,
-                 bank.location)
-        built = 0
-    else:
-        bank, built = _build(store, key, params, rows, int(n_groupings), found,
-                             overwrite=overwrite, client=client, progress=progress)
-    labels = bank.labels[:n_groupings]
+    spec = bank_spec(store, n_clusters=n_clusters, n_bootstrap=n_bootstrap, seed=seed, rows=rows,
+                     n_groupings=n_groupings)
+    bank, built = _built(store, spec, overwrite=overwrite, client=client, progress=progress)
+    labels = bank.labels[:spec.n_groupings]
     if not return_info:
         return labels
-    info = {"key": key, **params, "n_groupings": int(n_groupings), "built": built,
-            "reused": int(n_groupings - built), "seconds": time.perf_counter() - start,
+    info = {"key": spec.key, **spec.params, "n_groupings": spec.n_groupings, "built": built,
+            "reused": spec.n_groupings - built, "seconds": time.perf_counter() - start,
             "location": bank.location}
     return labels, info
+
+
+def _built(store: Store, spec: BankSpec, *, overwrite: bool = False, client=None,
+           progress: bool = False) -> tuple[Bank, int]:
+    """The bank of ``spec``, its groupings built where missing or damaged (all of them with
+    ``overwrite``); and the number built."""
+    key, n_groupings = spec.key, spec.n_groupings
+    found = find_banks(store, key)
+    if not overwrite:
+        _reopen_damaged(store, found, n_groupings)
+    bank = None if overwrite else _complete(found, n_groupings)
+    if bank is None:
+        return _build(store, key, spec.params, spec.rows, n_groupings, found,
+                      overwrite=overwrite, client=client, progress=progress)
+    bank.check(spec.params, store.n_features)
+    log.info("bank %s of %s: all %d groupings built (in %s)", key, store.path.resolve(),
+             n_groupings, bank.location)
+    return bank, 0
 
 
 def _build(store: Store, key: str, params: dict, rows, n_groupings: int, found: list[Bank], *,
@@ -258,10 +306,13 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
         groupings are built.
     """
     store = open_store(store_path)
-    key, params, _ = _params(store, n_clusters, n_bootstrap, seed, rows)
-    if n_groupings is not None:
-        check_count("n_groupings", n_groupings)
-    n = None if n_groupings is None else int(n_groupings)
+    return _read(store, bank_spec(store, n_clusters=n_clusters, n_bootstrap=n_bootstrap, seed=seed,
+                                  rows=rows, n_groupings=n_groupings))
+
+
+def _read(store: Store, spec: BankSpec) -> tuple[np.ndarray, dict]:
+    """:func:`load_bank` of ``spec``."""
+    key, params, n = spec.key, spec.params, spec.n_groupings
     # the first copy with every grouping asked for (the store's, then the cache's), else the
     # errors of the first copy found
     bank = _complete(find_banks(store, key), n) or open_bank(store, key)
@@ -282,30 +333,29 @@ def load_bank(store_path, *, n_clusters: int | float, n_bootstrap: int, seed: in
     return labels, {"key": key, "n_groupings": n, **params, "location": bank.location}
 
 
-def bank_ready(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: int | float,
-               seed: int, rows=None) -> bool:
-    """Whether the bank of these parameters is built (in the store or its cache store), its
-    first ``n_groupings`` groupings at least; reads their flags, not the groupings."""
-    store = open_store(store_path)
-    key, _, _ = _params(store, n_clusters, n_bootstrap, seed, rows)
-    return _complete(find_banks(store, key), int(n_groupings)) is not None
-
-
-def ensure_bank(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: int | float,
-                seed: int, rows=None, client: Client | None = None,
-                progress: bool = False) -> tuple[np.ndarray, dict]:
-    """The bank of these parameters: read from the store or its cache store, or built, finished
-    or extended first on the cluster, as :func:`build_bank` does (the estimator's way to a
-    bank).
+def bank_ready(store, spec: BankSpec) -> bool:
+    """Whether the bank of ``spec`` is built (in the store or its cache store), its first
+    ``spec.n_groupings`` groupings at least; reads their flags, not the groupings.
 
     Parameters
     ----------
-    store_path : str or Path
-    n_groupings, n_bootstrap : int
-    n_clusters : int or float
-    seed : int
-    rows : array-like of int, optional
-        As :func:`build_bank`'s.
+    store : str, Path or Store
+    spec : BankSpec
+        From :func:`bank_spec`.
+    """
+    return _complete(find_banks(open_store(store), spec.key), spec.n_groupings) is not None
+
+
+def ensure_bank(store, spec: BankSpec, *, client: Client | None = None,
+                progress: bool = False) -> tuple[np.ndarray, dict]:
+    """The bank of ``spec``: read from the store or its cache store, or built, finished or
+    extended first on the cluster, as :func:`build_bank` does (the estimator's way to a bank).
+
+    Parameters
+    ----------
+    store : str, Path or Store
+    spec : BankSpec
+        From :func:`bank_spec`, with ``n_groupings``.
     client : distributed.Client, optional
         Used only when groupings are left to build; default an embedded LocalCluster then.
     progress : bool, default=False
@@ -316,13 +366,12 @@ def ensure_bank(store_path, *, n_groupings: int, n_bootstrap: int, n_clusters: i
     info : dict
         As :func:`load_bank`'s, plus ``built``: the groupings this call computed.
     """
-    kw = {"n_clusters": n_clusters, "n_bootstrap": n_bootstrap, "seed": seed, "rows": rows}
-    try:
-        bank, info = load_bank(store_path, n_groupings=n_groupings, **kw)
-        return bank, {**info, "built": 0}
-    except BankError:  # missing, short or incomplete: build what is left
-        pass
-    _, built = build_bank(store_path, n_groupings=n_groupings, client=client, progress=progress,
-                          return_info=True, **kw)
-    bank, info = load_bank(store_path, n_groupings=n_groupings, **kw)
-    return bank, {**info, "built": built["built"]}
+    store = open_store(store)
+    found = _complete(find_banks(store, spec.key), spec.n_groupings)
+    built = 0
+    # built and whole: read as it is; else missing, short, unfinished or damaged: build what
+    # is left first
+    if found is None or found.read(spec.n_groupings)[1]:
+        _, built = _built(store, spec, client=client, progress=progress)
+    bank, info = _read(store, spec)
+    return bank, {**info, "built": built}

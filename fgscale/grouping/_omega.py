@@ -14,11 +14,10 @@ use numpy and scipy only (no torch), and read a zarr bank one row at a time.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import scipy.sparse as sp
 
+from fgscale._utils.checks import check_count
 from fgscale.grouping._bank import bank_row, check_not_none, omega_diagonal
 
 __all__ = ["membership_variance", "omega_diagonal", "omega_matrix"]
@@ -111,9 +110,8 @@ def membership_variance(bank, *, max_pairs: int | None = None, random_state=None
         ``max_pairs`` that is not a positive integer.
     """
     bank = _check_bank(bank)
-    if max_pairs is not None and (not isinstance(max_pairs, numbers.Integral)
-                                  or isinstance(max_pairs, bool) or max_pairs < 1):
-        raise ValueError(f"max_pairs must be a positive integer or None, got {max_pairs!r}")
+    if max_pairs is not None:
+        check_count("max_pairs", max_pairs)
     b, p = bank.shape
     n_off = b * (b - 1) // 2
     if max_pairs is None or b * (b + 1) // 2 <= max_pairs:

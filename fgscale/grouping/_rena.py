@@ -27,6 +27,8 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from fgscale._utils.checks import check_count, resolve_n_clusters
+
 logger = logging.getLogger(__name__)
 
 _NO_EDGE = np.iinfo(np.int64).max
@@ -110,11 +112,10 @@ def rena(X: np.ndarray, mask: np.ndarray | sp.sparray | sp.spmatrix, n_clusters:
     data = _feature_major(X)
     p = data.shape[0]
     edges = _graph_edges(mask, p)
-    if not isinstance(n_clusters, (int, np.integer)) or not 1 <= n_clusters <= p:
-        raise ValueError(f"n_clusters must be an integer in [1, {p}] (the number of features), "
-                         f"got {n_clusters}")
-    if n_iter is not None and n_iter < 1:
-        raise ValueError(f"n_iter must be a positive integer or None, got {n_iter}")
+    # an int count, within the features
+    n_clusters = resolve_n_clusters(check_count("n_clusters", n_clusters), p)
+    if n_iter is not None:
+        check_count("n_iter", n_iter)
     seed = _tie_break_seed(random_state)
 
     labels = np.arange(p, dtype=np.int64)

@@ -24,7 +24,7 @@ from fgscale._dask.client import get_client
 from fgscale._utils.files import atomic_path, check_writable, exclusive_name
 from fgscale._utils.progress import bar_prefix
 from fgscale.estimators._factory import make_estimator
-from fgscale.estimators._params import params_to_json, plain_json
+from fgscale.estimators._params import params_to_json, plain_json, resolve_seed
 from fgscale.runs._cv_results import (
     ERRORS,
     KIND,
@@ -39,7 +39,6 @@ from fgscale.runs._folder import RunFolder, versions
 from fgscale.runs._reports import score_store, target_name
 from fgscale.runs._scores import regression_report
 from fgscale.store._reader import open_store
-from fgscale.training._loop import _History
 
 __all__ = ["cross_validate", "read_results", "summary_line"]
 
@@ -108,12 +107,11 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
     """:func:`cross_validate`, while it holds ``out``."""
     store = open_store(store_path)
     clf = make_estimator(store, params, task)
-    clf._check_params(warn_level=3)
     name = "accuracy" if is_classifier(clf) else "r2"
     target = None if name == "accuracy" else target_name(store)  # what a fold's R² is of
     rows, n_groups = _training_rows(store, n_folds)
     grouped = n_groups > 0
-    seed = clf._seed()  # drawn once: the split's, and the file's
+    seed = resolve_seed(clf.random_state)  # drawn once: the split's, and the file's
     splits = list(_splits(rows, store, n_folds, grouped, name, seed))
     if name == "r2":
         _check_target_varies(store, rows)
@@ -132,18 +130,17 @@ def _cross_validate(store_path, params, n_folds, client, echo, task, out, resume
         if echo is not None:
             echo(_fold_line(fold, name, saved=out, target=target))
     for train, _ in splits[done:]:  # what a fold's fit refuses (k above p, nowhere to write
-        probe = clone(clf)           # its statistics or banks), refused before any cluster starts
-        probe._store_plan(store, rows[train], probe._seed())
+        clone(clf).check_store_fit(store, rows[train])  # its statistics...), before any cluster
     if done < n_folds:
         with get_client(client, processes="auto") as client:
             for fold, (train, test) in enumerate(splits[done:], start=done):
                 model = clone(clf)
                 # with out, a checkpoint after every epoch: a fold killed midway resumes there
                 folder = None if out is None else RunFolder(start_fold(out, header, fold))
-                history = _History if folder is None else folder.checkpoints
                 try:  # as its line is named: the folds' bars (statistics, bank, epochs) apart
                     with bar_prefix(f"fold {fold}"):
-                        model._fit_store(store.path, client, history, rows=rows[train])
+                        model.fit(store, client=client, rows=rows[train],
+                                  checkpoint=None if folder is None else folder.checkpoints)
                         metrics, table = score_store(model, store, client, rows[test],
                                                      progress=bool(model.verbose))
                 except BaseException:

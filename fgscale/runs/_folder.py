@@ -48,7 +48,7 @@ from fgscale.estimators._persist import load_model, write_model
 from fgscale.runs._listing import check_finished_run
 from fgscale.runs._maps import MAPS_IMAGE, write_maps
 from fgscale.runs._reports import write_table
-from fgscale.training._loop import _History, cuda_device
+from fgscale.training._loop import History, cuda_device
 
 __all__ = ["PREDICTIONS", "UNSEEN_PARAMS", "RunFolder", "versions"]
 
@@ -205,7 +205,7 @@ class RunFolder:
     def checkpoints(self, estimator, optimizer, stopper, phase: str = "",
                     params=None) -> _Checkpoints:
         """The estimator's per-epoch hook: a checkpoint and the metrics after every epoch of
-        one phase (:class:`~fgscale.training._loop._History`)."""
+        one phase (:class:`~fgscale.training._loop.History`)."""
         return _Checkpoints(self, estimator, optimizer, stopper, phase, params)
 
     def write_estimator(self, clf, store) -> None:
@@ -235,7 +235,7 @@ def _changed(params: dict, saved: dict) -> list[str]:
     return sorted(k for k in params if k not in RUNTIME_PARAMS and saved.get(k) != params[k])
 
 
-class _Checkpoints(_History):
+class _Checkpoints(History):
     """Checkpoints and per-epoch metrics of one fit in a run folder."""
 
     def __init__(self, folder: RunFolder, estimator, optimizer, stopper, phase="",

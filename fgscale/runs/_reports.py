@@ -148,7 +148,7 @@ def score_store(clf, store: Store, client, rows, *, progress: bool = False) -> t
     rows = _store_rows(store, rows)
     _check_labels(clf, store, rows)
     targets = "labels" if hasattr(clf, "classes_") else "target"  # the y of each block
-    source = StoreSource(client, store.path, prefetch=clf.prefetch, targets=targets)
+    source = StoreSource(client, store, prefetch=clf.prefetch, targets=targets)
 
     def blocks():
         start = 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from fgscale._dask.client import get_client
+from fgscale._dask.client import deferred_cluster, get_client
 from fgscale._utils.files import exclusive_name
 from fgscale.estimators._classifier import FeatureGroupingClassifier
 from fgscale.estimators._factory import make_estimator
@@ -72,8 +72,8 @@ def _train_run(store_path, out, *, params, resume, client, task) -> dict:
     """:func:`train_run`, while it holds the run folder."""
     folder = RunFolder(out)
     store = open_store(store_path)
+    # a bad parameter (or a GPU this machine lacks) stops before any write
     clf = make_estimator(store, params, folder.saved_task(task, resume))
-    clf._check_params(warn_level=3)  # a bad parameter (or a GPU this machine lacks) stops before any write
     params = params_to_json(clf.get_params())  # every parameter, as saved
     fresh = not (folder / "config.json").exists()
     task = "classification" if isinstance(clf, FeatureGroupingClassifier) else "regression"
@@ -83,11 +83,12 @@ def _train_run(store_path, out, *, params, resume, client, task) -> dict:
         return {**done, "already_complete": True}
     start = time.perf_counter()
     try:
-        # what the fit refuses before its cluster starts, refused before this one starts
-        clf._store_plan(store, store.train_rows(), clf._seed())
-        with get_client(client, processes="auto") as client:
-            clf._fit_store(store.path, client, folder.checkpoints)
-            test, table = _evaluate(clf, store, client, progress=bool(clf.verbose))
+        # the fit refuses what it would refuse before it starts the cluster, which the
+        # evaluation then uses too
+        with deferred_cluster(processes="auto"):
+            clf.fit(store, client=client, checkpoint=folder.checkpoints)
+            with get_client(client, processes="auto") as client:
+                test, table = _evaluate(clf, store, client, progress=bool(clf.verbose))
     except BaseException:
         if fresh:
             folder.forget_unstarted()

@@ -37,8 +37,8 @@ from fgscale.store._derived import read_locations
 from fgscale.store._reader import Store, open_group_checked
 from fgscale.store._shards import sync_node, sync_rows
 
-__all__ = ["BANKS", "DONE", "LABELS", "PARAMS", "Bank", "BankError", "bank_key", "bank_params", "create_bank",
-           "delete_bank", "find_banks", "list_banks", "open_bank", "rows_hash"]
+__all__ = ["BANKS", "DONE", "LABELS", "PARAMS", "Bank", "BankError", "bank_key", "bank_key_of",
+           "bank_params", "create_bank", "delete_bank", "find_banks", "list_banks", "open_bank", "rows_hash"]
 
 BANKS = "banks"
 """The subgroup of the store that holds one subgroup per bank."""
@@ -85,7 +85,8 @@ def bank_params(n_clusters: int, n_bootstrap: int, seed: int, rows) -> dict:
             "rows_sha1": rows_hash(rows), "n_rows": int(rows.size)}
 
 
-def _key_of(params: dict) -> str:
+def bank_key_of(params: dict) -> str:
+    """The key of a bank of parameters ``params`` (:func:`bank_params`)."""
     return (f"k{params['n_clusters']}-r{params['n_bootstrap']}-s{params['seed']}-"
             f"{params['rows_sha1'][:8]}")
 
@@ -107,7 +108,7 @@ def bank_key(n_clusters: int, n_bootstrap: int, seed: int, rows) -> str:
     key : str
         The same for the same parameters and set of rows, whoever computes it.
     """
-    return _key_of(bank_params(n_clusters, n_bootstrap, seed, rows))
+    return bank_key_of(bank_params(n_clusters, n_bootstrap, seed, rows))
 
 
 class Bank:
@@ -308,8 +309,8 @@ def create_bank(group: zarr.Group, key: str, params: dict, n_groupings: int, n_f
         hash prefix) or another number of features.
     """
     params = {name: params[name] for name in PARAMS}
-    if key != _key_of(params):
-        raise ValueError(f"key {key!r} is not the key of {params} ({_key_of(params)!r})")
+    if key != bank_key_of(params):
+        raise ValueError(f"key {key!r} is not the key of {params} ({bank_key_of(params)!r})")
     if n_groupings < 1:
         raise ValueError(f"n_groupings must be >= 1, got {n_groupings}")
     banks = group.require_group(BANKS)

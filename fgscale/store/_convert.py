@@ -41,6 +41,7 @@ import functools
 import hashlib
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -228,6 +229,94 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
              intersect_mask, client, n_workers, block_rows, progress, append) -> Store:
     """:func:`convert`, its arguments checked, while it holds ``out``."""
     t0 = time.perf_counter()
+    plan = _plan(cohort, mask, resample, labels, classes, columns, block_rows, intersect_mask)
+    g, made, n_old = _existing_store(out), None, None
+    if g is not None:
+        g, made, n_old = _compare(out, g, plan, mask=mask, resample=resample, nan=nan,
+                                  classes=classes, intersect_mask=intersect_mask,
+                                  block_rows=block_rows, append=append)
+        # shards deleted or truncated since they were written are written again; then files
+        # changed since: a reopened block would otherwise be read from them beside the others
+        complete = g is not None and not reopen_damaged(out) and g.attrs.get("complete")
+        if n_old is None and g is not None and not check_inputs(
+                out, g, plan.stats, plan.paths, plan.counts, mask is None or intersect_mask,
+                complete):
+            remove_aside(out)
+            g = None
+        if n_old is None and g is not None and complete:
+            log.info("%s is already complete; nothing to do", out)
+            return open_store(out)
+        if g is not None:
+            log.info("%s into %s", "appending rows" if n_old is not None else
+                     "resuming the conversion", out)
+    n_to_read = len(plan.rows) - (n_old or 0)
+    with _table_lines(plan.per_row, plan.rows), _workers(
+            client, n_workers, n_to_read * int(np.prod(plan.grid[0])) * 4) as c:
+        params = {"fingerprint": plan.fingerprint, "cohort": str(cohort), "mask": describe(mask),
+                  "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
+                  "block_rows": block_rows, "n_files": len({e["path"] for e in plan.entries})}
+        if g is None:
+            g = _create(out, c, plan, params, cohort=cohort, classes=classes, columns=columns,
+                        intersect_mask=intersect_mask, block_rows=block_rows, progress=progress)
+        elif n_old is not None:
+            _extend(out, c, g, plan, params, n_old=n_old, made=made, cohort=cohort, mask=mask,
+                    intersect_mask=intersect_mask, progress=progress)
+        done, results = _write_blocks(c, out, g, plan, nan, progress)
+        n_workers_used = len(c.nthreads())
+    return _finish(out, g, t0, len(plan.rows), done, results, n_old, n_workers_used)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a conversion is to write, read from the cohort before anything is written.
+
+    Attributes
+    ----------
+    entries : list of dict
+        The cohort's entries (:func:`fgscale.images._cohort.read_cohort`).
+    headers : list of ImageHeader
+        Each entry's file's header.
+    paths : list of str
+        Each entry's file.
+    stats : ndarray of shape (n_entries, 2)
+        Each entry's file's size and time (:func:`fgscale.store._inputs.file_stats`).
+    counts : list of int
+        Each entry's number of rows.
+    per_row : list of tuple
+        Each row's entry, volume and the number of volumes of its file.
+    rows : list of tuple
+        Each row's resolved path, volume, label, group and split.
+    sources : list of tuple
+        Each row's file, volume and the file's volumes, as the tasks read them.
+    has_labels : bool
+    targets : list of float or None
+    mask_img : nibabel image or None
+        The given mask.
+    grid : tuple
+        The store's shape and affine (as a list).
+    resampled : bool
+    fingerprint : str
+    """
+
+    entries: list
+    headers: list
+    paths: list
+    stats: np.ndarray
+    counts: list
+    per_row: list
+    rows: list
+    sources: list
+    has_labels: bool
+    targets: list | None
+    mask_img: object
+    grid: tuple
+    resampled: bool
+    fingerprint: str
+
+
+def _plan(cohort, mask, resample, labels, classes, columns, block_rows, intersect_mask) -> _Plan:
+    """Read the cohort and every file's header, choose the grid and fingerprint the inputs
+    (steps 1 and 2 of the module's docstring): what is wrong in them is said here."""
     entries = read_cohort(cohort, labels, classes, columns=columns)
     headers = entry_headers(entries)
     paths = [e["path"] for e in entries]
@@ -244,106 +333,123 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
     grid, resampled = target_grid(entries, headers, mask_img, resample)
     grid = (tuple(grid[0]), np.asarray(grid[1]).tolist())
     fingerprint = input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
+    # each row's file, volume and the file's volumes (read_volumes reads whole files at once)
+    sources = [(r[0], r[1], n) for r, (_, _, n) in zip(rows, per_row, strict=True)]
+    return _Plan(entries=entries, headers=headers, paths=paths, stats=stats, counts=counts,
+                 per_row=per_row, rows=rows, sources=sources, has_labels=has_labels,
+                 targets=targets, mask_img=mask_img, grid=grid, resampled=resampled,
+                 fingerprint=fingerprint)
 
-    g = None
+
+def _existing_store(out: Path):
+    """The store at ``out``, opened to write, or None where there is none; a folder there that
+    is not a store is refused."""
     if out.is_dir() and not any(out.iterdir()):  # made empty beforehand (a job script's mkdir)
         out.rmdir()
     if out.is_dir() and not (out / "zarr.json").is_file():  # never written into, nor removed
         raise StoreError(f"{out}: a folder that is not a store; choose another --out (a new "
                          "path, or an empty folder)")
-    n_old = None  # with an append: the rows the store held
-    if out.exists():
-        g = open_group_checked(out, "r+")
-        made = g.attrs.get("params", {}).get("fingerprint")
-        pending = g.attrs.get("appending")
-        differs = functools.partial(changed, g, rows, targets, describe(mask), resample, intersect_mask,
-                                    block_rows)  # what differs, in words, for the messages below
-        if pending and pending["to"] != fingerprint:  # its old rows must not be removed
-            raise StoreError(f"{out}: an append to it was interrupted; finish it first: re-run "
-                             "that command (the same table, with --append)")
-        if append and (made != fingerprint or pending):
-            n_old = check_append(out, g, rows=rows, targets=targets, counts=counts, stats=stats,
-                                 mask=mask, resample=resample, block_rows=block_rows,
-                                 intersect_mask=intersect_mask, nan=nan, classes=classes,
-                                 grid=grid)
-        elif made != fingerprint and made is not None and not g.attrs.get("complete"):
-            # an unfinished conversion of other inputs (the command failed, the cohort was then
-            # corrected): its blocks can serve nothing, and keeping it would block the command
-            log.warning("%s: an unfinished conversion of other inputs%s is there; starting "
-                        "afresh", out, differs())
-            remove_aside(out)
-            g = None
-        elif made != fingerprint:
-            more = len(rows) > g["X"].shape[0]
-            raise StoreError(f"{out}: exists and was made from other inputs or arguments"
-                             f"{differs()}; remove it or choose another --out" + (
-                                 ", or add --append (append=True) to convert only the rows "
-                                 "listed after the store's" if more else ""))
-        # shards deleted or truncated since they were written are written again; then files
-        # changed since: a reopened block would otherwise be read from them beside the others
-        complete = g is not None and not reopen_damaged(out) and g.attrs.get("complete")
-        if n_old is None and g is not None and not check_inputs(
-                out, g, stats, paths, counts, mask is None or intersect_mask, complete):
-            remove_aside(out)
-            g = None
-        if n_old is None and g is not None and complete:
-            log.info("%s is already complete; nothing to do", out)
-            return open_store(out)
-        if g is not None:
-            log.info("%s into %s", "appending rows" if n_old is not None else
-                     "resuming the conversion", out)
-    # each row's file, volume and the file's volumes (read_volumes reads whole files at once)
-    sources = [(r[0], r[1], n) for r, (_, _, n) in zip(rows, per_row, strict=True)]
-    n_to_read = len(rows) - (n_old or 0)
-    with _table_lines(per_row, rows), _workers(client, n_workers,
-                                               n_to_read * int(np.prod(grid[0])) * 4) as c:
-        params = {"fingerprint": fingerprint, "cohort": str(cohort), "mask": describe(mask),
-                  "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
-                  "block_rows": block_rows, "n_files": len({e["path"] for e in entries})}
-        if g is None:
-            store_mask = final_mask(c, mask_img, sources, grid, resampled, intersect_mask,
-                                    progress)
-            if block_rows is None:
-                block_rows = _block_rows(len(rows), int(store_mask.sum()), c)
-            names, y = None, None
-            if has_labels:
-                names = list(classes) if classes is not None else class_order(r[2] for r in rows)
-                y = np.array([names.index(r[2]) for r in rows])
-            g = create_whole(
-                out, n_samples=len(rows), mask=store_mask, affine=np.asarray(grid[1]),
-                y=y, classes=names, target=targets, source=[r[0] for r in rows],
-                volume=[r[1] for r in rows], groups=[r[3] for r in rows],
-                split=[r[4] for r in rows], block_rows=block_rows, extra={"inputs": stats},
-                # the table's column of the target (--target-column), which scores name
-                attrs={"synthetic": is_synthetic(cohort), "target_name": None if targets is None
-                       else ((columns or {}).get("target") or "target"), "params": params,
-                       "space_codes": space_codes(load_img(headers[0].path))})  # its first's
-        elif n_old is not None:
-            if mask is None or intersect_mask:  # before the store changes
-                check_covered(c, g["mask"][:], sources[n_old:], grid, resampled, progress, out)
-            if made != fingerprint:
-                append_rows(g, n_old=n_old, rows=rows, targets=targets, stats=stats,
-                            fingerprint=fingerprint, params=params,
-                            synthetic=is_synthetic(cohort))
-            # files changed since the append began: their blocks are written again
-            check_inputs(out, g, stats, paths, counts, False, False)
-        n_rows, step = len(rows), g.attrs["block_rows"]
-        done = g["done"][:]
-        # by the place of a block's first row in its run, then in the store: while one thread
-        # goes on inflating a 4D run where its block before stopped (read_volumes), the others
-        # take other runs rather than inflate the same one again; a 3D cohort keeps its order
-        todo = sorted(np.flatnonzero(done == 0), key=lambda b: (sources[b * step][1], b))
-        # the mask in the key: a store made afresh under the same fingerprint may have another
-        key = f"{fingerprint}:{hashlib.sha256(g['mask'][:].tobytes()).hexdigest()}"
-        # absolute, as the sources: workers of a cluster joined by address run elsewhere
-        args = [(str(out.resolve()), key, int(b),
-                 sources[slice(*block_range(b, step, n_rows))],
-                 grid, resampled, nan) for b in todo]
-        already = n_rows - sum(len(a[3]) for a in args)
-        results = run_tasks(c, _convert_block, args, progress=progress, desc="converting",
-                            total=n_rows, unit="rows",
-                            initial=already, weight=lambda result: result["rows"])
-        n_workers_used = len(c.nthreads())
+    return open_group_checked(out, "r+") if out.exists() else None
+
+
+def _compare(out: Path, g, plan: _Plan, *, mask, resample, nan, classes, intersect_mask,
+             block_rows, append):
+    """The existing store ``g`` against the plan's inputs: ``(g, made, n_old)``, ``g`` None
+    where it was an unfinished conversion of other inputs (set aside), ``made`` the fingerprint
+    it was made with, ``n_old`` the rows it held where the plan appends to it, else None.
+    Other inputs are refused."""
+    rows, targets, fingerprint = plan.rows, plan.targets, plan.fingerprint
+    n_old = None
+    made = g.attrs.get("params", {}).get("fingerprint")
+    pending = g.attrs.get("appending")
+    differs = functools.partial(changed, g, rows, targets, describe(mask), resample, intersect_mask,
+                                block_rows)  # what differs, in words, for the messages below
+    if pending and pending["to"] != fingerprint:  # its old rows must not be removed
+        raise StoreError(f"{out}: an append to it was interrupted; finish it first: re-run "
+                         "that command (the same table, with --append)")
+    if append and (made != fingerprint or pending):
+        n_old = check_append(out, g, rows=rows, targets=targets, counts=plan.counts,
+                             stats=plan.stats, mask=mask, resample=resample,
+                             block_rows=block_rows, intersect_mask=intersect_mask, nan=nan,
+                             classes=classes, grid=plan.grid)
+    elif made != fingerprint and made is not None and not g.attrs.get("complete"):
+        # an unfinished conversion of other inputs (the command failed, the cohort was then
+        # corrected): its blocks can serve nothing, and keeping it would block the command
+        log.warning("%s: an unfinished conversion of other inputs%s is there; starting "
+                    "afresh", out, differs())
+        remove_aside(out)
+        g = None
+    elif made != fingerprint:
+        more = len(rows) > g["X"].shape[0]
+        raise StoreError(f"{out}: exists and was made from other inputs or arguments"
+                         f"{differs()}; remove it or choose another --out" + (
+                             ", or add --append (append=True) to convert only the rows "
+                             "listed after the store's" if more else ""))
+    return g, made, n_old
+
+
+def _create(out: Path, c, plan: _Plan, params: dict, *, cohort, classes, columns, intersect_mask,
+            block_rows, progress):
+    """Create the empty store of the plan (its mask computed by ``c``'s tasks unless given)."""
+    rows, targets = plan.rows, plan.targets
+    store_mask = final_mask(c, plan.mask_img, plan.sources, plan.grid, plan.resampled,
+                            intersect_mask, progress)
+    if block_rows is None:
+        block_rows = _block_rows(len(rows), int(store_mask.sum()), c)
+    names, y = None, None
+    if plan.has_labels:
+        names = list(classes) if classes is not None else class_order(r[2] for r in rows)
+        y = np.array([names.index(r[2]) for r in rows])
+    return create_whole(
+        out, n_samples=len(rows), mask=store_mask, affine=np.asarray(plan.grid[1]),
+        y=y, classes=names, target=targets, source=[r[0] for r in rows],
+        volume=[r[1] for r in rows], groups=[r[3] for r in rows],
+        split=[r[4] for r in rows], block_rows=block_rows, extra={"inputs": plan.stats},
+        # the table's column of the target (--target-column), which scores name
+        attrs={"synthetic": is_synthetic(cohort), "target_name": None if targets is None
+               else ((columns or {}).get("target") or "target"), "params": params,
+               "space_codes": space_codes(load_img(plan.headers[0].path))})  # its first's
+
+
+def _extend(out: Path, c, g, plan: _Plan, params: dict, *, n_old: int, made, cohort, mask,
+            intersect_mask, progress) -> None:
+    """Add the plan's rows after the ``n_old`` of the complete store ``g`` (:mod:`._append`), or
+    resume that append: its blocks are then written as any unfinished ones."""
+    if mask is None or intersect_mask:  # before the store changes
+        check_covered(c, g["mask"][:], plan.sources[n_old:], plan.grid, plan.resampled, progress,
+                      out)
+    if made != plan.fingerprint:
+        append_rows(g, n_old=n_old, rows=plan.rows, targets=plan.targets, stats=plan.stats,
+                    fingerprint=plan.fingerprint, params=params, synthetic=is_synthetic(cohort))
+    # files changed since the append began: their blocks are written again
+    check_inputs(out, g, plan.stats, plan.paths, plan.counts, False, False)
+
+
+def _write_blocks(c, out: Path, g, plan: _Plan, nan: str, progress: bool):
+    """Convert the blocks of ``g`` whose ``done`` flag is not set, as tasks of ``c``: the flags
+    before, and each task's result."""
+    sources, n_rows, step = plan.sources, len(plan.rows), g.attrs["block_rows"]
+    done = g["done"][:]
+    # by the place of a block's first row in its run, then in the store: while one thread
+    # goes on inflating a 4D run where its block before stopped (read_volumes), the others
+    # take other runs rather than inflate the same one again; a 3D cohort keeps its order
+    todo = sorted(np.flatnonzero(done == 0), key=lambda b: (sources[b * step][1], b))
+    # the mask in the key: a store made afresh under the same fingerprint may have another
+    key = f"{plan.fingerprint}:{hashlib.sha256(g['mask'][:].tobytes()).hexdigest()}"
+    # absolute, as the sources: workers of a cluster joined by address run elsewhere
+    args = [(str(out.resolve()), key, int(b),
+             sources[slice(*block_range(b, step, n_rows))],
+             plan.grid, plan.resampled, nan) for b in todo]
+    already = n_rows - sum(len(a[3]) for a in args)
+    results = run_tasks(c, _convert_block, args, progress=progress, desc="converting",
+                        total=n_rows, unit="rows",
+                        initial=already, weight=lambda result: result["rows"])
+    return done, results
+
+
+def _finish(out: Path, g, t0: float, n_rows: int, done, results, n_old,
+            n_workers_used: int) -> Store:
+    """Mark the store complete with the run's summary (step 4), and open it."""
     zero = sorted(z for r in results for z in r["zero"])
     if zero:  # a computed mask refuses such an image; a given one took it without a word
         log.warning("%s: %d row(s) are 0 at every voxel of the mask (a failed contrast, or an "

@@ -311,7 +311,9 @@ def open_store(path, mode: str = "r") -> Store:
 
     Parameters
     ----------
-    path : str or Path
+    path : str, Path or Store
+        A Store already open is returned as it is (in mode "r"), so that the library
+        functions a fit calls with its Store do not open the store again.
     mode : {"r", "r+"}
         "r+" lets a caller add arrays (the bank) to the group.
 
@@ -327,6 +329,8 @@ def open_store(path, mode: str = "r") -> Store:
     """
     if mode not in ("r", "r+"):
         raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
+    if isinstance(path, Store) and mode == "r":
+        return path
     path = Path(path).expanduser()
     g = open_group_checked(path, mode)
     if not g.attrs.get("complete", False):

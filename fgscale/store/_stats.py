@@ -187,8 +187,8 @@ def _load_found(store: Store, key: str, rows: np.ndarray):
 
 
 def stats_ready(store_path, rows) -> bool:
-    """Whether the statistics of ``rows`` are saved in a store or its cache (without reading
-    them)."""
+    """Whether the statistics of ``rows`` are saved in a store (a path or a Store) or its
+    cache (without reading them)."""
     rows = _unique_rows(rows)
     return _find_saved(open_store(store_path), stats_key(rows), rows) is not None
 
@@ -286,7 +286,7 @@ def compute_stats(store_path, rows=None, *, client=None, progress: bool = True
 
     Parameters
     ----------
-    store_path : str or Path
+    store_path : str, Path or Store
         A complete store; the statistics are written into it, or into its cache store.
     rows : array-like of int, optional
         Rows to describe (order and duplicates ignored); default the store's training rows.

@@ -5,6 +5,7 @@ loop fed by any batch source, and the streamed source (Dask workers read and pro
 from fgscale.training._loop import (
     Batch,
     EarlyStopping,
+    History,
     evaluate,
     fit,
     make_optimizer,
@@ -17,7 +18,7 @@ from fgscale.training._plan import EpochPlan, epoch_plan
 from fgscale.training._sgd import lipschitz
 from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window
 
-__all__ = ["MLP", "PREFETCH_BYTES", "Batch", "EarlyStopping", "EpochPlan", "GroupedLinear",
+__all__ = ["MLP", "PREFETCH_BYTES", "Batch", "EarlyStopping", "EpochPlan", "GroupedLinear", "History",
            "LogisticRegression", "MemorySource", "Prefetcher", "StoreSource", "auto_window",
            "build_model", "epoch_plan", "evaluate", "fit", "lipschitz", "make_optimizer",
            "predict_logits", "train_epoch"]

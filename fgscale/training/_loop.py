@@ -220,7 +220,7 @@ def evaluate(model: nn.Module, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
     return {"loss": loss / n, "r2": r2, "score": r2, "n": count}
 
 
-class _History:
+class History:
     """Per-epoch metrics of one fit, and where a fit resumes: nothing is saved here.
 
     The run folders of :mod:`fgscale.runs` subclass it to checkpoint every epoch.

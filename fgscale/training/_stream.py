@@ -228,7 +228,7 @@ class StoreSource:
     Parameters
     ----------
     client : distributed.Client
-    path : str or Path
+    path : str, Path or Store
         A complete store; with feature grouping, its bank ``bank_key`` is used.
     n_clusters : int
         k of the bank's groupings (0 without a bank).
@@ -269,7 +269,8 @@ class StoreSource:
                  bank_at: str | None = None, prefetch: int | str = "auto",
                  block_size: int | None = None, standardize: bool = False, stats_rows=None,
                  targets: str = "labels", target_mean: float = 0.0, target_scale: float = 1.0):
-        self.path = str(Path(path).resolve())
+        # a Store given is used as it is, not opened again from its path
+        self.path = str(Path(path.path if isinstance(path, Store) else path).resolve())
         self.n_clusters = n_clusters
         if "|" in bank_key:
             raise ValueError(f"bank_key must be a bank's key, got {bank_key!r}")
@@ -286,7 +287,7 @@ class StoreSource:
         self.block_size = int(group.attrs["block_rows"]) if block_size is None else block_size
         self.stats, self.stats_at = None, ""  # the statistics the workers standardize with
         if standardize:
-            store = open_store(self.path)
+            store = open_store(path)
             if stats_rows is None:
                 stats_rows = store.train_rows()
             self.stats = stats_key(stats_rows)
