@@ -59,7 +59,7 @@ def main() -> None:
     reduce_ms = 1e3 * median_time(lambda: project(x, labels_np, k), args.repeats)
     for name in ("logreg", "mlp"):
         torch.manual_seed(0)
-        model = build_model(name, p, args.classes, regularizer="none", dropout=0.0)
+        model = build_model(name, p, args.classes)
         opt = make_optimizer(model, 0.01)
         group = opt.param_groups[0]  # the weight matrices, W0 among them
 

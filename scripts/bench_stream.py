@@ -69,8 +69,7 @@ def two_epochs(store_path: str, n_rows: int, n_workers: int, memory_limit: str,
     k = int(info["n_clusters"])
     rows = np.arange(n_rows)
     torch.manual_seed(0)
-    model = build_model("logreg", store.n_features, len(store.classes),
-                        regularizer="feature_grouping", dropout=0.0).to(device)
+    model = build_model("logreg", store.n_features, len(store.classes)).to(device)
     opt = make_optimizer(model, 1e-3)
     bank_t = torch.as_tensor(bank, device=device)
     rss_before = peak_rss_mb()
@@ -304,8 +303,7 @@ def memory_epoch(args, store, store_path: Path):
     torch.manual_seed(0)
     from fgscale.training._models import build_model
 
-    model = build_model("logreg", store.n_features, len(store.classes),
-                        regularizer="feature_grouping", dropout=0.0).to(args.device)
+    model = build_model("logreg", store.n_features, len(store.classes)).to(args.device)
     opt = make_optimizer(model, 1e-3)
     plan = epoch_plan(rows, batch_size=args.batch_size, epoch=0, seed=0, n_groupings=len(bank))
     start = time.perf_counter()

@@ -27,7 +27,7 @@ class _Count(Interval):
 
 
 COUNT = _Count()
-PREFETCH = Union(Options("auto"), COUNT)
+PREFETCH = Union(Options("auto"), Interval(int, 1, None))
 
 
 def check_value(name: str, value, constraint):

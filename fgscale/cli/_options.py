@@ -404,7 +404,7 @@ def _unless_given(params: dict, saved: dict, given: set) -> dict:
 def one_line_warnings(command: str) -> None:
     """fgscale's own warnings said in one line, as its errors are (``fgscale train: warning:
     ...``), not with the source line that raised them; other libraries' keep their format."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fgscale/, above cli/
     # a warning at its caller's line (an estimator's) names the command's start: the console
     # script, or runpy for python -m fgscale
     starts = {"<frozen runpy>", os.path.abspath((sys.argv or [""])[0])}

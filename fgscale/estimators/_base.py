@@ -30,6 +30,7 @@ from fgscale.estimators._inputs import (
     warn_unused_mask,
 )
 from fgscale.estimators._params import check_device, params_of, resolve_seed, validate_params
+from fgscale.estimators._regularizers import model_dropout, regularizer_named
 from fgscale.estimators._selection import (
     candidates,
     check_groups,
@@ -284,7 +285,7 @@ class FeatureGroupingBase(BaseEstimator):
         if self.learning_rate != "auto":
             return None
         # input dropout scales kept inputs by 1 / (1 - p): so much steeper a loss
-        keep = 1.0 - (dropout if self.regularizer == "dropout" else 0.0)
+        keep = 1.0 - regularizer_named(self.regularizer).dropout_rates(dropout)[0]
         # half the squared error is twice as steep as the cross-entropy (training.batch_loss)
         steepness = (1.0 if self._is_classifier() else 2.0) / keep
         return lambda x, w=None: 1.0 / (lipschitz(x, weights=w) * steepness + alpha)
@@ -307,7 +308,7 @@ class FeatureGroupingBase(BaseEstimator):
         grid = candidates(self, self.n_features_in_, validation)
         # from all the training rows: every candidate, and the refit, weigh the classes alike
         weights = self._set_class_weights(y_idx[rows])
-        self.screening_percentile_ = 100.0 if self.regularizer != "feature_grouping" else \
+        self.screening_percentile_ = 100.0 if not regularizer_named(self.regularizer).grouping else \
             adjusted_percentile(self.screening_percentile, self.mask_img_, self.n_features_in_)
         fit_rows, val_rows = split_rows(self, y_idx, rows, seed, groups, validation=validation,
                                         n_candidates=len(grid))
@@ -364,7 +365,7 @@ class FeatureGroupingBase(BaseEstimator):
         of a run folder has its own checkpoint."""
         alpha, dropout = params["alpha"], params["dropout"]
         self.model_ = build_model(self.model, self.n_features_in_, self._n_outputs(),
-                                  regularizer=self.regularizer, dropout=dropout,
+                                  **model_dropout(self.regularizer, dropout),
                                   hidden_layer_sizes=self.hidden_layer_sizes,
                                   grid=cnn_grid(self)).to(self.device)
         fixed = 0.0 if self.learning_rate == "auto" else self.learning_rate

@@ -35,6 +35,7 @@ from fgscale._utils.constraints import (
     check_device,
 )
 from fgscale.estimators._auto import auto_k_help
+from fgscale.estimators._regularizers import REGULARIZERS
 
 __all__ = ["PARAMS", "RUNTIME_PARAMS", "Param", "check_device", "estimator_signature", "numpydoc",
            "param_named", "params_of", "params_to_json", "plain_json", "resolve_seed",
@@ -90,9 +91,9 @@ PARAMS: tuple[Param, ...] = (
           "on the mask's grid (two convolution and pooling blocks, then a dense hidden layer: "
           "the paper's CNN baseline; weight maps are not defined for it)",
           '{"logreg", "mlp", "cnn"}'),
-    Param("regularizer", "feature_grouping", Options("none", "l2", "dropout", "feature_grouping"),
-          "stochastic feature grouping (the paper's), L2 weight decay, dropout, or none",
-          '{"none", "l2", "dropout", "feature_grouping"}'),
+    Param("regularizer", "feature_grouping", Options(*REGULARIZERS),
+          "; ".join(f"{name}: {r.summary}" for name, r in REGULARIZERS.items()),
+          "{" + ", ".join(f'"{name}"' for name in REGULARIZERS) + "}"),
     Param("alpha", None, Searchable(Interval(float, 0, None), none=True),
           "L2 strength (weight decay of the weight matrices) with regularizer='l2', and "
           "combined with 'feature_grouping'; None: 'auto' with 'l2', 0 otherwise; 'auto' or a "

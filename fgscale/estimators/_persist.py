@@ -41,6 +41,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from fgscale._utils.files import atomic_path, exclusive_name, replaced_folder
 from fgscale.estimators._params import PARAMS, params_to_json, plain_json, validate_params
+from fgscale.estimators._regularizers import model_dropout
 from fgscale.estimators._saved_mask import (
     MASK,
     MASK_PARAM,
@@ -96,9 +97,9 @@ def _check_params_build_the_model(est) -> None:
     grid = getattr(est.model_, "grid", None)  # a CNN's, as a buffer of its model
     try:
         with torch.device("meta"):
-            model = build_model(est.model, est.n_features_in_, est._n_outputs(), dropout=0.0,
+            model = build_model(est.model, est.n_features_in_, est._n_outputs(),
                                 grid=None if grid is None else grid.cpu().numpy(),
-                                regularizer=est.regularizer, hidden_layer_sizes=est.hidden_layer_sizes)
+                                hidden_layer_sizes=est.hidden_layer_sizes)
         same = {k: tuple(v.shape) for k, v in model.state_dict().items()} == fitted
     except ValueError:  # model="cnn" set for a dense model: no grid
         same = False
@@ -403,9 +404,9 @@ def load_model(folder, *, affine=None):
     if est.model == "cnn" and (grid is None or grid.dtype != bool or grid.sum() != n_features):
         raise ValueError(f"{folder / MODEL_NPZ}: array {NPZ_PREFIX}grid must be the CNN's boolean "
                          f"grid with {n_features} cells set")
-    model = build_model(est.model, n_features, est._n_outputs(), regularizer=est.regularizer,
-                        dropout=est.dropout_, hidden_layer_sizes=est.hidden_layer_sizes,
-                        grid=grid)
+    model = build_model(est.model, n_features, est._n_outputs(),
+                        **model_dropout(est.regularizer, est.dropout_),
+                        hidden_layer_sizes=est.hidden_layer_sizes, grid=grid)
     expected = {NPZ_PREFIX + k: v.shape for k, v in model.state_dict().items()}
     if est.standardize:
         expected.update(mean_=(n_features,), scale_=(n_features,))

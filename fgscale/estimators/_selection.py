@@ -28,6 +28,7 @@ from sklearn.model_selection import GroupShuffleSplit, train_test_split
 from fgscale.estimators._auto import searched_values
 from fgscale.estimators._inputs import missing
 from fgscale.estimators._params import PARAMS
+from fgscale.estimators._regularizers import regularizer_named
 from fgscale.grouping._bank import resolve_n_clusters
 
 __all__ = ["candidates", "check_groups", "resolved", "split_rows", "use_validation",
@@ -39,11 +40,9 @@ _DEFAULTS = {p.name: p.default for p in PARAMS}
 def _in_effect(estimator) -> dict:
     """Whether each parameter that applies to some settings only applies to these (the bank's
     ``n_groupings`` and ``n_bootstrap`` left out: one dict of them serves every regularizer)."""
-    regularizer, model = estimator.regularizer, estimator.model
-    grouping = regularizer == "feature_grouping"
-    return {"alpha": regularizer in ("l2", "feature_grouping"),  # combined with grouping too
-            "dropout": regularizer == "dropout" or (grouping and model != "logreg"),
-            "n_clusters": grouping, "screening_percentile": grouping,
+    regularizer, model = regularizer_named(estimator.regularizer), estimator.model
+    return {"alpha": regularizer.weight_decay, "dropout": regularizer.dropout_applies(model),
+            "n_clusters": regularizer.grouping, "screening_percentile": regularizer.grouping,
             "hidden_layer_sizes": model != "logreg"}
 
 
@@ -52,7 +51,7 @@ def resolved(estimator) -> dict:
     in_effect = _in_effect(estimator)
     alpha = estimator.alpha
     if alpha is None:  # "auto" with L2, else no weight decay
-        alpha = "auto" if estimator.regularizer == "l2" else 0.0
+        alpha = "auto" if regularizer_named(estimator.regularizer).alpha_auto else 0.0
     elif not in_effect["alpha"]:
         alpha = 0.0
     dropout = estimator.dropout if in_effect["dropout"] else 0.0

@@ -247,17 +247,15 @@ def predict_forward(model: nn.Module):
     return forward
 
 
-def build_model(model: str, n_features: int, n_classes: int, *, regularizer: str,
-                dropout: float, hidden_layer_sizes=(256,), grid=None) -> nn.Module:
+def build_model(model: str, n_features: int, n_classes: int, *, input_dropout: float = 0.0,
+                hidden_dropout: float = 0.0, hidden_layer_sizes=(256,), grid=None) -> nn.Module:
     """Build the model named by the estimator's parameters.
 
-    ``regularizer="dropout"`` puts dropout on the input and hidden layers; feature grouping
-    keeps it on hidden layers only (the paper's MLP); "none" and "l2" use no dropout. The CNN
-    has dropout on its dense hidden layer only (the paper's CNN), with "dropout" and
-    "feature_grouping"; it needs ``grid``, the mask as a boolean array.
+    The dropout rates of the input and hidden layers are the regularizer's
+    (:meth:`fgscale.estimators._regularizers.Regularizer.dropout_rates`). The CNN has dropout on
+    its dense hidden layer only (the paper's CNN), and needs ``grid``, the mask as a boolean
+    array.
     """
-    input_dropout = dropout if regularizer == "dropout" else 0.0
-    hidden_dropout = dropout if regularizer in ("dropout", "feature_grouping") else 0.0
     if model == "logreg":
         return LogisticRegression(n_features, n_classes, input_dropout=input_dropout)
     if model == "mlp":

@@ -59,11 +59,11 @@ def test_cnn_on_a_grouping_is_the_cnn_on_the_cluster_means_image(rng):
 
 def test_build_model_refuses_a_cnn_without_a_usable_grid():
     with pytest.raises(ValueError, match="needs the features' grid"):
-        build_model("cnn", 10, 2, regularizer="none", dropout=0.0)
+        build_model("cnn", 10, 2)
     with pytest.raises(ValueError, match="at least 4 long"):
-        build_model("cnn", 6, 2, regularizer="none", dropout=0.0, grid=np.ones((2, 3), bool))
+        build_model("cnn", 6, 2, grid=np.ones((2, 3), bool))
     with pytest.raises(ValueError, match="1 to 3 dimensions"):
-        build_model("cnn", 256, 2, regularizer="none", dropout=0.0,
+        build_model("cnn", 256, 2,
                     grid=np.ones((4, 4, 4, 4), bool))
 
 

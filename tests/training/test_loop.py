@@ -8,6 +8,7 @@ import torch
 from helpers import SCRIPTS, random_labels
 from torch.nn import functional as F
 
+from fgscale.estimators._regularizers import model_dropout
 from fgscale.grouping._projection import back_project, project
 from fgscale.training import (
     Batch,
@@ -32,7 +33,7 @@ def test_grouped_step_equals_plain_sgd_on_smoothed_input(model_name):
     x = rng.standard_normal((m, p))
     y = torch.as_tensor(rng.integers(0, n_classes, m))
     torch.manual_seed(0)
-    grouped = build_model(model_name, p, n_classes, regularizer="feature_grouping", dropout=0.0,
+    grouped = build_model(model_name, p, n_classes,
                           hidden_layer_sizes=(8, 5)).double()
     dense = copy.deepcopy(grouped)
     w0 = grouped.first.weight.detach().clone()
@@ -69,7 +70,7 @@ def test_grouped_linear_gradient_is_g_phi():
 
 
 def test_weight_decay_spares_biases():
-    model = build_model("logreg", 5, 2, regularizer="l2", dropout=0.0)
+    model = build_model("logreg", 5, 2)
     opt = make_optimizer(model, learning_rate=0.5, weight_decay=0.1)
     w, b = model.first.weight.detach().clone(), model.first.bias.detach().clone()
     for prm in model.parameters():
@@ -97,7 +98,7 @@ def test_fit_learns_and_early_stopping_restores_best():
     X = rng.standard_normal((200, 10)).astype(np.float32)
     y = (X[:, 0] + X[:, 1] > 0).astype(np.int64)
     torch.manual_seed(0)
-    model = build_model("mlp", 10, 2, regularizer="none", dropout=0.0, hidden_layer_sizes=(16,))
+    model = build_model("mlp", 10, 2, hidden_layer_sizes=(16,))
     opt = make_optimizer(model, learning_rate=0.2)
     stopper = EarlyStopping(patience=3)
     saved = {}
@@ -122,7 +123,7 @@ def test_fit_learns_and_early_stopping_restores_best():
 
 def test_train_epoch_returns_mean_loss():
     torch.manual_seed(0)
-    model = build_model("logreg", 4, 2, regularizer="none", dropout=0.0)
+    model = build_model("logreg", 4, 2)
     opt = make_optimizer(model, learning_rate=0.0)  # no update: the mean is a plain average
     x = np.ones((3, 4), np.float32)
     batches = [Batch(x, np.array([0, 1, 1])), Batch(x[:1], np.array([0]))]
@@ -159,8 +160,7 @@ def test_deferred_grouped_steps_equal_autograd_and_sgd(model_name, weight_decay,
     monkeypatch.setattr(loop_module, "_DEFER_GROUPED_MIN_WEIGHTS", 0)  # the test's small layers
     monkeypatch.setattr(loop_module, "_DEFER_FULL_MIN_WEIGHTS", 0)
     torch.manual_seed(0)
-    deferred = build_model(model_name, p, n_classes, regularizer="feature_grouping",
-                           dropout=0.0, hidden_layer_sizes=(8,))
+    deferred = build_model(model_name, p, n_classes, hidden_layer_sizes=(8,))
     reference = copy.deepcopy(deferred)
     start = deferred.first.weight.detach().clone()
     train_epoch(deferred, make_optimizer(deferred, 0.1, weight_decay), batches, bank=bank,
@@ -209,7 +209,7 @@ def test_deferred_full_row_steps_match_autograd_and_sgd(model_name, regularizer,
     monkeypatch.setattr(loop_module, "_DEFER_GROUPED_MIN_WEIGHTS", 0)  # the test's small layers
     monkeypatch.setattr(loop_module, "_DEFER_FULL_MIN_WEIGHTS", 0)
     torch.manual_seed(0)
-    deferred = build_model(model_name, p, n_classes, regularizer=regularizer, dropout=0.3,
+    deferred = build_model(model_name, p, n_classes, **model_dropout(regularizer, 0.3),
                            hidden_layer_sizes=(8,))
     if model_name == "logreg":  # logistic regression starts from zero: move off it first
         torch.nn.init.normal_(deferred.first.weight, std=0.05)
@@ -247,7 +247,7 @@ def test_deferred_full_row_forward_keeps_no_dense_gradient(monkeypatch):
     the deferred step saves), while the bias and later layers get theirs."""
     monkeypatch.setattr(loop_module, "_DEFER_GROUPED_MIN_WEIGHTS", 0)
     monkeypatch.setattr(loop_module, "_DEFER_FULL_MIN_WEIGHTS", 0)
-    model = build_model("mlp", 500, 3, regularizer="none", dropout=0.0, hidden_layer_sizes=(4,))
+    model = build_model("mlp", 500, 3, hidden_layer_sizes=(4,))
     opt = make_optimizer(model, 0.1)
     first, _ = loop_module._deferred_layer(model, opt)
     x = torch.randn(5, 500)
@@ -269,7 +269,7 @@ from fgscale.training._models import build_model
 
 p, k, h = 4_000_000, 2_000_000, 16
 torch.manual_seed(0)
-model = build_model("mlp", p, 3, regularizer="feature_grouping", dropout=0.0,
+model = build_model("mlp", p, 3,
                     hidden_layer_sizes=(h,))
 bank = torch.as_tensor(np.stack([np.arange(p) % k, (np.arange(p) // 2) % k]).astype(np.int32))
 rng = np.random.default_rng(0)
@@ -283,6 +283,7 @@ print(meter.kernel, meter.peak / (h * k * 4))
 """
 
 
+@pytest.mark.scripts  # runs the peak-memory meter of scripts/bench_accuracy.py
 def test_a_grouped_deferred_step_holds_few_reduced_arrays():
     """A deferred grouped step of a wide first layer (h x p, reduced to h x k) needs about two
     (h x k) arrays beyond the weights: W0_hat and its gradient, during the backward. Measured
@@ -303,7 +304,7 @@ def test_grouped_step_on_cuda_matches_cpu():
     labels = torch.as_tensor(random_labels(rng, 50, 10)).long()
     x = torch.as_tensor(rng.standard_normal((8, 10)), dtype=torch.float32)
     torch.manual_seed(0)
-    cpu = build_model("logreg", 50, 3, regularizer="feature_grouping", dropout=0.0)
+    cpu = build_model("logreg", 50, 3)
     gpu = copy.deepcopy(cpu).cuda()
     y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     for model, dev in [(cpu, "cpu"), (gpu, "cuda")]:
@@ -316,13 +317,13 @@ def test_which_layers_defer_which_steps(monkeypatch):
     (autograd's to rounding): logistic regression at 4 mm defers the first only, on
     Fashion-MNIST neither; a mid-sized layer's full rows still get autograd's dense gradient."""
     for p, n_classes, expected in ((33854, 8, "grouped"), (784, 10, None)):
-        model = build_model("logreg", p, n_classes, regularizer="none", dropout=0.0)
+        model = build_model("logreg", p, n_classes)
         first, _ = loop_module._deferred_layer(model, make_optimizer(model, 0.1))
         assert (None if first is None else first.defer) == expected, p
 
     monkeypatch.setattr(loop_module, "_DEFER_GROUPED_MIN_WEIGHTS", 1000)
     monkeypatch.setattr(loop_module, "_DEFER_FULL_MIN_WEIGHTS", 10 ** 9)
-    model = build_model("logreg", 500, 3, regularizer="none", dropout=0.0)
+    model = build_model("logreg", 500, 3)
     first, _ = loop_module._deferred_layer(model, make_optimizer(model, 0.1))
     assert first.defer == "grouped"
     y = torch.tensor([0, 1, 2, 0])
@@ -341,7 +342,7 @@ def test_large_dense_models_predict_in_float32_small_ones_in_float64(rng, monkey
     memory, and the model predicts in its own float32."""
     from fgscale.training import _models
 
-    model = build_model("mlp", 300, 3, regularizer="none", dropout=0.0,
+    model = build_model("mlp", 300, 3,
                         hidden_layer_sizes=(16,)).eval()
     x = torch.as_tensor(rng.standard_normal((50, 300)), dtype=torch.float32)
     with torch.no_grad():

@@ -11,7 +11,7 @@ from fgscale.training._sgd import SGD
 
 
 def _model(name, p, n_classes):
-    return build_model(name, p, n_classes, regularizer="none", dropout=0.0, hidden_layer_sizes=(7,))
+    return build_model(name, p, n_classes, hidden_layer_sizes=(7,))
 
 
 def _groups(model, weight_decay):

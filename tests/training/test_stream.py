@@ -1,8 +1,5 @@
 """Streaming from a store on a real LocalCluster, against the in-memory oracle."""
 
-import os
-import signal
-
 import numpy as np
 import pytest
 import torch
@@ -162,37 +159,6 @@ def test_auto_prefetch_keeps_two_tasks_per_thread_within_the_byte_bound(cohort, 
         blocks = list(source.batches(plan))
         assert source.prefetcher.max_seen == 12
     np.testing.assert_array_equal(np.concatenate([b.x for b in blocks]), X[np.concatenate(plan.batches)])
-
-
-def test_killed_worker_during_an_epoch_does_not_change_the_result(cohort, tmp_path):
-    path, X, y, mask, split = cohort
-    store_path = tmp_path / "s.zarr"
-    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
-    train = split == "train"
-    params = dict(PARAMS, max_epochs=3, regularizer="none")
-    memory = FeatureGroupingClassifier(mask=mask, **params).fit(X[train], y[train])
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                      memory_limit="1GiB") as cluster, Client(cluster) as c:
-        original = StoreSource.batches
-        killed = []
-
-        def batches_with_a_kill(self, plan):
-            for i, batch in enumerate(original(self, plan)):
-                if plan.epoch == 1 and i == 1 and not killed:
-                    victim = sorted(c.scheduler_info()["workers"])[0]
-                    pid = c.run(os.getpid, workers=[victim])[victim]
-                    os.kill(pid, signal.SIGKILL)  # the nanny restarts it; tasks are retried
-                    killed.append(victim)
-                yield batch
-
-        StoreSource.batches = batches_with_a_kill
-        try:
-            streamed = FeatureGroupingClassifier(**params).fit(store_path, client=c)
-        finally:
-            StoreSource.batches = original
-    assert killed
-    assert_same_model(streamed, memory)
 
 
 def test_a_store_rewritten_in_place_is_read_afresh(cohort, client, tmp_path):
