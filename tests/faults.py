@@ -122,24 +122,41 @@ def temporary_files(path) -> list[Path]:
     return [p for p in Path(path).rglob("*") if p.name.endswith((".tmp", ".partial"))]
 
 
-def when(ready, action, timeout=60) -> threading.Thread:
-    """Start a thread that runs ``action()`` once ``ready()`` is true (errors of ``ready``,
-    such as a flag array not created yet, count as not ready); join it to wait."""
+class _Watch(threading.Thread):
+    """A thread that runs ``action()`` once ``ready()`` is true (:func:`when`)."""
 
-    def watch():
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def __init__(self, ready, action):
+        super().__init__(daemon=True)
+        self._ready, self._action = ready, action
+        self._stopped = threading.Event()
+
+    def run(self):
+        while not self._stopped.is_set():
             try:
-                if ready():
-                    break
-            except Exception:
-                pass
+                ready = self._ready()
+            except Exception:  # a flag array not created yet, a file not written yet
+                ready = False
+            if ready:
+                self._action()
+                return
             time.sleep(0.001)
-        action()
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+    def stop(self) -> None:
+        """Wait for the watch to end, and end it if ``ready()`` has not held yet (the job it
+        watched ended first): ``action`` is then not run."""
+        self._stopped.set()
+        self.join()
+
+
+def when(ready, action) -> _Watch:
+    """Start a thread that runs ``action()`` once ``ready()`` is true (errors of ``ready``,
+    such as a flag array not created yet, count as not ready), however long a loaded machine
+    takes to get there: no number of seconds. Join it to wait for that; or, once the job it
+    watches has ended, ``stop()`` it, which does not wait for a ``ready()`` that may never
+    come."""
+    watch = _Watch(ready, action)
+    watch.start()
+    return watch
 
 
 # ---------------------------------------------------------------- processes
@@ -182,13 +199,12 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def kill_client_when(proc: subprocess.Popen, ready, timeout=120, *,
-                     worker_processes: bool = True) -> None:
-    """SIGKILL ``proc``, the client alone, once ``ready()``; check that the worker processes
-    it started end with it (left running, they would write on while the command re-runs).
-    ``worker_processes=False``: a command whose workers are threads of its own process, which
-    die with it."""
-    when(lambda: proc.poll() is not None or ready(), lambda: None, timeout).join()
+def kill_client_when(proc: subprocess.Popen, ready, *, worker_processes: bool = True) -> None:
+    """SIGKILL ``proc``, the client alone, once ``ready()`` (or once it ended); check that the
+    worker processes it started end with it (left running, they would write on while the
+    command re-runs). ``worker_processes=False``: a command whose workers are threads of its
+    own process, which die with it."""
+    when(lambda: proc.poll() is not None or ready(), lambda: None).join()
     started = descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

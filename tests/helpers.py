@@ -187,16 +187,18 @@ def write_idx(path: Path, data: np.ndarray) -> None:
 
 def kill_once_written(cmd, metrics, lines):
     """Run ``cmd`` and kill it (the trainer and its LocalCluster) once ``metrics`` has
-    ``lines`` epochs, or after 120 s."""
+    ``lines`` epochs, or once it ended: however long a loaded machine takes, no number of
+    seconds (pytest's timeout stops a command that hangs)."""
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
-            break
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        while proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
+                break
+            time.sleep(0.02)
+    finally:  # a test stopped by pytest's timeout leaves no trainer behind
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def refused(argv, capsys, message):
@@ -216,6 +218,36 @@ def refused(argv, capsys, message):
     assert len(lines) == 1, err
     assert re.search(message, lines[0]), f"{message!r} not in {lines[0]!r}"
     return lines[0]
+
+
+def wait_until_blocked_on_a_lock(proc: subprocess.Popen) -> None:
+    """Return once ``proc`` waits for a ``flock`` that another process holds (a blocked lock
+    of its pid in /proc/locks): however long a loaded machine takes to get there, no number
+    of seconds. Fails if it ends first (killing it, if this wait is interrupted); skips where
+    there is no /proc/locks (not Linux)."""
+    locks = Path("/proc/locks")
+    if not locks.exists():
+        pytest.skip("no /proc/locks: whether a process waits for a lock cannot be seen")
+    with _killed_if_interrupted(proc):
+        while True:
+            for line in locks.read_text().splitlines():
+                fields = line.split()  # "1: -> FLOCK  ADVISORY  WRITE <pid> <dev>:<inode> 0 EOF"
+                if fields[1:3] == ["->", "FLOCK"] and int(fields[5]) == proc.pid:
+                    return
+            assert proc.poll() is None, f"it ended (status {proc.returncode}) without waiting"
+            time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def _killed_if_interrupted(proc: subprocess.Popen):
+    """Kill ``proc`` if the block raises (pytest's timeout, say): a process waiting for a lock
+    that the test holds would otherwise go on once the test lets go."""
+    try:
+        yield
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def _slow_convert_driver(block_rows: int) -> str:
@@ -240,9 +272,9 @@ if __name__ == "__main__":
 """
 
 
-def kill_conversion(table, out, *, block_rows: int, after_blocks: int, timeout: float = 60):
+def kill_conversion(table, out, *, block_rows: int, after_blocks: int):
     """Convert ``table`` into ``out`` in a child process (:func:`_slow_convert_driver`) and
-    kill it once ``after_blocks`` blocks are done (or it ended, or ``timeout`` passed)."""
+    kill it once ``after_blocks`` blocks are done, or once it ended (no number of seconds)."""
     import subprocess
     import time
 
@@ -251,9 +283,9 @@ def kill_conversion(table, out, *, block_rows: int, after_blocks: int, timeout: 
     driver = Path(out).parent / f"{Path(out).name}.driver.py"
     driver.write_text(_slow_convert_driver(block_rows))
     proc = subprocess.Popen([sys.executable, str(driver), str(table), str(out)])
-    done, deadline = 0, time.monotonic() + timeout
+    done = 0
     try:
-        while done < after_blocks and time.monotonic() < deadline and proc.poll() is None:
+        while done < after_blocks and proc.poll() is None:
             time.sleep(0.05)
             try:
                 done = int(zarr.open_group(out, mode="r")["done"][:].sum())

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import load_script
 
+pytestmark = pytest.mark.scripts
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

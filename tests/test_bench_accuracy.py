@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 from helpers import load_script, write_idx
 
+pytestmark = pytest.mark.scripts
+
 
 @pytest.fixture(scope="module")
 def bench():

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.scripts
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.scripts
+
 SCRIPT = Path(__file__).parents[1] / "scripts" / "bench_convert_4d.py"
 
 

@@ -8,6 +8,8 @@ import pytest
 from helpers import load_script, write_idx
 from sklearn.metrics import balanced_accuracy_score
 
+pytestmark = pytest.mark.scripts
+
 
 @pytest.fixture(scope="module")
 def bench():

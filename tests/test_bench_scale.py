@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from helpers import load_script
 
+pytestmark = pytest.mark.scripts
+
 
 @pytest.fixture(scope="module")
 def bench():

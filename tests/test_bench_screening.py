@@ -5,10 +5,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from helpers import load_script
 
 from fgscale.training._screening import screen_bank
+
+pytestmark = pytest.mark.scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -79,8 +79,8 @@ def test_a_joined_schedulers_link_is_printed_only_where_a_dashboard_answers(tmp_
                              *([] if dashboard else ["--no-dashboard"])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while not scheduler_file.exists() and time.monotonic() < deadline:
+        while not scheduler_file.exists():  # however long a loaded machine takes to write it
+            assert proc.poll() is None, f"the scheduler ended (status {proc.returncode})"
             time.sleep(0.1)
         with connect(scheduler_file=scheduler_file) as joined:
             with get_client(joined), get_client(joined):
@@ -412,10 +412,9 @@ def test_slurm_script_stopped_by_sigterm_cancels_its_worker_jobs(tmp_path):
     try:
         said = [proc.stdout.readline() for _ in range(2)]  # the scheduler, then "submitted"
         assert said[1].startswith("submitted 1 job(s)"), said
-        deadline = time.monotonic() + 60
         while not (calls.exists() and any(
                 line.startswith("sbatch /") for line in calls.read_text().splitlines())):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
         time.sleep(2)  # for jobqueue to read the job id the submission printed
         proc.send_signal(signal.SIGTERM)

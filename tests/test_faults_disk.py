@@ -78,9 +78,11 @@ def fails_mid_job(job, progress, strike, code, *, at_least: int, total: int, nam
     ``progress()`` reaches ``at_least``; check that it fails with that fault's errno and a
     message naming ``names``; return the progress it had made."""
     struck = when(lambda: progress() >= at_least, lambda: between_tasks(hold, strike))
-    with pytest.raises(OSError) as info:
-        job()
-    struck.join()
+    try:
+        with pytest.raises(OSError) as info:
+            job()
+    finally:
+        struck.stop()
     assert info.value.errno == code, info.value
     assert str(names) in str(info.value) and "re-run" in str(info.value), str(info.value)
     made = progress()
@@ -155,9 +157,11 @@ def test_training_run(tiny_store, slow_cluster, fault, request):
     metrics = run / "metrics.jsonl"
     params = dict(TRAIN, max_epochs=8)
     struck = when(lambda: len(metrics.read_text().splitlines()) >= 2, strike)
-    with pytest.raises(Exception) as info:
-        train_run(tiny_store.path, run, params=params, client=slow_cluster)
-    struck.join()
+    try:
+        with pytest.raises(Exception) as info:
+            train_run(tiny_store.path, run, params=params, client=slow_cluster)
+    finally:
+        struck.stop()
     epochs = len(metrics.read_text().splitlines())
     assert 2 <= epochs < params["max_epochs"], f"the fault struck after {epochs} epochs"
     assert not list(run.glob(".tmp-*"))
@@ -176,7 +180,7 @@ def test_cli_reports_a_full_disk_and_resumes(tiny_cohort, slow_cluster, hold, di
     try:
         assert main(argv) == 2
     finally:
-        struck.join()
+        struck.stop()
     err = capsys.readouterr().err
     assert f"fgscale convert: error: [Errno {errno.ENOSPC}] {out}: block" in err, err
     assert "re-run to resume" in err and "Traceback" not in err, err

@@ -7,6 +7,8 @@ import pytest
 from distributed import Client, LocalCluster
 from helpers import load_script
 
+pytestmark = pytest.mark.scripts
+
 
 @pytest.fixture(scope="module")
 def bench_soak():

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from helpers import assert_png_not_blank, load_script
 
+pytestmark = pytest.mark.scripts
+
 
 def test_reproduce_brain_maps_tiny(tmp_path):
     with load_script("reproduce_brain_maps") as script:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,8 +28,8 @@ def _start_scheduler(folder: Path) -> tuple[subprocess.Popen, Path]:
                                   "--dashboard-address", ":0", "--scheduler-file", scheduler_file],
                                  cwd=folder, env=ENV, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not scheduler_file.exists() and time.monotonic() < deadline:
+    while not scheduler_file.exists():  # however long a loaded machine takes to write it
+        assert scheduler.poll() is None, f"the scheduler ended (status {scheduler.returncode})"
         time.sleep(0.1)
     return scheduler, scheduler_file
 
@@ -79,8 +78,7 @@ def test_a_scheduler_killed_mid_job_is_one_line_and_the_same_command_goes_on(tmp
                                  "--scheduler-file", str(scheduler_file), "--timeout", "5"],
                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not started():
+        while proc.poll() is None and not started():  # however long it takes to get there
             time.sleep(0.05)
         if proc.poll() is not None:
             pytest.skip(f"the {command} ended before the scheduler was killed")
@@ -188,15 +186,15 @@ def test_a_cluster_with_no_worker_is_said_to_wait_for_one(tmp_path):
                              "--n-groupings", "2", "--n-bootstrap", "8", "--n-clusters", "0.1",
                              "--no-progress", "--scheduler-file", str(scheduler_file)],
                             stderr=subprocess.PIPE, text=True)
-    said, guard = [], threading.Timer(60, proc.kill)  # without the warning: no hang
-    guard.start()
+    said = []
     try:
-        for line in proc.stderr:  # the command waits: read until the warning, then stop it
+        # the command waits: read until the warning (however long a loaded machine takes to
+        # get there; pytest's timeout ends a command that never says it), then stop it
+        for line in proc.stderr:
             said.append(line)
             if "no worker yet" in line:
                 break
     finally:
-        guard.cancel()
         _stop(proc, scheduler)
     assert said and "has no worker yet: the work waits until one joins" in said[-1], said
 

@@ -8,6 +8,8 @@ from helpers import load_script, write_idx
 
 from fgscale import FeatureGroupingClassifier
 
+pytestmark = pytest.mark.scripts
+
 CHEAP = {"n_groupings": 3, "n_clusters": 0.1, "max_epochs": 3}
 
 

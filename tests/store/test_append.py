@@ -48,7 +48,7 @@ def assert_same_store(a, b):
 
 
 @pytest.mark.parametrize("mask", [False, True])
-def test_an_append_gives_the_store_of_the_whole_table(tmp_path, rng, mask):
+def test_an_append_gives_the_store_of_the_whole_table(tmp_path, rng, client, mask):
     """The store grown by the new files' rows (a partial last block included: 6 rows in blocks
     of 4) equals the whole table converted afresh; its rows and their statistics stay."""
     first, whole = cohort(tmp_path, rng)
@@ -59,7 +59,7 @@ def test_an_append_gives_the_store_of_the_whole_table(tmp_path, rng, mask):
     out = tmp_path / "s.zarr"
     before = convert(first, out, **kwargs)
     rows_before, n_before = before.X[:], before.n_samples
-    stats_before = compute_stats(out, np.arange(n_before), progress=False)
+    stats_before = compute_stats(out, np.arange(n_before), client=client, progress=False)
     middle = whole.with_name("middle.csv")  # two files more (3 rows): appended twice
     middle.write_text("".join(whole.read_text().splitlines(keepends=True)[:7]))
     assert convert(middle, out, append=True, **kwargs).n_samples == 10
