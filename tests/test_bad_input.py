@@ -345,7 +345,8 @@ def test_train_refuses_a_store_whose_training_rows_lack_classes(labels, message,
 # ------------------------------------------------------------------ estimator parameters
 
 @pytest.mark.parametrize("option, message", [
-    (["--n-clusters", str(P + 1)], rf"n_clusters={P + 1} must lie in \[1, n_features={P}\]"),
+    (["--n-clusters", str(P + 1)], rf"n_clusters must be at most the number of features, {P}, "
+                                   rf"got {P + 1}"),
     (["--n-clusters", "0"], r"argument --n-clusters: expected an int >= 1 .* got '0'"),
     (["--n-groupings", "0"], r"argument --n-groupings: expected an int in the range \[1, inf\), "
                              "got '0'"),
