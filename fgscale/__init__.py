@@ -13,7 +13,7 @@ The subpackages follow the data flow::
     cli         the ``fgscale`` command (the library never imports it)
 
 Beside them, two private packages: ``_dask`` (the client and cluster plumbing) and ``_utils``
-(atomic files, progress bars, the checkers that several layers share).
+(atomic files, progress bars, lazily imported package names, the checkers that several layers share).
 
 Public names are imported lazily, so that a Dask worker that only converts NIfTI files or
 builds groupings does not pay for importing torch.

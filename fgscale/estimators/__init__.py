@@ -6,7 +6,7 @@ The parameter table (:mod:`fgscale.estimators._params`) and the regularizers
 options from them before it imports torch; the estimators are imported on first use.
 """
 
-import importlib
+from fgscale._utils.lazy import lazy_names
 
 _EXPORTS = {
     "FeatureGroupingClassifier": "_classifier",
@@ -18,12 +18,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return list(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

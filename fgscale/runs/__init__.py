@@ -11,7 +11,7 @@ the fitted model as data, weight maps, predictions), its scores and its HTML rep
 Names are imported when first used: listing runs or checking a folder does not import torch.
 """
 
-import importlib
+from fgscale._utils.lazy import lazy_names
 
 _EXPORTS = {
     "train_run": "_train",
@@ -30,12 +30,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return list(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
