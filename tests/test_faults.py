@@ -53,7 +53,8 @@ def slow_cluster():
 
 def kill_a_worker_during(client, job, progress, *, at_least: int, total: int):
     """Run ``job()``, and SIGKILL a busy worker process once ``progress()`` reaches
-    ``at_least`` of ``total``; return the job's result."""
+    ``at_least`` of ``total``; return the job's result, and check that the user was told that a
+    worker left and work was redone."""
     pids = set(client.run(os.getpid).values())
     finished, seen = threading.Event(), []
 
@@ -64,7 +65,8 @@ def kill_a_worker_during(client, job, progress, *, at_least: int, total: int):
 
     killer = when(lambda: finished.is_set() or progress() >= at_least, kill)
     try:
-        result = job()
+        with pytest.warns(UserWarning, match=r"1 of the 2 Dask worker\(s\) left during this step"):
+            result = job()
     finally:
         finished.set()
         killer.join()

@@ -108,12 +108,14 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
     check_processes(processes)
     if client is not None:
         log_dashboard(client, "using the given Dask client")
-        yield client
+        with told_of_lost_workers(client):
+            yield client
         return
     active = active_client()
     if active is not None:
         log_dashboard(active, "using the active Dask client")
-        yield active
+        with told_of_lost_workers(active):
+            yield active
         return
     if _DEFERRED:
         deferred = _DEFERRED[-1]
@@ -121,10 +123,40 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
             deferred["client"] = deferred["stack"].enter_context(
                 _embedded(deferred["n_workers"], threads_per_worker, memory_limit,
                           deferred["processes"]))
-        yield deferred["client"]
+        with told_of_lost_workers(deferred["client"]):
+            yield deferred["client"]
         return
-    with _embedded(n_workers, threads_per_worker, memory_limit, processes) as local:
+    with _embedded(n_workers, threads_per_worker, memory_limit, processes) as local, \
+            told_of_lost_workers(local):
         yield local
+
+
+def _worker_addresses(client: Client) -> set[str]:
+    try:
+        info = client.scheduler_info(n_workers=-1)  # every worker, not the first few
+    except TypeError:  # a distributed that lists them all without being asked
+        info = client.scheduler_info()
+    return set(info["workers"])
+
+
+@contextmanager
+def told_of_lost_workers(client: Client) -> Iterator[None]:
+    """Within: work on ``client``'s cluster; once it has ended well, warn if workers that were
+    there when it started are gone (killed, out of memory, their node lost).
+
+    Dask reruns a lost worker's tasks elsewhere and fgscale's tasks write the same bytes when
+    run twice, so the result is the same; but the user should know that work was redone, and
+    that a worker is dying. A worker that left after a failure is not said: the error is.
+    """
+    before = _worker_addresses(client)
+    yield
+    gone = before - _worker_addresses(client)
+    if gone:
+        warnings.warn(f"{len(gone)} of the {len(before)} Dask worker(s) left during this step "
+                      "(killed, out of memory, or their node lost; a nanny restarts a local "
+                      "one): Dask ran their tasks again on the others, so the result is the "
+                      "same, but work was redone; the workers' logs (or the dashboard) say why",
+                      UserWarning, stacklevel=1)
 
 
 # The clusters of deferred_cluster, innermost last: a command's settings for the embedded
