@@ -319,6 +319,8 @@ def test_a_resumed_run_says_its_own_model_and_a_warning_is_one_line(tiny_store, 
     assert len(said) == 1 and said[0].startswith(
         "fgscale train: warning: FeatureGroupingClassifier(regularizer='dropout'): training "
         "reached max_epochs=2 "), said
+    # its advice in the command line's words (the library says max_epochs=, tol=)
+    assert "give a larger --max-epochs to train until it stops, or a larger --tol " in said[0]
     again = subprocess.run([*fgscale, "--resume"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "already complete" in again.stdout and "trained mlp/dropout for" in again.stdout

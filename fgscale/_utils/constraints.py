@@ -21,11 +21,13 @@ class InvalidParameterError(ValueError):
 
 class Constraint:
     """What values a parameter takes: ``check`` returns the value or raises, ``describe`` says
-    what is expected, ``parse`` reads a command-line string."""
+    what is expected, ``hint`` what a refused value was likely meant to be, ``parse`` reads a
+    command-line string."""
 
     def check(self, value):
         if not self.accepts(value):
-            raise InvalidParameterError(self.describe())
+            hint = self.hint(value)
+            raise InvalidParameterError(self.describe() + (f": {hint}" if hint else ""))
         return value
 
     def accepts(self, value) -> bool:
@@ -33,6 +35,11 @@ class Constraint:
 
     def describe(self) -> str:
         raise NotImplementedError
+
+    def hint(self, value) -> str:
+        """What the refused ``value`` was likely meant as, said after :meth:`describe` (the
+        estimator's error and the command line's alike), or "" where nothing more is known."""
+        return ""
 
     def parse(self, text: str):
         return text
@@ -95,6 +102,9 @@ class Union(Constraint):
     def describe(self):
         return " or ".join(o.describe() for o in self.options)
 
+    def hint(self, value):
+        return next((h for h in (o.hint(value) for o in self.options) if h), "")
+
     def parse(self, text):
         for option in self.options:
             try:
@@ -132,9 +142,19 @@ class Fraction(Constraint):
     def describe(self):
         return "an int >= 1 (clusters) or a float in (0, 1) (a fraction of the features)"
 
+    def hint(self, value):
+        # 5.0 most likely means 5 clusters, but 1.0 may mean "all the features" (a fraction):
+        # refused with the spelling of each, not read as a count in silence
+        if _is_real(value) and not _is_int(value) and value >= 1 and float(value).is_integer():
+            return f"k is an int count (write {int(value)}) or a fraction in (0, 1)"
+        return ""
+
     def parse(self, text):
-        value = float(text)
-        return int(value) if value >= 1 and value.is_integer() else value
+        # "5" is a count, "5.0" a float, refused as the estimator refuses n_clusters=5.0
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
 
 
 class Searchable(Constraint):
@@ -155,6 +175,11 @@ class Searchable(Constraint):
     def describe(self):
         return (("None, " if self.none else "") + f"{self.single.describe()}, 'auto' or a list "
                 "of such values")
+
+    def hint(self, value):
+        if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+            return next((h for h in map(self.single.hint, value) if h), "")
+        return "" if value is None or isinstance(value, str) else self.single.hint(value)
 
     def parse(self, text):
         if text == "auto":

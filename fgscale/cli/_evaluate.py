@@ -52,6 +52,7 @@ def register(sub) -> None:
     add_column_args(p, " (copied beside the predictions)")
     add_device_arg(p)
     add_progress_arg(p)
+    add_cluster_args(p, used=False)
     p.set_defaults(func=_cmd_predict)
 
 

@@ -14,7 +14,7 @@ import warnings
 
 __all__ = ["HelpFormatter", "Parser", "add_bank_args", "add_cluster_args", "add_cohort_args",
            "add_column_args", "add_cv_args", "add_device_arg", "add_estimator_args", "add_param",
-           "add_progress_arg", "add_task_arg", "add_worker_kind_arg", "client_of", "columns_of",
+           "add_progress_arg", "add_task_arg", "add_worker_kind_arg", "as_options", "client_of", "columns_of",
            "estimator_params", "given_options",
            "one_line_warnings", "warn_unused_cluster_options",
            "parse_grid", "parse_resample", "positive", "saved_cv_unless_given",
@@ -209,12 +209,13 @@ def add_param(p, name: str, note: str = "") -> None:
         try:
             value = param.constraint.parse(text)
         except ValueError:
-            valid = False
+            valid, hint = False, ""
         else:  # None may be a value: "--alpha none", the default said in --help
             valid = param.constraint.accepts(value)
+            hint = "" if valid else param.constraint.hint(value)
         if not valid:
             raise argparse.ArgumentTypeError(f"expected {param.constraint.describe()}{commas}, "
-                                             f"got {text!r}")
+                                             f"got {text!r}" + (f": {hint}" if hint else ""))
         return value
 
     default = param.default
@@ -281,20 +282,34 @@ def add_cv_args(p) -> None:
                         "folds (no file there: start one, as a requeued job would)")
 
 
-def add_cluster_args(p) -> None:
-    p.add_argument("--scheduler", default=None, help="join a running scheduler (tcp://HOST:PORT) "
-                   "(default: $DASK_SCHEDULER_ADDRESS, as Dask's clients join it; without it, "
-                   "start a LocalCluster)")
-    p.add_argument("--scheduler-file", default=None, help="join the scheduler of this file "
-                   "(default: none)")
-    p.add_argument("--n-workers", type=positive(int), default=None,
-                   help="LocalCluster workers (default: cores)")
-    p.add_argument("--timeout", type=positive(float), default=10.0,
-                   help="seconds to wait for --scheduler before giving up (default: 10)")
-    tls = p.add_argument_group("TLS, to join a scheduler at tls://HOST:PORT")
+def add_cluster_args(p, *, used: bool = True) -> None:
+    """The options that choose the Dask cluster; with ``used=False``, those of a command that
+    needs none (predict, report), taken all the same, so that a script can pass the same
+    options to every command, and said unused by :func:`warn_unused_cluster_options`."""
+    group = p
+    if not used:
+        group = p.add_argument_group(f"cluster options (not used: {p.prog.split()[-1]} needs "
+                                     "no cluster)")
+        p.set_defaults(needs_cluster=False)
+    group.add_argument("--scheduler", default=None, help="join a running scheduler "
+                       "(tcp://HOST:PORT) (default: $DASK_SCHEDULER_ADDRESS, as Dask's clients "
+                       "join it; without it, start a LocalCluster)")
+    group.add_argument("--scheduler-file", default=None, help="join the scheduler of this file "
+                       "(default: none)")
+    group.add_argument("--n-workers", type=positive(int), default=None,
+                       help="LocalCluster workers (default: cores)")
+    group.add_argument("--timeout", type=positive(float), default=10.0,
+                       help="seconds to wait for --scheduler before giving up (default: 10)")
+    # argparse deprecates a group in a group: a command without a cluster keeps one group
+    tls = p.add_argument_group("TLS, to join a scheduler at tls://HOST:PORT") if used else group
     tls.add_argument("--tls-ca-file", default=None, help="the CA certificate (default: none)")
     tls.add_argument("--tls-cert", default=None, help="this client's certificate (default: none)")
     tls.add_argument("--tls-key", default=None, help="this client's private key (default: none)")
+
+
+# the destinations of add_cluster_args' options, in its order
+_CLUSTER_OPTIONS = ("scheduler", "scheduler_file", "n_workers", "timeout", "tls_ca_file",
+                    "tls_cert", "tls_key")
 
 
 def add_device_arg(p) -> None:
@@ -326,8 +341,18 @@ def worker_processes(args, *, auto: bool = True) -> bool:
 
 
 def warn_unused_cluster_options(args) -> None:
-    """Say which cluster options this command will not use: the LocalCluster's when it joins
-    a running scheduler (that cluster has its own workers), TLS's when it joins none."""
+    """Say which cluster options this command will not use: all those given to a command that
+    needs no cluster, the LocalCluster's when it joins a running scheduler (that cluster has its
+    own workers), TLS's when it joins none."""
+    if not getattr(args, "needs_cluster", True):
+        # the options given, not those set: $DASK_SCHEDULER_ADDRESS, which a batch job sets
+        # for every command, is nothing to warn of
+        given = getattr(args, "given", set())
+        unused = ["--" + name.replace("_", "-") for name in _CLUSTER_OPTIONS if name in given]
+        if unused:
+            warnings.warn(f"{', '.join(unused)} not used: {args.command} needs no cluster (it "
+                          "runs in this process)", stacklevel=2)
+        return
     joined = args.scheduler is not None or args.scheduler_file is not None
     kind = getattr(args, "worker_kind", None)  # "processes", "threads" or None (not given)
     options = ({"--n-workers": args.n_workers, f"--worker-{kind}": kind is not None} if joined else
@@ -413,10 +438,21 @@ def one_line_warnings(command: str) -> None:
     def formatwarning(message, category, filename, lineno, line=None):
         where = os.path.abspath(filename)
         if where.startswith(package + os.sep) or filename in starts or where in starts:
-            return f"fgscale {command}: warning: {message}\n"
+            return f"fgscale {command}: warning: {as_options(str(message))}\n"
         return default(message, category, filename, lineno, line)
 
     warnings.formatwarning = formatwarning
+
+
+def as_options(message: str) -> str:
+    """A library message in the command line's words: a parameter named to be passed, with no
+    value (``give a larger max_epochs= to ...``), becomes its option (``--max-epochs``); a value
+    said (``reached max_epochs=2``) is left as it is."""
+    from fgscale.estimators._params import PARAMS
+
+    names = "|".join(p.name for p in PARAMS if p.cli)
+    return re.sub(rf"\b({names})=(?=[\s,;:)]|$)",
+                  lambda m: "--" + m.group(1).replace("_", "-"), message)
 
 
 def client_of(args, *, processes: bool):

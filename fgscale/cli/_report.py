@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from fgscale.cli._options import add_cluster_args
+
 
 def register(sub) -> None:
     """Add ``report`` to the subcommands ``sub`` of the ``fgscale`` parser."""
@@ -14,6 +16,7 @@ def register(sub) -> None:
     p.add_argument("--maps-with", choices=["auto", "nilearn", "matplotlib"], default="auto",
                    help="draw the maps with nilearn.plotting.plot_stat_map or matplotlib alone; "
                         "auto: nilearn when it is installed")
+    add_cluster_args(p, used=False)
     p.set_defaults(func=_cmd_report)
 
 

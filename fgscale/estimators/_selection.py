@@ -152,7 +152,12 @@ def warn_chain(estimator, p: int) -> None:
 def warn_not_converged(estimator, stopped: bool, validation: bool) -> None:
     """scikit-learn's ConvergenceWarning where the chosen fit ended at ``max_epochs`` before
     its stopping criterion: more epochs would have trained further (not said of the refit,
-    which runs the chosen fit's epochs by design)."""
+    which runs the chosen fit's epochs by design).
+
+    The advice names the parameters as Python takes them (``max_epochs=``, no value): the
+    command line says its options there instead (``--max-epochs``, in
+    ``fgscale.cli._options.one_line_warnings``), which this library does not import.
+    """
     if stopped:
         return
     loss = ("validation " + ("loss" if estimator.stop_on == "loss" else "error") if validation
@@ -160,9 +165,9 @@ def warn_not_converged(estimator, stopped: bool, validation: bool) -> None:
     # which fit, where a script or the demo trains several
     warnings.warn(f"{type(estimator).__name__}(regularizer={estimator.regularizer!r}): training "
                   f"reached max_epochs={estimator.max_epochs} while its {loss} still improved (by more than "
-                  f"tol={estimator.tol:g} within patience={estimator.patience} epochs); raise "
-                  "max_epochs (--max-epochs) to train until it stops, or tol (--tol) where "
-                  "smaller gains do not matter (a loss falling slowly to 0 on separable data)",
+                  f"tol={estimator.tol:g} within patience={estimator.patience} epochs); give a "
+                  "larger max_epochs= to train until it stops, or a larger tol= where smaller "
+                  "gains do not matter (a loss falling slowly to 0 on separable data)",
                   ConvergenceWarning,
                   stacklevel=_caller_level())
 

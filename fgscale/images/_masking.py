@@ -141,8 +141,9 @@ def _volumes(imgs):
                 yield f"{name} (volume {t})", img, data[..., t]
 
 
-_MASK_HINT = (" (resample=True in Python, --resample for fgscale predict, resamples the images "
-              "to the mask's grid)")
+# each value with the API that takes it: convert's resample='mask' is no value of these
+_MASK_HINT = (" (resample=True for the estimators and predict_run(), --resample for fgscale "
+              "predict, resamples the images to the mask's grid)")
 
 
 def _on_grid(name: str, img, data: np.ndarray, grid, resample: bool, reference: str = "mask",
@@ -180,6 +181,7 @@ def compute_mask(imgs, *, resample: bool = False) -> nib.Nifti1Image:
     mask_img : nibabel.Nifti1Image
     """
     mask, grid = None, None
+    nonfinite, zero, first = None, None, None  # for the voxels left out for NaN or inf
     reference, hint = "first image", ""
     if not resample:  # the grid most images share: the odd image is named, not the one after it
         grid, hint = _common_grid(imgs)
@@ -188,12 +190,22 @@ def compute_mask(imgs, *, resample: bool = False) -> nib.Nifti1Image:
         if grid is None:
             grid = (tuple(data.shape), img.affine)
         data = _on_grid(name, img, data, grid, resample, reference,
-                        f" ({hint}resample=True resamples the images to the first one's grid, "
-                        "or to the mask's with mask=)")
+                        f" ({hint}resample=True for the estimators and compute_mask() "
+                        "resamples the images to the first one's grid, or to the mask's with "
+                        "the estimators' mask=)")
         keep = nonzero_voxels(name, data, "give a mask")
         mask = keep if mask is None else mask & keep
+        bad = ~np.isfinite(data)
+        first = name if first is None and bad.any() else first
+        nonfinite = bad if nonfinite is None else nonfinite | bad
+        zero = (data == 0) if zero is None else zero | (data == 0)
     if mask is None:
         raise ValueError("no image given to compute a mask from")
+    left = int((nonfinite & ~zero).sum())
+    if left:  # a voxel or two lost from a cohort's mask would otherwise go unnoticed
+        warnings.warn(f"the mask computed from the images leaves out {left} voxel(s) where some "
+                      f"image holds NaN or inf (the first: {first}); give a mask (mask=) to "
+                      "keep them", UserWarning, stacklevel=2)
     if not mask.any():
         raise ValueError("the images share no voxel that is finite and non-zero in all of them: "
                          "give a mask")

@@ -148,9 +148,10 @@ def test_images_off_the_mask_grid_are_refused_saying_how_to_resample(tiny_cohort
     coarse = affine.copy()
     coarse[:3, :3] *= 2
     save_mask(tmp_path / "m.nii", np.ones((6, 7, 6), bool), coarse)
-    with pytest.raises(ValueError, match=r"does not match the mask's grid \(6, 7, 6\).* \(--resample "
-                                         r"mask for fgscale convert, resample='mask' in Python, "
-                                         r"resamples the images to the mask's grid\)"):
+    with pytest.raises(ValueError, match=r"does not match the mask's grid \(6, 7, 6\).* "
+                                         r"\(resample='mask' for convert\(\), --resample mask for "
+                                         r"fgscale convert, resamples the images to the mask's "
+                                         r"grid\)"):
         convert(tiny_cohort, tmp_path / "rm.zarr", mask=tmp_path / "m.nii", progress=False)
     assert not (tmp_path / "rm.zarr").exists()
 
@@ -216,8 +217,9 @@ def damage(csv_path, index, how):
     ("junk", ValueError, "not a readable NIfTI image"),
     ("shape", ValueError, r"grid \(12, 14, 11\).*does not match"),
     ("affine", ValueError, r"does not match the majority's grid .*\(23 of 24 images, e\.g\. "
-                           r".*synthetic_00000\.nii\.gz; --resample MM for fgscale convert, "
-                           r"resample=MM in Python, resamples every image to that voxel size\)"),
+                           r".*synthetic_00000\.nii\.gz; resample=MM for convert\(\), "
+                           r"--resample MM for fgscale convert, resamples every image to a "
+                           r"voxel size of MM mm\)"),
     ("truncate", ValueError, "truncated or corrupt"),  # found by the mask pass, before writing
 ])
 def test_bad_file_fails_before_writing(cohort_copy, tmp_path, client, how, error, message):
