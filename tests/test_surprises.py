@@ -262,3 +262,13 @@ def test_compute_mask_says_the_voxels_it_leaves_out_for_nan(nan_cohort):
                                          r"first: .*s2\.nii\.gz\)") as caught:
         mask = compute_mask([str(nan_cohort / f"s{i}.nii.gz") for i in range(6)])
     assert np.asarray(mask.dataobj).sum() == 6 * 7 * 5 - 2 and len(caught) == 1
+
+
+def test_convert_refuses_resample_true_rather_than_read_it_as_1_mm(tiny_cohort, tmp_path):
+    """convert(resample=True), the estimators' way to say "to the mask", was read as 1 mm."""
+    from fgscale.store import convert
+
+    for value in (True, "2mm", 0):
+        with pytest.raises(ValueError, match="resample must be a voxel size in mm"):
+            convert(tiny_cohort, tmp_path / "out.zarr", resample=value)
+    assert not (tmp_path / "out.zarr").exists()

@@ -211,6 +211,11 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         raise ValueError("intersect_mask (--intersect-mask) intersects a given mask (--mask) "
                          "with the computed one: give the mask")
     if resample not in (None, "mask"):
+        # True is the estimators' "resample to the mask", which float() would read as 1 mm
+        if isinstance(resample, bool) or not isinstance(resample, (int, float)) \
+                or not resample > 0:
+            raise ValueError(f"resample must be a voxel size in mm (a number > 0) or 'mask' "
+                             f"(the mask's grid), got {resample!r}")
         resample = float(resample)
     out = Path(out).expanduser()
     if not out.exists():  # before the header pass: nowhere to write the store is said first
