@@ -175,3 +175,89 @@ def test_brain_small_split(bench):
     np.testing.assert_array_equal(s.y_te, y_gen[split == "test"])
     assert set(s.y_tr.tolist()) == set(s.y_val.tolist()) == {0, 1, 2, 3}
     assert s.X_tr.shape[1] == mask.sum() == bench.brain_mask_image(s.mask).get_fdata().sum()
+
+
+def test_brain_smooth_cells(bench):
+    """The brain-smooth grid: its cells, the CLI forms that select them, and the design of each:
+    VOLUMES / 4 subjects of one map per class, the generator's 25% of subjects tested."""
+    every = [f"brain-smooth:{f}:{n}" for f in ("0.1", "0.5", "0.9") for n in (100, 400)]
+    assert bench.smooth_cells("brain-smooth") == every
+    assert bench.smooth_cells("brain-smooth::100") == every[::2]
+    assert bench.smooth_cells("brain-smooth:0.9") == every[4:]
+    assert bench.smooth_cells("brain-smooth:0.5:400") == ["brain-smooth:0.5:400"]
+    # a cell named twice runs once
+    assert bench.expand_datasets(["brain-smooth::100", "fashion", "brain-smooth"]) == [
+        *every[::2], "fashion", *every[1::2]]
+    for bad in ("brain-smooth:1.5", "brain-smooth::98", "brain-smooth:x", "brain-smooth:0.5:100:1"):
+        with pytest.raises(ValueError):
+            bench.smooth_cells(bad)
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--datasets", bad])
+    # its own default methods, the others' unchanged; --methods applies to all
+    args = bench.parse_args(["--datasets", "fashion,brain-smooth"])
+    assert args.by_dataset["brain-smooth"] == ["fgscale-default", "sklearn-lrcv",
+                                               "nilearn-decoder", "nilearn-frem-screening"]
+    assert args.by_dataset["fashion"] == bench.parse_args(["--datasets", "fashion"]).methods
+    assert "nilearn-decoder" not in args.by_dataset["fashion"]
+    assert bench.parse_args(["--datasets", "brain-smooth", "--no-frem"]).methods == [
+        "fgscale-default", "sklearn-lrcv", "nilearn-decoder"]
+    for cell in every:
+        _, smooth, volumes = cell.split(":")
+        noise, design = bench.cohort_params(cell)
+        assert noise == {"snr_db": bench.SMOOTH_SNR_DB, "smooth_noise": float(smooth)}
+        assert (design["n_samples"], design["n_classes"]) == (int(volumes), 4)
+        groups, split, y = bench.brain_subjects(0, cell)
+        subjects = np.unique(groups)
+        assert len(subjects) == int(volumes) // 4
+        assert all(sorted(y[groups == s]) == [0, 1, 2, 3] for s in subjects)
+        tested = np.unique(groups[split == "test"])
+        assert len(tested) == round(len(subjects) / 4)
+        np.testing.assert_array_equal(split == "test", np.isin(groups, tested))  # whole subjects
+
+
+def test_brain_smooth_run(bench, monkeypatch, capsys):
+    """Each cell's smooth-noise share reaches the generator, its splits are whole subjects, and
+    a tiny run (two cells on a 12×12×12 grid, one seed) prints one row per method per cell."""
+    import fgscale.images
+
+    monkeypatch.setitem(bench.BRAIN, "grid", (12, 12, 12))
+    real, calls = fgscale.images.make_classification_volumes, []
+
+    def spy(**kwargs):
+        calls.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(fgscale.images, "make_classification_volumes", spy)
+    for cell in bench.smooth_cells("brain-smooth"):
+        s = bench.brain_split(1, cell)
+        _, smooth, volumes = cell.split(":")
+        assert (calls[-1]["smooth_noise"], calls[-1]["n_samples"]) == (float(smooth), int(volumes))
+        assert calls[-1]["snr_db"] == bench.SMOOTH_SNR_DB and calls[-1]["seed"] == 1
+        assert s.dataset == "brain-smooth (SYNTHETIC)" and f"{float(smooth):.0%} smooth" in s.noise
+        groups, split, _ = bench.brain_subjects(1, cell)
+        X = real(**calls[-1])[0]
+        np.testing.assert_array_equal(s.X_te, X[split == "test"])
+        train, val = set(s.groups_tr), set(s.groups_val)
+        assert not train & val and not (train | val) & set(groups[split == "test"])
+        assert len(s.y_tr) == 4 * len(train) and len(s.y_val) == 4 * len(val)
+        assert len(s.y_te) == 4 * len(set(groups[split == "test"]))
+    # nilearn's Decoder gets the subjects of its rows: its C chosen leaving one subject out
+    from nilearn.decoding import Decoder
+
+    fit, folds = Decoder.fit, []
+
+    def decoder_fit(self, X, y, groups=None):
+        out = fit(self, X, y, groups=groups)
+        folds.append((len(set(groups)), len(self.cv_)))
+        return out
+
+    monkeypatch.setattr(Decoder, "fit", decoder_fit)
+    methods = ["fgscale-default", "sklearn-lr", "nilearn-decoder"]
+    bench.main(["--datasets", "brain-smooth:0.1:100,brain-smooth:0.9:100", "--seeds", "1",
+                "--methods", ",".join(methods)])
+    assert folds == [(19, 19)] * 2  # 13 training + 6 validation subjects, one fold each
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 100 vol.")]
+    assert len(rows) == 2 * len(methods)
+    for smooth in ("10%", "90%"):
+        labels = [r.split(" | ")[2] for r in rows if f"{smooth} smooth" in r]
+        assert labels == [bench.BY_NAME[m].label for m in methods]
