@@ -13,7 +13,7 @@ import logging
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, is_classifier
+from sklearn.base import BaseEstimator, clone, is_classifier
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fgscale.estimators._inputs import (
@@ -198,7 +198,9 @@ class FeatureGroupingBase(BaseEstimator):
 
         self._check_params()
         store = open_store(store)
-        self._store_plan(store, self._store_rows(store, rows), self._seed())
+        # on a copy: the plan sets what a fit learns of the store (n_features_in_, the classes),
+        # which would make this estimator look fitted
+        clone(self)._store_plan(store, self._store_rows(store, rows), self._seed())
 
     @staticmethod
     def _store_rows(store, rows) -> np.ndarray:

@@ -5,6 +5,8 @@ elsewhere."""
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
 
 from fgscale import FeatureGroupingClassifier
 from fgscale.grouping import _dask_bank
@@ -75,3 +77,7 @@ def test_check_store_fit_refuses_what_the_fit_would_before_any_cluster(tiny_stor
         clf.check_store_fit(tiny_store)
     with pytest.raises(ValueError, match="no training rows"):
         FeatureGroupingClassifier().check_store_fit(tiny_store, rows=[])
+    checked = FeatureGroupingClassifier()
+    checked.check_store_fit(tiny_store)  # passes, and leaves the estimator unfitted
+    with pytest.raises(NotFittedError):
+        check_is_fitted(checked)
