@@ -33,9 +33,10 @@ PREFETCH = Union(Options("auto"), Interval(int, 1, None))
 def check_value(name: str, value, constraint):
     """``value`` itself, or an :class:`InvalidParameterError` (a ValueError) naming ``name``
     and what ``constraint`` expects."""
-    if not constraint.accepts(value):
-        raise InvalidParameterError(f"{name} must be {constraint.describe()}, got {value!r}")
-    return value
+    try:  # the constraint's own check, with its hint for a likely slip (5.0 for 5 clusters)
+        return constraint.check(value)
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(f"{name} must be {exc}, got {value!r}") from None
 
 
 def check_count(name: str, value) -> int:
