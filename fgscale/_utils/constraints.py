@@ -11,8 +11,9 @@ import os
 
 import numpy as np
 
-__all__ = ["Bool", "ClassWeight", "Constraint", "Device", "Fraction", "Interval", "InvalidParameterError",
-           "Mask", "Options", "RandomState", "Searchable", "Sizes", "Union", "check_device"]
+__all__ = ["Bool", "ClassWeight", "Constraint", "CrossValidation", "Device", "Fraction", "Interval",
+           "InvalidParameterError", "Mask", "Options", "RandomState", "Scoring", "Searchable", "Sizes",
+           "Union", "check_device"]
 
 
 class InvalidParameterError(ValueError):
@@ -266,6 +267,63 @@ class RandomState(Constraint):
 
     def parse(self, text):
         return int(text)
+
+
+class CrossValidation(Constraint):
+    """``cv`` as scikit-learn's searches and nilearn's decoders take it: None, a number of folds
+    >= 2, or a splitter (an object with ``split`` and ``get_n_splits``, checked by duck typing so
+    that this module imports no scikit-learn)."""
+
+    def accepts(self, value):
+        if value is None:
+            return True
+        if _is_int(value):
+            return value >= 2
+        return callable(getattr(value, "split", None)) and callable(
+            getattr(value, "get_n_splits", None))
+
+    def describe(self):
+        return ("None, an int >= 2 (folds) or a scikit-learn splitter (an object with split and "
+                "get_n_splits, such as GroupKFold(5))")
+
+    def hint(self, value):
+        if _is_int(value) and value == 1:
+            return "one fold leaves nothing to validate on; give None for one validation split"
+        return ""
+
+    def parse(self, text):
+        return None if text.lower() == "none" else int(text)
+
+
+class Scoring(Constraint):
+    """None or the name of one of scikit-learn's scorers (``sklearn.metrics.get_scorer_names``,
+    imported only to check a name)."""
+
+    def accepts(self, value):
+        if value is None:
+            return True
+        if not isinstance(value, str):
+            return False
+        from sklearn.metrics import get_scorer_names
+
+        return value in get_scorer_names()
+
+    def describe(self):
+        return ("None (the validation loss) or a scikit-learn scorer name ('accuracy', "
+                "'balanced_accuracy', 'roc_auc', 'r2', 'neg_mean_absolute_error', ...)")
+
+    def hint(self, value):
+        if not isinstance(value, str):
+            return ""
+        import difflib
+
+        from sklearn.metrics import get_scorer_names
+
+        close = difflib.get_close_matches(value, get_scorer_names(), n=1)
+        return f"did you mean {close[0]!r}?" if close else ""
+
+    def parse(self, text):
+        return None if text.lower() == "none" else text
 
 
 def check_device(device) -> None:

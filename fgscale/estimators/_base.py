@@ -31,10 +31,12 @@ from fgscale.estimators._inputs import (
 )
 from fgscale.estimators._params import check_device, params_of, resolve_seed, validate_params
 from fgscale.estimators._regularizers import model_dropout, regularizer_named
+from fgscale.estimators._scoring import fold_score
 from fgscale.estimators._selection import (
     candidates,
+    check_cv,
     check_groups,
-    split_rows,
+    fold_splits,
     use_validation,
     warn_chain,
     warn_ignored,
@@ -62,6 +64,18 @@ log = logging.getLogger(__name__)
 _BATCH_RANGE = (32, 200)  # batch_size="auto": a tenth of the rows, within this range
 
 
+def average_models(models: list[torch.nn.Module]) -> torch.nn.Module:
+    """The first of ``models`` holding the mean of their parameters: the fold models of one
+    candidate, which share their architecture. For a linear model, the model of the averaged
+    weights gives the mean of the models' logits (nilearn FREM's average of fold weights)."""
+    if len(models) == 1:
+        return models[0]
+    states = [m.state_dict() for m in models]
+    mean = {name: torch.stack([s[name] for s in states]).mean(dim=0) for name in states[0]}
+    models[0].load_state_dict(mean)
+    return models[0]
+
+
 class FeatureGroupingBase(BaseEstimator):
     """The machinery of the estimators; subclasses set the targets and the outputs, their
     task (``_task``, which picks their parameters from the table) and ``__init__``'s signature."""
@@ -85,6 +99,7 @@ class FeatureGroupingBase(BaseEstimator):
         (``warnings.warn``'s ``stacklevel``: 3 is the caller of this method)."""
         # deep=False: a parameter's own parameters (an estimator given as mask=) are not ours
         validate_params(self.get_params(deep=False), type(self).__name__)
+        check_cv(self)
         if warn_level:
             warn_ignored(self, warn_level)
 
@@ -300,11 +315,15 @@ class FeatureGroupingBase(BaseEstimator):
     def _train(self, sources: dict, y_idx, rows, seed, history=History, groups=None):
         """Train on ``sources`` (k -> (in-memory or streamed source, bank)) over ``rows``.
 
-        With a validation split, each candidate (:func:`~fgscale.estimators._selection.
-        candidates`) trains on the rest and keeps the weights of its best epoch on the
-        validation rows (least loss, or error with ``stop_on="accuracy"``); the best candidate
-        wins and, with ``refit``, a fresh model trains on all ``rows`` for as many epochs.
-        Without a split (a single candidate), one phase on all rows stops on the training loss.
+        With validation rows (one split, or the folds of ``cv``), each candidate
+        (:func:`~fgscale.estimators._selection.candidates`) trains on each fold's training rows
+        and keeps the weights of its best epoch on the fold's validation rows (least loss, or
+        error with ``stop_on="accuracy"``); the candidate of best mean over the folds
+        (validation loss, or ``scoring``'s score) wins. With ``refit``, a fresh model then
+        trains on all ``rows`` for as many epochs as the chosen candidate's folds took on
+        average; without, the model is the chosen candidate's (with ``cv``, its fold models'
+        weights averaged). Without validation rows (a single candidate), one phase on all rows
+        stops on the training loss.
         """
         validation = use_validation(self, y_idx[rows], warn=True)
         grid = candidates(self, self.n_features_in_, validation)
@@ -312,59 +331,125 @@ class FeatureGroupingBase(BaseEstimator):
         weights = self._set_class_weights(y_idx[rows])
         self.screening_percentile_ = 100.0 if not regularizer_named(self.regularizer).grouping else \
             adjusted_percentile(self.screening_percentile, self.mask_img_, self.n_features_in_)
-        fit_rows, val_rows = split_rows(self, y_idx, rows, seed, groups, validation=validation,
-                                        n_candidates=len(grid))
-        self.batch_size_ = self._batch_size(len(fit_rows))
+        splits = fold_splits(self, y_idx, rows, seed, groups, validation=validation,
+                             n_candidates=len(grid))
+        self.batch_size_ = self._batch_size(min(len(fit_rows) for fit_rows, _ in splits))
         gpu = cuda_device(self.device)
         widths = [self.n_features_in_ if k is None else k for k in sources]
         # the caller's generators are left as they were, the GPU's too (dropout draws there)
         with torch.random.fork_rng(devices=[] if gpu is None else [gpu]), \
                 torch_threads(self.batch_size_ * max(widths)):
-            refit = val_rows is not None and self.refit
-            results, best, screens = [], None, {}
-            for params in grid:
-                k = params["n_clusters"]
-                source, bank = sources[k]
-                torch.manual_seed(seed)
-                phase = "" if len(grid) == 1 else f"candidate-{len(results) + 1}"
-                # the last candidate's model is released before the next one is built: with
-                # a refit no candidate's weights are kept, so a search peaks as one fit does
-                self.model_ = None
-                run = self._phase(source, bank, fit_rows, val_rows, seed, history,
-                                  self.max_epochs, params, weights, phase=phase, screens=screens)
-                stopper = run.stopper
-                epochs = stopper.best_epoch + 1 if stopper.best_epoch >= 0 else len(run.history)
-                score = stopper.best_loss if val_rows is not None else None
-                results.append({**params, "n_clusters": k, "best_epoch": epochs - 1,
-                                f"val_{'loss' if self.stop_on == 'loss' else 'error'}": score})
-                if best is None or (score is not None and score < best[1]):
-                    best = (results[-1], score, run.history, None if refit else self.model_,
-                            run.stopped_early)
-                run = None  # its optimizer holds the model's parameters: not kept past the phase
-            chosen, _, self.history_, self.model_, stopped = best
-            warn_not_converged(self, stopped, val_rows is not None)
-            self.cv_results_ = results
+            validated = splits[0][1] is not None
+            refit = validated and self.refit
+            screens = {}
+            chosen, folds = self._search(grid, sources, y_idx, splits, seed, history, weights,
+                                         screens, keep_models=not refit)
+            warn_not_converged(self, all(f["stopped"] for f in folds), validated)
             self.alpha_, self.dropout_, self.n_clusters_ = (
                 chosen["alpha"], chosen["dropout"], chosen["n_clusters"])
             self.bank_ = sources[chosen["n_clusters"]][1]
-            self.n_iter_ = chosen["best_epoch"] + 1
+            self.n_iter_ = max(1, int(round(np.mean([f["epochs"] for f in folds]))))
+            self._set_cv_attributes(chosen, folds)
+            self.history_ = folds[0]["history"] if len(folds) == 1 else [
+                dict(h, fold=i + 1) for i, f in enumerate(folds) for h in f["history"]]
             if refit:
+                self.model_ = None  # the last fold's, released before the refit's is built
                 torch.manual_seed(seed)
                 source, bank = sources[chosen["n_clusters"]]
                 params = {name: chosen[name] for name in ("alpha", "dropout", "n_clusters")}
                 again = self._phase(source, bank, rows, None, seed, history, self.n_iter_,
-                                    params, weights, stop=False, phase="refit", screens=screens)
+                                    params, weights, stop=False, phase="refit", screens=screens,
+                                    rows_key="all")
                 self.history_ = self.history_ + [dict(h, phase="refit") for h in again.history]
+            else:
+                self.model_ = average_models([f["model"] for f in folds])
         check_finite(self.model_, self.n_iter_, self.learning_rate)
         self._set_outputs()
         return self
 
+    def _search(self, grid, sources, y_idx, splits, seed, history, weights, screens, *,
+                keep_models: bool):
+        """Train every candidate of ``grid`` on every fold of ``splits``; return the chosen
+        candidate's row of ``cv_results_`` (set here) and its folds (a dict each: epochs,
+        validation loss and score, history, whether it stopped early, and with
+        ``keep_models`` its model)."""
+        results, best, best_value = [], None, None
+        by_score = self.scoring is not None
+        for i, params in enumerate(grid):
+            source, bank = sources[params["n_clusters"]]
+            folds = []
+            for f, (fit_rows, val_rows) in enumerate(splits):
+                torch.manual_seed(seed)
+                phase = "-".join(([f"candidate-{i + 1}"] if len(grid) > 1 else [])
+                                 + ([f"fold-{f + 1}"] if len(splits) > 1 else []))
+                # the last phase's model is released before the next one is built: only the
+                # folds of the best candidate so far are kept, and none with a refit
+                self.model_ = None
+                run = self._phase(source, bank, fit_rows, val_rows, seed, history,
+                                  self.max_epochs, params, weights, phase=phase,
+                                  screens=screens, rows_key=f)
+                stopper = run.stopper
+                folds.append({
+                    "epochs": stopper.best_epoch + 1 if stopper.best_epoch >= 0 else len(run.history),
+                    "loss": stopper.best_loss if val_rows is not None else None,
+                    "score": None if val_rows is None else self._fold_score(source, val_rows),
+                    "history": run.history, "stopped": run.stopped_early,
+                    "model": self.model_ if keep_models else None})
+                run = None  # its optimizer holds the model's parameters: not kept past the phase
+            row = self._result_row(params, folds)
+            results.append(row)
+            value = row.get("val_score") if by_score else row.get(self._loss_key())
+            if best is None or (value is not None and (
+                    value > best_value if by_score else value < best_value)):
+                best, best_value = (row, folds), value
+        self.cv_results_ = results
+        return best
+
+    def _loss_key(self) -> str:
+        return f"val_{'loss' if self.stop_on == 'loss' else 'error'}"
+
+    def _result_row(self, params: dict, folds: list[dict]) -> dict:
+        """A candidate's row of ``cv_results_``: its parameters, its best epoch and validation
+        loss (error) and score, as means over the folds, and with several folds each fold's."""
+        validated = folds[0]["loss"] is not None
+        row = {**params, "best_epoch": int(round(np.mean([f["epochs"] for f in folds]))) - 1,
+               self._loss_key(): float(np.mean([f["loss"] for f in folds])) if validated else None}
+        if validated:
+            row["val_score"] = float(np.mean([f["score"] for f in folds]))
+        if len(folds) > 1:
+            row["fold_epochs"] = [f["epochs"] for f in folds]
+            row[f"fold_{self._loss_key()}"] = [f["loss"] for f in folds]
+            row["fold_val_score"] = [f["score"] for f in folds]
+        return row
+
+    def _fold_score(self, source, val_rows) -> float:
+        """The score (``scoring``'s, else accuracy or R²) of ``model_`` on ``val_rows``."""
+        from fgscale.training._loop import predict_logits
+
+        blocks = list(source.blocks(val_rows))
+        outputs = predict_logits(self.model_, (x for x, _ in blocks), device=self.device)
+        if not np.isfinite(outputs).all():  # diverged: check_finite says so once chosen
+            return float("nan")
+        return fold_score(self, outputs, np.concatenate([y for _, y in blocks]))
+
+    def _set_cv_attributes(self, chosen: dict, folds: list[dict]) -> None:
+        """``cv_scores_`` and ``cv_params_`` as nilearn's decoders set them, keyed by class (a
+        regressor: ``"beta"``): each fold's validation score of the chosen candidate, and the
+        values it trained with on each fold (with the epochs each fold kept)."""
+        keys = self.classes_.tolist() if self._is_classifier() else ["beta"]
+        scores = [f["score"] for f in folds]
+        params = {name: [chosen[name]] * len(folds) for name in ("alpha", "dropout", "n_clusters")}
+        params["n_epochs"] = [f["epochs"] for f in folds]
+        self.cv_scores_ = {key: list(scores) for key in keys} if scores[0] is not None else {}
+        self.cv_params_ = {key: {name: list(v) for name, v in params.items()} for key in keys}
+
     def _phase(self, source, bank, rows, val_rows, seed, history, max_epochs, params,
-               class_weight=None, stop=True, phase="", *, screens: dict):
+               class_weight=None, stop=True, phase="", *, screens: dict, rows_key):
         """Train a fresh model with ``params`` (and ``class_weight``: an array of the classes'
         weights, or None) on ``rows`` for up to ``max_epochs``; return its history hook (its
         stopper holds the best epoch and loss). ``phase`` names it for the hook: each phase
-        of a run folder has its own checkpoint."""
+        of a run folder has its own checkpoint. ``rows_key`` names ``rows`` (a fold's index, or
+        "all"): the screening of a bank on them is computed once, in ``screens``."""
         alpha, dropout = params["alpha"], params["dropout"]
         self.model_ = build_model(self.model, self.n_features_in_, self._n_outputs(),
                                   **model_dropout(self.regularizer, dropout),
@@ -386,7 +471,7 @@ class FeatureGroupingBase(BaseEstimator):
         if not run.stopped_early:  # the epochs left: none once max_epochs are done
             # the clusters kept, on the rows this phase trains on (the refit's: all the
             # training rows), once for the candidates that share them and their bank
-            key = (id(bank), len(rows))
+            key = (id(bank), rows_key)
             if bank is not None and self.screening_percentile_ < 100 and key not in screens:
                 regression = not self._is_classifier()
                 sums = source.screen_sums(rows, bank_t, params["n_clusters"],

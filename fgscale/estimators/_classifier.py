@@ -53,6 +53,16 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         ``best_epoch`` and validation loss ``val_loss`` (``val_error`` with
         ``stop_on="accuracy"``); ``pandas.DataFrame(cv_results_)`` tabulates them. Unlike
         scikit-learn's search objects' dict of arrays, there is no test score to report.
+        Each row also holds ``val_score``, the mean validation score (``scoring``'s, else the
+        accuracy), and with ``cv`` each fold's epochs, loss and score (``fold_epochs``,
+        ``fold_val_loss``, ``fold_val_score``); the means choose.
+    cv_scores_ : dict of list
+        As nilearn's decoders': keyed by class, the chosen candidate's validation score on
+        each fold (one fold without ``cv``; the same list for every class, the classes sharing
+        one softmax model); empty without validation rows.
+    cv_params_ : dict of dict
+        Keyed by class, the values the chosen candidate trained with on each fold, as lists:
+        ``alpha``, ``dropout``, ``n_clusters`` and ``n_epochs``, the epochs each fold kept.
     mean_, scale_ : ndarray of shape (n_features,) or None
         The standardization, ``(x - mean_) * scale_`` (None with ``standardize=False``):
         ``scale_`` is the reciprocal of each feature's standard deviation (1 for a constant
@@ -70,8 +80,11 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         scikit-learn's, the second class's logit weights minus the first's.
     intercept_ : ndarray of shape (n_classes,), or (1,) for two classes
     coef_img_ : dict of nibabel.Nifti1Image
-        The weights of each class's logit as a 3D map, keyed by class (two classes: two
-        maps, whose difference is ``coef_``), when a mask image is known.
+        The weights of each class's logit as a 3D map, keyed by class, when a mask image is
+        known. Two classes get two maps, as nilearn's ``Decoder`` keys both classes of a
+        binary problem: their difference is ``coef_``, and since the two logits start at zero
+        and each step of the softmax loss moves them oppositely, the maps are negatives of
+        each other (to float32 rounding), the second class's being ``coef_ / 2``.
     mask_img_ : nibabel.Nifti1Image or None
         The mask of the features, as a uint8 image of 0 and 1: the store's, the one computed
         from or given with the images, ``mask`` when it is an image or a path (its voxels
@@ -210,8 +223,9 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     @property
     def coef_img_(self) -> dict:
         """The weights of each class's logit as a 3D image, keyed by class (as nilearn's
-        decoders), two classes included: the run folder's maps. Logistic regression fitted
-        with a mask image, on images or on a store."""
+        decoders), two classes included: the run folder's maps. For two classes the maps are
+        negatives of each other, the second class's being ``coef_ / 2`` (see the class's
+        Attributes). Logistic regression fitted with a mask image, on images or on a store."""
         check_is_fitted(self)
         weights = self.model_.first.weight.detach().cpu().numpy() if hasattr(self, "coef_") \
             else None

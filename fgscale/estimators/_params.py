@@ -22,6 +22,7 @@ from fgscale._utils.constraints import (
     Bool,
     ClassWeight,
     Constraint,
+    CrossValidation,
     Device,
     Fraction,
     Interval,
@@ -29,6 +30,7 @@ from fgscale._utils.constraints import (
     Mask,
     Options,
     RandomState,
+    Scoring,
     Searchable,
     Sizes,
     Union,
@@ -156,8 +158,23 @@ PARAMS: tuple[Param, ...] = (
           '{"loss", "accuracy"}'),
     Param("tol", 1e-4, Interval(float, 0, None),
           "an epoch improves when its loss is below the best one minus tol", "float"),
+    Param("cv", None, CrossValidation(),
+          "how the training rows are split to choose the hyper-parameters and the epoch: None, "
+          "one validation split of validation_fraction; an int K, K folds (by subject when the "
+          "rows have groups, else stratified for a classifier), every candidate trained on "
+          "each and the one of best mean validation score kept; or a scikit-learn splitter "
+          "(its split(X, y, groups)); K folds cost K fits a candidate; on the command line an "
+          "int or none", "int, splitter or None"),
+    Param("scoring", None, Scoring(),
+          "what chooses among candidates on the validation rows: None, the validation loss "
+          "(the error with stop_on='accuracy'); or a scikit-learn scorer name ('accuracy', "
+          "'balanced_accuracy', 'roc_auc', 'r2', 'neg_mean_absolute_error', ...), greater is "
+          "better; early stopping watches stop_on either way", "str or None"),
     Param("refit", True, Bool(), "after early stopping, train again on all the training rows "
-          "for as many epochs as the best one took", "bool"),
+          "for as many epochs as the best one took (with cv, their mean over the folds); "
+          "refit=False keeps the model trained without the validation rows, and with cv "
+          "averages the fold models' weights (nilearn FREM's ensembling; model='logreg')",
+          "bool"),
     Param("device", "cpu", Device(), "torch device of the model ('cpu', 'cuda', 'cuda:1'); a "
           "saved run (or a pickle of the estimator) holds its model on the CPU and moves it "
           "back to predict", "str",

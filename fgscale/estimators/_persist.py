@@ -208,6 +208,9 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
                 **{attr: getattr(estimator, attr) for attr in (*_SCALARS, "class_weight_")
                    if hasattr(estimator, attr)},  # a regressor weighs no class
                 "cv_results_": getattr(estimator, "cv_results_", []),
+                # labels as str, as JSON's keys are: read back by the classes' order
+                "cv_scores_": list(getattr(estimator, "cv_scores_", {}).values()),
+                "cv_params_": list(getattr(estimator, "cv_params_", {}).values()),
                 "history_": getattr(estimator, "history_", []),
                 "sha256": {MODEL_NPZ: _sha256(folder / MODEL_NPZ)}})
     if hasattr(estimator, "feature_names_in_"):
@@ -215,6 +218,16 @@ def write_model(estimator, folder, *, mask_img=None) -> Path:
     with atomic_path(folder / MODEL_JSON) as tmp:
         tmp.write_text(json.dumps(plain_json(doc), indent=2) + "\n")
     return folder / MODEL_JSON
+
+
+def _set_cv_attributes(est, doc: dict) -> None:
+    """``cv_scores_`` and ``cv_params_``, saved as lists in the classes' order (JSON's keys
+    would be str), keyed again by class (a regressor: ``"beta"``); none in older saves."""
+    keys = est.classes_.tolist() if hasattr(est, "classes_") else ["beta"]
+    for attr in ("cv_scores_", "cv_params_"):
+        saved = doc.get(attr, [])
+        if saved:
+            setattr(est, attr, dict(zip(keys, saved, strict=True)))
 
 
 def _sequences(params: dict) -> dict:
@@ -295,6 +308,8 @@ def _params(doc: dict, mask_img, path: Path, arrays: dict) -> dict:
                                 path.parent)
     if not (params.get("random_state") is None or isinstance(params["random_state"], int)):
         params["random_state"] = None  # a RandomState was saved as its repr: not restorable
+    if isinstance(params.get("cv"), str):
+        params["cv"] = None  # a splitter was saved as its repr: not restorable, not used to predict
     _as_given(params, doc.get("sequences", {}), path)
     if isinstance(params.get("hidden_layer_sizes"), list):  # a save without "sequences"
         params["hidden_layer_sizes"] = tuple(params["hidden_layer_sizes"])
@@ -397,6 +412,7 @@ def load_model(folder, *, affine=None):
     if not 0 <= dropout < 1:
         raise ValueError(f"{path}: 'dropout_' must be a float in [0, 1), got {dropout!r}")
     est.cv_results_ = doc.get("cv_results_", [])
+    _set_cv_attributes(est, doc)
     est.history_ = doc.get("history_", [])
     est.bank_, est.mask_img_ = None, mask_img
 

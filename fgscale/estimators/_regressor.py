@@ -41,6 +41,11 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
     cv_results_ : list of dict
         As :class:`FeatureGroupingClassifier`'s; with ``stop_on="accuracy"``, ``val_error`` is 1
         minus the validation R².
+    cv_scores_ : dict of list
+        As nilearn's ``DecoderRegressor``: ``{{"beta": [...]}}``, the chosen candidate's
+        validation score on each fold (``scoring``'s, else R²).
+    cv_params_ : dict of dict
+        ``{{"beta": {{...}}}}``, as the classifier's.
     mean_, scale_ : ndarray of shape (n_features,) or None
         The standardization of the features, ``(x - mean_) * scale_``: ``scale_`` is the
         reciprocal of each feature's standard deviation, a factor where scikit-learn's

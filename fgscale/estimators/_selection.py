@@ -16,6 +16,7 @@ by the caller.
 from __future__ import annotations
 
 import itertools
+import numbers
 import os
 import sys
 import warnings
@@ -23,7 +24,13 @@ import warnings
 import numpy as np
 from sklearn.base import is_classifier
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.model_selection import GroupShuffleSplit, train_test_split
+from sklearn.model_selection import (
+    GroupKFold,
+    GroupShuffleSplit,
+    KFold,
+    StratifiedKFold,
+    train_test_split,
+)
 
 from fgscale.estimators._auto import searched_values
 from fgscale.estimators._inputs import missing
@@ -31,8 +38,8 @@ from fgscale.estimators._params import PARAMS
 from fgscale.estimators._regularizers import regularizer_named
 from fgscale.grouping._bank import resolve_n_clusters
 
-__all__ = ["candidates", "check_groups", "resolved", "split_rows", "use_validation",
-           "validation_split", "warn_chain", "warn_ignored", "warn_not_converged"]
+__all__ = ["candidates", "check_cv", "check_groups", "fold_splits", "resolved", "split_rows",
+           "use_validation", "validation_split", "warn_chain", "warn_ignored", "warn_not_converged"]
 
 _DEFAULTS = {p.name: p.default for p in PARAMS}
 
@@ -208,6 +215,8 @@ def use_validation(estimator, y_idx: np.ndarray, warn: bool = False) -> bool:
     mistyped label silently turned early stopping and the search off."""
     if estimator.early_stopping != "auto":
         return bool(estimator.early_stopping)
+    if estimator.cv is not None:  # the folds validate: the splitter refuses rows too few
+        return True
     counts = np.bincount(y_idx) if is_classifier(estimator) else np.array([len(y_idx)])
     n_val = estimator.validation_fraction * len(y_idx)
     enough = n_val >= len(counts) and len(y_idx) - n_val >= len(counts)
@@ -241,6 +250,47 @@ def split_rows(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups
             + " no validation split to choose on; give single values, or "
             + ("early_stopping='auto'" if off else "more rows"))
     return rows, None
+
+
+def check_cv(estimator) -> None:
+    """Refuse what ``cv`` cannot do with the other parameters, before any work: averaging the
+    fold models' weights (``refit=False``) is defined for a linear model only."""
+    if estimator.cv is not None and not estimator.refit and estimator.model != "logreg":
+        raise ValueError(f"refit=False with cv={estimator.cv!r} averages the fold models' "
+                         f"weights, which is defined for model='logreg' only, not "
+                         f"model={estimator.model!r}; give refit=True (the chosen candidate "
+                         "trained again on all the rows) or cv=None")
+
+
+def fold_splits(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups=None, *,
+                validation: bool, n_candidates: int) -> list[tuple]:
+    """The ``(fit_rows, val_rows)`` pairs among ``rows`` that candidates are trained and
+    judged on: with ``cv=None``, the one split of :func:`split_rows`; with an int, K folds
+    (scikit-learn's ``GroupKFold`` when the rows have groups, ``StratifiedKFold`` for a
+    classifier, ``KFold`` otherwise, shuffled by ``seed``); or the folds of the splitter
+    given, called as ``cv.split(X, y, groups)`` on the rows' positions."""
+    if estimator.cv is None:
+        return [split_rows(estimator, y_idx, rows, seed, groups, validation=validation,
+                           n_candidates=n_candidates)]
+    if estimator.early_stopping is False:
+        raise ValueError(f"cv={estimator.cv!r} chooses on validation folds, which "
+                         "early_stopping=False turns off; give early_stopping='auto' or cv=None")
+    sub_groups = None if groups is None else groups[rows]
+    splitter = estimator.cv
+    if isinstance(splitter, numbers.Integral):
+        if sub_groups is not None:
+            splitter = GroupKFold(int(splitter), shuffle=True, random_state=seed)
+        elif is_classifier(estimator):
+            splitter = StratifiedKFold(int(splitter), shuffle=True, random_state=seed)
+        else:
+            splitter = KFold(int(splitter), shuffle=True, random_state=seed)
+    positions = np.zeros((len(rows), 1))
+    splits = [(rows[fit_part], rows[val_part])
+              for fit_part, val_part in splitter.split(positions, y_idx[rows], sub_groups)]
+    if not splits or any(not len(part) for split in splits for part in split):
+        raise ValueError(f"cv={estimator.cv!r} gave a fold with no training or no validation "
+                         f"row of the {len(rows)} training rows")
+    return splits
 
 
 def candidates(estimator, n_features: int, validation: bool = True) -> list[dict]:
