@@ -199,3 +199,35 @@ def test_maps_keep_the_images_space_codes(tiny_cohort, tmp_path):
     for path, img in zip([*written, *["coef_img_"] * 3], images, strict=True):
         assert (int(img.header["sform_code"]), int(img.header["qform_code"])) == (4, 4), path
         np.testing.assert_allclose(img.affine, reference.affine, atol=1e-5, err_msg=str(path))
+
+
+def test_binary_coef_img_keys_both_classes_as_nilearn_decoder_does():
+    """Two classes: a map per class, as nilearn's Decoder keys both classes of a binary problem
+    (its coef_img_ holds two maps, negatives of each other); here the second class's map is
+    coef_ / 2 and the first's its negative, since the two logits start at zero and move
+    oppositely."""
+    import warnings
+
+    from nilearn.decoding import Decoder
+
+    from fgscale import FeatureGroupingClassifier
+    from fgscale.images import make_classification_volumes
+
+    X, y, mask, affine = make_classification_volumes(40, 2, grid=(8, 9, 8), seed=0)
+    labels = np.array(["rest", "task"])[y]
+    mask_img = nib.Nifti1Image(mask.astype(np.uint8), affine)
+    clf = FeatureGroupingClassifier(mask=mask_img, n_groupings=4, n_bootstrap=10,
+                                    max_epochs=5, random_state=0).fit(X, labels)
+    maps = clf.coef_img_
+    assert list(maps) == ["rest", "task"]
+    coef = np.zeros(mask.shape)
+    coef[mask] = clf.coef_[0]
+    np.testing.assert_allclose(maps["task"].get_fdata(), coef / 2, atol=1e-7)
+    np.testing.assert_allclose(maps["rest"].get_fdata(), -maps["task"].get_fdata(), atol=1e-7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nilearn's about its defaults
+        decoder = Decoder(estimator="logistic_l2", mask=mask_img, cv=2,
+                          screening_percentile=100).fit(unmask(X, mask, affine), labels)
+    assert list(decoder.coef_img_) == list(maps)
+    nilearn_maps = [img.get_fdata() for img in decoder.coef_img_.values()]
+    np.testing.assert_allclose(nilearn_maps[0], -nilearn_maps[1])

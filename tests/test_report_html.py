@@ -9,15 +9,26 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 
+import nibabel as nib
 import numpy as np
 import pytest
 from helpers import TINY_GRID, assert_png_not_blank, cohort_rows
+from scipy import ndimage
 from sklearn import metrics
 
 from fgscale.cli import main
 from fgscale.images import make_classification_volumes
 from fgscale.runs import train_run
-from fgscale.runs._html import _curves_figure, write_report
+from fgscale.runs._html import (
+    _curves_figure,
+    _matplotlib_slices,
+    _nilearn_slices,
+    _peak,
+    cut_voxel,
+    map_background,
+    write_report,
+)
+from fgscale.runs._maps import read_maps
 from fgscale.store import write_store
 
 _VOID = {"meta", "img", "br", "hr", "link", "input", "col", "source", "area", "base", "wbr"}
@@ -204,22 +215,141 @@ def test_chromium_renders_the_report(tiny_runs, tmp_path):
     assert len({tuple(p) for p in pixels[::4, ::4].reshape(-1, pixels.shape[-1])}) > 50
 
 
-def test_matplotlib_maps_name_the_peak_as_in_the_file_whatever_its_orientation():
-    """The slices are drawn in RAS, but the peak is given as the map file's voxel and in mm,
-    which a reader can find in the file (an LAS image's x index runs the other way)."""
-    import nibabel as nib
-
-    from fgscale.runs._html import _matplotlib_slices
-
+def test_matplotlib_maps_name_the_cut_and_the_peak_as_in_the_file_whatever_its_orientation():
+    """The slices are drawn in RAS, but the cut and the peak are given as the map file's voxels
+    and in mm, which a reader can find in the file (an LAS image's x index runs the other way)."""
     data = np.zeros((10, 12, 10), np.float32)
     data[3, 6, 2] = -0.5  # the peak of |value|, near the image's low-x side
     data[5, 5, 5] = 0.2
     las = np.array([[-4.0, 0, 0, 90], [0, 4, 0, -126], [0, 0, 4, -72], [0, 0, 0, 1]])
     fig = _matplotlib_slices(nib.Nifti1Image(data, las), None, "class_0")
     title = fig._suptitle.get_text()
-    assert "voxel (3, 6, 2)" in title and "(78, -102, -64) mm" in title, title
+    assert "cut at voxel (3, 6, 2)" in title, title
+    assert "peak |value| 0.5 at voxel (3, 6, 2), (78, -102, -64) mm" in title, title
     views = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert views == ["sagittal, x = 78 mm", "coronal, y = -102 mm", "axial, z = -64 mm"]
-    # the sagittal view is the slice of the peak: it holds the peak's value, not the other one
+    # the sagittal view is the slice of the cut: it holds the strong value, not the other one
     shown = fig.axes[0].images[1].get_array()
     assert shown.compressed().tolist() == [-0.5]
+
+
+def _edge_and_blob():
+    """A map on a ball-shaped mask: a single strongest voxel on the mask's edge, and a large
+    blob of strong values deep inside (at x 9 to 13), over weak noise."""
+    grid = np.indices((24, 24, 24)) - 11.5
+    mask = (grid ** 2).sum(axis=0) <= 10.5 ** 2
+    data = np.where(mask, np.random.default_rng(0).uniform(-0.1, 0.1, mask.shape), 0.0)
+    data[9:14, 9:14, 9:14] = 1.0
+    edge = (0, 11, 11)
+    while not mask[edge]:
+        edge = (edge[0] + 1, 11, 11)
+    data[edge] = 5.0
+    return data.astype(np.float32), mask, edge
+
+
+def test_cuts_go_through_the_largest_cluster_not_a_lone_peak_on_the_mask_edge():
+    data, mask, edge = _edge_and_blob()
+    assert _peak(data) == edge  # what the slices went through
+    cut = cut_voxel(data, mask)
+    assert all(9 <= c <= 13 for c in cut), cut
+    assert ndimage.binary_erosion(mask)[cut]  # inside the mask, off its border
+    # the figures cross there too, with nilearn or matplotlib alone
+    mask_img = nib.Nifti1Image(mask.astype(np.uint8), np.eye(4))
+    fig = _matplotlib_slices(nib.Nifti1Image(data, np.eye(4)), mask_img, "class_0")
+    views = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert views == [f"sagittal, x = {cut[0]} mm", f"coronal, y = {cut[1]} mm",
+                     f"axial, z = {cut[2]} mm"]
+    nilearn_fig = _nilearn_slices(nib.Nifti1Image(data, np.eye(4)), mask_img, "class_0")
+    annotations = {t.get_text() for ax in nilearn_fig.axes for t in ax.texts}
+    assert {f"x={cut[0]}", f"y={cut[1]}", f"z={cut[2]}"} <= annotations, annotations
+
+
+@pytest.mark.parametrize("mask", [None, "mask"])
+def test_a_cut_is_always_inside_the_mask(mask):
+    """Strong values only on the border, or nowhere: the cut still lies in the mask."""
+    data, ball, _ = _edge_and_blob()
+    border = ball & ~ndimage.binary_erosion(ball)
+    ring = np.where(border, data + 3.0, np.where(ball, 0.01, 0.0))
+    given = ball if mask else None
+    assert ball[cut_voxel(ring, given)]
+    assert ball[cut_voxel(np.where(ball, 1.0, 0.0), given)]
+    assert cut_voxel(np.zeros((4, 5, 6)), None) == (2, 2, 3)
+
+
+def test_the_maps_are_drawn_over_the_mean_image_of_the_training_rows(tiny_runs, tmp_path):
+    run, store = tiny_runs["logreg"], tiny_runs["store"]
+    _, paths = read_maps(run)
+    img, mask_img = nib.load(next(iter(paths.values()))), nib.load(run / "mask.nii.gz")
+    background, about = map_background(run, img, mask_img)
+    assert about.startswith("the mean image of the training rows")
+    # the oracle: the training rows of the store, averaged
+    mean = store.read_rows(store.train_rows()).astype(np.float64).mean(axis=0)
+    expected = np.zeros(store.mask.shape)
+    expected[store.mask] = mean
+    np.testing.assert_allclose(background.get_fdata(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(background.affine, img.affine)
+    # drawn under the map: the sagittal view's grey image is that mean's slice, not the mask
+    fig = _matplotlib_slices(img, mask_img, "face", background)
+    cut = cut_voxel(np.asarray(img.dataobj), store.mask)
+    grey = fig.axes[0].images[0].get_array()
+    np.testing.assert_allclose(grey.filled(0), expected[cut[0]].T, rtol=1e-5, atol=1e-6)
+    assert len(np.unique(grey.compressed())) > 10
+    text = write_report(run, tmp_path / "r.html", nilearn=False).read_text()
+    assert "over the mean image of the training rows" in text
+
+
+def _linear_image(shape, affine):
+    """An image whose value is a linear function of the world coordinates: linear
+    resampling reproduces it exactly wherever it interpolates."""
+    ijk = np.indices(shape).reshape(3, -1).T
+    xyz = nib.affines.apply_affine(affine, ijk)
+    values = 100.0 + xyz @ np.array([1.0, 2.0, 3.0])
+    return nib.Nifti1Image(values.reshape(shape).astype(np.float32), affine), values
+
+
+def test_a_background_on_another_grid_is_resampled_to_the_maps(tiny_runs, tmp_path, capsys):
+    run = tiny_runs["logreg"]
+    _, paths = read_maps(run)
+    img = nib.load(next(iter(paths.values())))
+    # a finer grid over a larger field of view, as a 1 mm T1 under 2 mm maps
+    fine = img.affine @ np.diag([0.5, 0.5, 0.5, 1.0])
+    fine[:3, 3] = nib.affines.apply_affine(img.affine, [-2, -2, -2])
+    bg, _ = _linear_image(tuple(2 * n + 8 for n in img.shape[:3]), fine)
+    bg.to_filename(tmp_path / "t1.nii.gz")
+    background, about = map_background(run, img, bg_img=tmp_path / "t1.nii.gz")
+    assert about == f"{tmp_path / 't1.nii.gz'} (resampled linearly to the maps' grid)"
+    _, expected = _linear_image(img.shape[:3], img.affine)
+    np.testing.assert_allclose(background.get_fdata().ravel(), expected, rtol=1e-5)
+    out = tmp_path / "r.html"
+    assert main(["report", str(run), "--out", str(out), "--maps-with", "matplotlib",
+                 "--bg-img", str(tmp_path / "t1.nii.gz")]) == 0
+    _check_page(out)
+    assert "t1.nii.gz (resampled linearly to the maps&#x27; grid)" in out.read_text()
+
+
+def _elsewhere(img):
+    """An image of the maps' shape, a metre away in space."""
+    affine = img.affine.copy()
+    affine[:3, 3] += 1000.0
+    return nib.Nifti1Image(np.ones(img.shape[:3], np.float32), affine)
+
+
+@pytest.mark.parametrize("make, message", [
+    (_elsewhere, "bg.nii.gz: no non-zero voxel on the maps' grid"),
+    (lambda img: nib.Nifti1Image(np.ones((*img.shape[:3], 2), np.float32), img.affine),
+     "bg.nii.gz: a background image must be 3D (or 4D of one volume), got shape"),
+    (None, "bg.nii.gz: no such NIfTI file"),
+])
+def test_a_background_that_cannot_be_used_is_refused_naming_it(make, message, tiny_runs,
+                                                               tmp_path, capsys):
+    run = tiny_runs["logreg"]
+    img = nib.load(next(iter(read_maps(run)[1].values())))
+    if make is not None:
+        make(img).to_filename(tmp_path / "bg.nii.gz")
+    out = tmp_path / "r.html"
+    capsys.readouterr()
+    assert main(["report", str(run), "--out", str(out), "--maps-with", "matplotlib",
+                 "--bg-img", str(tmp_path / "bg.nii.gz")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()

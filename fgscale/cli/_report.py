@@ -16,6 +16,10 @@ def register(sub) -> None:
     p.add_argument("--maps-with", choices=["auto", "nilearn", "matplotlib"], default="auto",
                    help="draw the maps with nilearn.plotting.plot_stat_map or matplotlib alone; "
                         "auto: nilearn when it is installed")
+    p.add_argument("--bg-img", default=None, metavar="PATH",
+                   help="NIfTI image to draw the maps over (a T1, a template in the maps' "
+                        "space), resampled to the maps' grid if it lies on another (default: "
+                        "the mean image of the training rows, else the mask)")
     add_cluster_args(p, used=False)
     p.set_defaults(func=_cmd_report)
 
@@ -25,7 +29,7 @@ def _cmd_report(args) -> int:
 
     nilearn = {"auto": None, "nilearn": True, "matplotlib": False}[args.maps_with]
     try:
-        path = write_report(args.run, args.out, nilearn=nilearn)
+        path = write_report(args.run, args.out, nilearn=nilearn, bg_img=args.bg_img)
     except ModuleNotFoundError as exc:
         if exc.name not in ("matplotlib", "nilearn"):
             raise

@@ -10,8 +10,14 @@ every epoch, so an unfinished run gets a page too), model.json (a refit's epochs
 
 Figures need matplotlib (``pip install 'fgscale[plot]'``). The maps are drawn with
 ``nilearn.plotting.plot_stat_map`` when nilearn is installed, as a nilearn user knows them;
-otherwise with matplotlib alone: three orthogonal slices through the voxel of largest
-absolute value, in the image's closest RAS orientation.
+otherwise with matplotlib alone, in the image's closest RAS orientation. Either way they lie
+over a background on the maps' grid (:func:`map_background`): an image given
+(``--bg-img``, a T1 or a template, resampled to the grid), else the mean image of the training
+rows that the model standardized with, which is what nilearn's decoding examples draw their
+weights on, else the mask. The three slices cross at :func:`cut_voxel`, the centre of the
+largest cluster of strong values inside the mask, rather than at the single largest value,
+which a map often has at the brain's edge; values weaker than that cluster's threshold are
+left out, so that the background shows through.
 """
 
 from __future__ import annotations
@@ -21,17 +27,20 @@ import html
 import importlib.util
 import io
 import json
+import zipfile
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 
 from fgscale._utils.files import atomic_path, check_writable, read_json
+from fgscale.estimators._saved_mask import MASK, MODEL_NPZ
+from fgscale.images._nifti import load_img, read_data, same_grid
 from fgscale.runs._folder import PREDICTIONS
 from fgscale.runs._listing import check_not_a_store
 from fgscale.runs._maps import read_maps
 
-__all__ = ["write_report"]
+__all__ = ["cut_voxel", "map_background", "write_report"]
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
@@ -41,7 +50,7 @@ text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:
 figure{margin:1em 0}figcaption{color:#555;font-size:.9em}code{background:#f3f3f3}"""
 
 
-def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
+def write_report(run_dir, out=None, *, nilearn: bool | None = None, bg_img=None) -> Path:
     """Write the HTML report of a run folder.
 
     Parameters
@@ -54,6 +63,10 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
     nilearn : bool, optional
         Draw the maps with ``nilearn.plotting.plot_stat_map`` (True) or with matplotlib
         alone (False); default nilearn when it is installed.
+    bg_img : str, Path or nibabel image, optional
+        The background of the maps (a T1 image, a template in the maps' space), 3D,
+        resampled linearly to the maps' grid when it lies on another; default the mean
+        image of the training rows (see :func:`map_background`).
 
     Returns
     -------
@@ -63,7 +76,10 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
     Raises
     ------
     FileNotFoundError
-        If ``run_dir`` is not a run folder (no config.json).
+        If ``run_dir`` is not a run folder (no config.json), or ``bg_img`` is not a file.
+    ValueError
+        If ``bg_img`` is not a 3D image or does not overlap the maps' grid, or a file of the
+        run folder is damaged.
     ModuleNotFoundError
         If matplotlib (or nilearn, with ``nilearn=True``) is not installed.
     """
@@ -77,6 +93,8 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
         raise ValueError(f"{path}: the report is one HTML file; expected a name ending in "
                          f".html, got {repr(path.suffix) if path.suffix else 'none'}")
     check_writable(path, "; choose another --out; no report written")  # before the drawing
+    if bg_img is not None:  # a wrong path is named before anything is drawn
+        bg_img = load_img(bg_img)
     _require("matplotlib", "pip install 'fgscale[plot]'")
     if nilearn is None:
         nilearn = importlib.util.find_spec("nilearn") is not None
@@ -90,7 +108,7 @@ def write_report(run_dir, out=None, *, nilearn: bool | None = None) -> Path:
     parts.append(_training(_history(run), final))
     if final is not None:
         parts.append(_choice(final))
-        parts.append(_maps(run, nilearn, regression="r2" in final["test"]))
+        parts.append(_maps(run, nilearn, regression="r2" in final["test"], bg_img=bg_img))
     parts.append(_table_section("All parameters", config["params"], open_=False))
     title = f"fgscale run {run.resolve().name}"
     page = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -228,7 +246,7 @@ def _choice(final: dict) -> str:
     return "\n".join(out)
 
 
-def _maps(run: Path, use_nilearn: bool, *, regression: bool = False) -> str:
+def _maps(run: Path, use_nilearn: bool, *, regression: bool = False, bg_img=None) -> str:
     out = ["<h2>Maps</h2>"]
     try:
         sidecar, paths = read_maps(run)
@@ -238,14 +256,105 @@ def _maps(run: Path, use_nilearn: bool, *, regression: bool = False) -> str:
              f"<code>{_esc(sidecar['image'])}</code>)" if regression else
              "One 3D NIfTI per class in <code>maps/</code> (all of them as the 4D "
              f"<code>{_esc(sidecar['image'])}</code>, volumes in the order below)")
+    mask = _image(run / MASK) if (run / MASK).is_file() else None
+    images = {name: _image(path) for name, path in paths.items()}
+    grid = next(iter(images.values()), None)
+    background, about = (None, "") if grid is None else map_background(run, grid, mask, bg_img)
     out.append(f"<p>{_esc(sidecar['values'])}. {files}; drawn with "
-               f"{'nilearn.plotting.plot_stat_map' if use_nilearn else 'matplotlib'}.</p>")
-    mask = _image(run / "mask.nii.gz") if (run / "mask.nii.gz").is_file() else None
+               f"{'nilearn.plotting.plot_stat_map' if use_nilearn else 'matplotlib'} over "
+               f"{_esc(about)}. The slices cross at the centre of the largest cluster of "
+               f"values whose absolute value is in the top {100 - _TOP_PERCENTILE:g}% of the "
+               "map's, inside the mask and off its border; weaker values are not drawn.</p>")
     draw = _nilearn_slices if use_nilearn else _matplotlib_slices
-    for name, path in paths.items():
-        img = _image(path)
-        out.append(_figure(draw(img, mask, name), f"{name}: {path.relative_to(run)}"))
+    for name, img in images.items():
+        out.append(_figure(draw(img, mask, name, background),
+                           f"{name}: {paths[name].relative_to(run)}"))
     return "\n".join(out)
+
+
+def map_background(run_dir, grid_img, mask_img=None,
+                   bg_img=None) -> tuple[nib.Nifti1Image | None, str]:
+    """The image that a run's maps are drawn over, on the maps' grid.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+        A finished run folder.
+    grid_img : nibabel.Nifti1Image
+        An image on the maps' grid (one of the maps).
+    mask_img : nibabel.Nifti1Image, optional
+        The run's mask (``mask.nii.gz``), on that grid; default none.
+    bg_img : str, Path or nibabel image, optional
+        A background to use instead (a T1, a template), 3D or 4D of one volume; resampled
+        linearly to the grid when it lies on another. Default None: the mean image of the
+        training rows, saved with the model as the mean of its standardization (``mean_`` in
+        ``model.npz``), else the mask.
+
+    Returns
+    -------
+    background : nibabel.Nifti1Image or None
+        On ``grid_img``'s grid, float32; None when the run has neither a mean image nor a
+        mask and no ``bg_img`` is given.
+    about : str
+        What it is, in words, for the page.
+
+    Raises
+    ------
+    ValueError
+        If ``bg_img`` is not 3D, or holds no finite non-zero voxel on the maps' grid; if
+        ``model.npz`` is damaged or its mean does not fit the mask.
+    """
+    run = Path(run_dir)
+    shape, affine = grid_img.shape[:3], grid_img.affine
+    if bg_img is not None:
+        return _given_background(load_img(bg_img), shape, affine)
+    if mask_img is None:
+        return None, "no background (the run folder has no mask.nii.gz)"
+    mask = np.asarray(mask_img.dataobj) != 0
+    mean = _saved_mean(run / MODEL_NPZ, int(mask.sum()))
+    if mean is None:
+        return (nib.Nifti1Image(mask.astype(np.float32), affine),
+                "the mask (the model holds no mean image: it was trained with "
+                "standardize=False)")
+    values = np.zeros(shape, np.float32)
+    values[mask] = mean
+    return (nib.Nifti1Image(values, affine),
+            "the mean image of the training rows (the mean the model standardized with)")
+
+
+def _given_background(img, shape, affine):
+    """A background given by the user on the maps' grid, resampled there if needed."""
+    from nibabel.processing import resample_from_to
+
+    name = str(img.get_filename() or "the background image")
+    if img.ndim != 3 and img.shape[3:] != (1,):
+        raise ValueError(f"{name}: a background image must be 3D (or 4D of one volume), got "
+                         f"shape {img.shape}")
+    data = np.nan_to_num(read_data(img).reshape(img.shape[:3]).astype(np.float32))
+    about = name
+    if not same_grid(data.shape, img.affine, (shape, affine)):
+        data = resample_from_to(nib.Nifti1Image(data, img.affine), (tuple(shape), affine),
+                                order=1).get_fdata(dtype=np.float32)
+        about = f"{name} (resampled linearly to the maps' grid)"
+    if not np.any(data):
+        raise ValueError(f"{name}: no non-zero voxel on the maps' grid {tuple(shape)} (it lies "
+                         "elsewhere in space, or is empty); give a background in the maps' space")
+    return nib.Nifti1Image(data, affine), about
+
+
+def _saved_mean(path: Path, n_features: int) -> np.ndarray | None:
+    """The mean of the model's standardization (``mean_`` of model.npz), or None without it."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            mean = npz["mean_"] if "mean_" in npz.files else None
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"{path}: not a plain numeric .npz ({exc})") from None
+    if mean is not None and mean.shape != (n_features,):
+        raise ValueError(f"{path}: its mean_ has shape {mean.shape}, where {MASK} holds "
+                         f"{n_features} voxels: the two files come from different runs")
+    return mean
 
 
 def _image(path: Path) -> nib.Nifti1Image:
@@ -334,21 +443,103 @@ def _predictions_figure(table: Path, target: str = "target"):
     return fig
 
 
+_TOP_PERCENTILE = 80.0  # the strong values of a map, as nilearn's find_xyz_cut_coords takes them
+
+
 def _peak(data: np.ndarray) -> tuple[int, int, int]:
     """The voxel of largest absolute value (the first one on ties)."""
     return tuple(int(i) for i in np.unravel_index(np.argmax(np.abs(data)), data.shape))
 
 
-def _matplotlib_slices(img, mask, title: str):
-    """Sagittal, coronal and axial slices through the peak voxel, in RAS orientation; the peak
-    named as the file's voxel and in mm, which hold whatever the file's orientation."""
-    in_file = _peak(np.asarray(img.dataobj))
-    mm = nib.affines.apply_affine(img.affine, in_file)
+def _strong(values: np.ndarray, where: np.ndarray) -> float:
+    """The threshold of a map's strong values: the top-percentile of its non-zero absolute
+    ``values`` at ``where`` (0 when none is non-zero)."""
+    nonzero = values[where & (values > 0)]
+    return float(np.percentile(nonzero, _TOP_PERCENTILE)) if nonzero.size else 0.0
+
+
+def cut_voxel(data, mask=None) -> tuple[int, int, int]:
+    """The voxel where the three slices of a map cross: inside its largest cluster.
+
+    The strong values of the map (an absolute value in the top 20% of the mask's) are kept
+    where they lie off the mask's border (the mask eroded by one voxel, or the whole mask
+    where that leaves none) and grouped into clusters of face-connected voxels; the
+    largest cluster (the stronger one on ties) is the one shown, and the cut is its voxel
+    nearest its centre of mass weighted by absolute value, which lies in it even when the
+    cluster curves. A single strong voxel at the brain's edge, as a map often has, does not
+    take the slices there. nilearn's ``find_xyz_cut_coords`` chooses its cut alike.
+
+    Parameters
+    ----------
+    data : ndarray of shape grid_shape
+        The map, 3D.
+    mask : ndarray of shape grid_shape, bool, optional
+        The voxels the map is defined on; default those where it is non-zero.
+
+    Returns
+    -------
+    voxel : tuple of 3 int
+        In ``data``'s indices; in ``mask``, and off its border where the mask has an interior.
+    """
+    from scipy import ndimage
+
+    values = np.abs(np.nan_to_num(np.asarray(data, dtype=np.float64)))
+    inside = values > 0 if mask is None else np.asarray(mask, dtype=bool)
+    if not inside.any():  # an empty map on an empty mask: the grid's centre
+        return tuple(int(n // 2) for n in values.shape)
+    core = ndimage.binary_erosion(inside)
+    if not core.any():
+        core = inside
+    threshold = _strong(values, inside)  # the threshold of the values drawn
+    labels, n = ndimage.label(core & (values >= threshold) & (values > 0))
+    if n:
+        index = np.arange(1, n + 1)
+        sizes = ndimage.sum_labels(np.ones_like(values), labels, index)
+        masses = ndimage.sum_labels(values, labels, index)
+        region = labels == index[np.lexsort((masses, sizes))[-1]]
+        centre = ndimage.center_of_mass(values * region)
+    else:  # every strong value lies on the border: the middle of the mask
+        region = core
+        centre = ndimage.center_of_mass(core)
+    voxels = np.argwhere(region)
+    nearest = voxels[np.argmin(((voxels - np.asarray(centre)) ** 2).sum(axis=1))]
+    return tuple(int(i) for i in nearest)
+
+
+def _shown_threshold(data: np.ndarray, mask) -> float:
+    """The absolute value below which a map is not drawn over its background."""
+    values = np.abs(np.nan_to_num(np.asarray(data, dtype=np.float64)))
+    return _strong(values, values > 0 if mask is None else np.asarray(mask.dataobj) != 0)
+
+
+def _grey_range(values: np.ndarray) -> tuple[float, float]:
+    """The grey scale of a background: its non-zero values' 2nd to 98th percentiles, so that a
+    few bright voxels do not darken the rest; a constant one (a mask) in light grey."""
+    nonzero = values[values != 0]
+    if not nonzero.size:
+        return 0.0, 1.0
+    low, high = (float(v) for v in np.percentile(nonzero, [2, 98]))
+    return (low, high) if high > low else (0.0, 1.25 * high if high > 0 else 1.0)
+
+
+def _matplotlib_slices(img, mask, title: str, background=None):
+    """Sagittal, coronal and axial slices through :func:`cut_voxel`, in RAS orientation, over
+    ``background`` (an image on the map's grid; default the mask); the cut and the peak named as
+    the file's voxels and in mm, which hold whatever the file's orientation."""
+    in_file = np.asarray(img.dataobj)
+    inside = None if mask is None else np.asarray(mask.dataobj) != 0
+    cut_in_file, peak = cut_voxel(in_file, inside), _peak(in_file)
+    mm = nib.affines.apply_affine(img.affine, cut_in_file)
+    peak_mm = nib.affines.apply_affine(img.affine, peak)
+    threshold = _shown_threshold(in_file, mask)
+    if background is None:
+        background = mask
     img = nib.as_closest_canonical(img)
     data = np.asarray(img.dataobj, dtype=np.float64)
-    back = (np.asarray(nib.as_closest_canonical(mask).dataobj) != 0 if mask is not None
-            else data != 0)
-    peak = tuple(int(i) for i in np.rint(nib.affines.apply_affine(np.linalg.inv(img.affine), mm)))
+    back = (np.zeros(data.shape) if background is None else
+            np.asarray(nib.as_closest_canonical(background).dataobj, dtype=np.float64))
+    grey = _grey_range(back)
+    cut = tuple(int(i) for i in np.rint(nib.affines.apply_affine(np.linalg.inv(img.affine), mm)))
     vmax = float(np.abs(data).max()) or 1.0
     zooms = img.header.get_zooms()[:3]
     fig = _new_figure(10, 3.2)
@@ -356,31 +547,37 @@ def _matplotlib_slices(img, mask, title: str):
     # each view: the slice's two remaining axes, shown with x to the right and up as up
     for ax, axis, name in zip(axes, range(3), ("sagittal", "coronal", "axial"), strict=True):
         index = [slice(None)] * 3
-        index[axis] = peak[axis]
+        index[axis] = cut[axis]
         plane = data[tuple(index)].T
         rest = [a for a in range(3) if a != axis]
-        ax.imshow(back[tuple(index)].T, cmap="Greys", vmin=0, vmax=4, origin="lower",
-                  aspect=zooms[rest[1]] / zooms[rest[0]])
-        shown = ax.imshow(np.ma.masked_equal(plane, 0), cmap="RdBu_r", vmin=-vmax, vmax=vmax,
-                          origin="lower", aspect=zooms[rest[1]] / zooms[rest[0]])
+        aspect = zooms[rest[1]] / zooms[rest[0]]
+        # zero outside the brain stays the page's white, as nilearn leaves it
+        ax.imshow(np.ma.masked_equal(back[tuple(index)].T, 0), cmap="gray", vmin=grey[0],
+                  vmax=grey[1], origin="lower", aspect=aspect)
+        shown = ax.imshow(np.ma.masked_where((np.abs(plane) < threshold) | (plane == 0), plane),
+                          cmap="RdBu_r", vmin=-vmax, vmax=vmax, origin="lower", aspect=aspect)
         ax.set_title(f"{name}, {'xyz'[axis]} = {mm[axis]:.3g} mm", fontsize=9)
         ax.set_axis_off()
     fig.colorbar(shown, ax=list(axes), shrink=0.8)
-    fig.suptitle(f"{title} (peak |value| {vmax:.3g} at voxel {in_file} of the file, "
-                 f"({', '.join(f'{c:.3g}' for c in mm)}) mm)")
+    fig.suptitle(f"{title} (cut at voxel {cut_in_file} of the file; peak |value| {vmax:.3g} "
+                 f"at voxel {peak}, ({', '.join(f'{c:.3g}' for c in peak_mm)}) mm; "
+                 f"|value| < {threshold:.2g} not drawn)", fontsize=10)
     return fig
 
 
-def _nilearn_slices(img, mask, title: str):
+def _nilearn_slices(img, mask, title: str, background=None):
     from nilearn import plotting
 
     data = np.asarray(img.dataobj)
-    cut = nib.affines.apply_affine(img.affine, _peak(data))
+    inside = None if mask is None else np.asarray(mask.dataobj) != 0
+    cut = nib.affines.apply_affine(img.affine, cut_voxel(data, inside))
     fig = _new_figure(10, 3.2, layout=None)  # nilearn places its own axes
-    # the mask as background: the maps' own grid, whatever space it is in (the MNI template,
-    # nilearn's default, would be wrong for data in another space); every non-zero value shown
-    plotting.plot_stat_map(img, bg_img=mask, cut_coords=tuple(cut), figure=fig, title=title,
-                           colorbar=True, draw_cross=False, black_bg=False, threshold=1e-12)
+    # a background on the maps' own grid, whatever space it is in: nilearn's default, the MNI
+    # template, would be wrong for data in another space
+    plotting.plot_stat_map(img, bg_img=mask if background is None else background,
+                           cut_coords=tuple(cut), figure=fig, title=title, colorbar=True,
+                           draw_cross=False, black_bg=False,
+                           threshold=_shown_threshold(data, mask) or 1e-12)
     return fig
 
 
