@@ -12,8 +12,8 @@ import os
 import numpy as np
 
 __all__ = ["Bool", "ClassWeight", "Constraint", "CrossValidation", "Device", "Fraction", "Interval",
-           "InvalidParameterError", "Mask", "Options", "RandomState", "Scoring", "Searchable", "Sizes",
-           "Union", "check_device"]
+           "InvalidParameterError", "Mask", "Nothing", "Options", "RandomState", "Scoring",
+           "Searchable", "Sizes", "Union", "check_device"]
 
 
 class InvalidParameterError(ValueError):
@@ -47,14 +47,20 @@ class Constraint:
 
 
 class Options(Constraint):
-    def __init__(self, *choices):
-        self.choices = choices
+    """A str among ``choices``; ``hints`` maps a refused str (another library's value) to what
+    to give instead."""
+
+    def __init__(self, *choices, hints: dict | None = None):
+        self.choices, self.hints = choices, hints or {}
 
     def accepts(self, value):
         return isinstance(value, str) and value in self.choices
 
     def describe(self):
         return "a str among " + ", ".join(repr(c) for c in self.choices)
+
+    def hint(self, value):
+        return self.hints.get(value, "") if isinstance(value, str) else ""
 
 
 def _is_int(value) -> bool:
@@ -115,6 +121,21 @@ class Union(Constraint):
             if option.accepts(value):
                 return value
         raise ValueError(f"{text!r} is not {self.describe()}")
+
+
+class Nothing(Constraint):
+    """None (in a :class:`Union`, a parameter that may be left unset); ``none`` on the command
+    line."""
+
+    def accepts(self, value):
+        return value is None
+
+    def describe(self):
+        return "None"
+
+    def parse(self, text):
+        if text.lower() != "none":
+            raise ValueError(f"{text!r} is not none")
 
 
 class Bool(Constraint):

@@ -23,13 +23,20 @@ from fgscale.estimators._inputs import (
     is_store,
     mask_image_of,
     refuse_multioutput,
+    refuse_smoothing,
     refuse_table_of_images,
     resolve_graph,
     rows_of,
     warn_unused_client,
     warn_unused_mask,
 )
-from fgscale.estimators._params import check_device, params_of, resolve_seed, validate_params
+from fgscale.estimators._params import (
+    NILEARN_PARAMS,
+    check_device,
+    params_of,
+    resolve_seed,
+    validate_params,
+)
 from fgscale.estimators._regularizers import model_dropout, regularizer_named
 from fgscale.estimators._scoring import fold_score
 from fgscale.estimators._selection import (
@@ -89,7 +96,10 @@ class FeatureGroupingBase(BaseEstimator):
         own = params_of(self._task)
         unknown = sorted(set(params) - {p.name for p in own})
         if unknown:
-            raise TypeError(f"{type(self).__name__} got unexpected parameter(s) {unknown}")
+            hints = "".join(f"; {name}: {NILEARN_PARAMS[name]}" for name in unknown
+                            if name in NILEARN_PARAMS)
+            raise TypeError(f"{type(self).__name__} got unexpected parameter(s) {unknown}"
+                            + (f" (nilearn's names; here, {hints[2:]})" if hints else ""))
         for p in own:
             setattr(self, p.name, params.get(p.name, p.default))
 
@@ -126,6 +136,7 @@ class FeatureGroupingBase(BaseEstimator):
             refuse_table_of_images(X)
             refuse_odd_item(X)
             refuse_multioutput(self, y)
+            refuse_smoothing(self.smoothing_fwhm, X)
             if is_store(X):
                 if y is not None or groups is not None:
                     from fgscale.store import open_group_checked
@@ -158,12 +169,13 @@ class FeatureGroupingBase(BaseEstimator):
 
     def _images_in(self, X):
         """Images to fit on, as rows, and the mask they came through (``images_to_rows``)."""
-        return images_to_rows(X, self.mask, bool(self.resample))
+        return images_to_rows(X, self.mask, bool(self.resample), self.smoothing_fwhm)
 
     def _rows_in(self, X):
-        """``X`` for predict and score: images are masked with ``mask_img_``."""
+        """``X`` for predict and score: images are masked with ``mask_img_`` and smoothed as
+        those of the fit; rows are taken as given (already smoothed, where the fit's were)."""
         return rows_of(X, getattr(self, "mask_img_", None), type(self).__name__,
-                       bool(self.resample))
+                       bool(self.resample), self.smoothing_fwhm)
 
     def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray, mask_img=None, groups=None):
         """Fit on in-memory rows ``X`` (float32) with target indices ``y_idx``; ``mask_img``:

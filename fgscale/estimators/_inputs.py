@@ -10,7 +10,8 @@ import numpy as np
 from sklearn.base import is_classifier
 
 __all__ = ["check_not_empty", "check_targets_present", "cnn_grid", "coef_images", "images_to_rows",
-           "is_store", "mask_image_of", "missing", "refuse_multioutput", "refuse_table_of_images",
+           "is_store", "mask_image_of", "missing", "refuse_multioutput", "refuse_smoothing",
+           "refuse_table_of_images",
            "resolve_graph", "rows_of", "warn_unused_mask"]
 
 
@@ -166,9 +167,10 @@ def mask_image_of(mask):
     return as_mask_image(mask)
 
 
-def images_to_rows(X, mask, resample: bool = False):
+def images_to_rows(X, mask, resample: bool = False, smoothing_fwhm=None):
     """Images as rows, masked with ``mask`` (an image or a path; a boolean array takes the
-    images' affine), else with the voxels finite and non-zero in every image.
+    images' affine), else with the voxels finite and non-zero in every image (computed before
+    any smoothing, as nilearn's maskers compute theirs), smoothed by ``smoothing_fwhm`` mm.
 
     Returns
     -------
@@ -184,7 +186,7 @@ def images_to_rows(X, mask, resample: bool = False):
         mask_img = _array_mask_image(mask, X[0])
     else:
         mask_img = as_mask_image(mask)
-    return mask_images(X, mask_img, resample=resample), mask_img
+    return mask_images(X, mask_img, resample=resample, smoothing_fwhm=smoothing_fwhm), mask_img
 
 
 def _refuse_path(X) -> None:
@@ -211,8 +213,26 @@ def _refuse_path(X) -> None:
                      "with fgscale.runs._reports.predict_inputs(estimator, path)")
 
 
-def rows_of(X, mask_img, owner: str, resample: bool = False):
-    """``X`` as it is, or images masked with ``mask_img`` (the fitted estimator's)."""
+def refuse_smoothing(smoothing_fwhm, X) -> None:
+    """Refuse ``smoothing_fwhm`` for what is not images read here: a store's rows are as
+    converted (smoothed at conversion or not), and arrays are rows already masked, with no
+    volume left to smooth."""
+    from fgscale.images._masking import is_images
+
+    if not smoothing_fwhm or is_images(X):
+        return
+    what = ("X is a store, whose rows are the images as converted: give smoothing_fwhm=None, "
+            "and convert images smoothed beforehand (nilearn.image.smooth_img) to train on "
+            "smoothed rows") if is_store(X) else (
+            "X holds rows already masked, with no volume to smooth: give the images (paths or "
+            "nibabel images), or rows smoothed before masking (nilearn.image.smooth_img)")
+    raise ValueError(f"smoothing_fwhm={smoothing_fwhm!r} smooths images as they are read, but "
+                     + what)
+
+
+def rows_of(X, mask_img, owner: str, resample: bool = False, smoothing_fwhm=None):
+    """``X`` as it is, or images masked with ``mask_img`` (the fitted estimator's) and
+    smoothed by ``smoothing_fwhm`` mm, as the images it was fitted on."""
     from fgscale.images._masking import is_images, mask_images, refuse_odd_item
 
     check_not_empty(X, "predict")
@@ -225,7 +245,7 @@ def rows_of(X, mask_img, owner: str, resample: bool = False):
     if mask_img is None:
         raise ValueError(f"{owner} was fitted on arrays without a mask image: give arrays, or "
                          "fit on images, a store or with mask= an image")
-    return mask_images(X, mask_img, resample=resample)
+    return mask_images(X, mask_img, resample=resample, smoothing_fwhm=smoothing_fwhm)
 
 
 def cnn_grid(estimator):

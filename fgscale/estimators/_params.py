@@ -28,6 +28,7 @@ from fgscale._utils.constraints import (
     Interval,
     InvalidParameterError,
     Mask,
+    Nothing,
     Options,
     RandomState,
     Scoring,
@@ -39,9 +40,9 @@ from fgscale._utils.constraints import (
 from fgscale.estimators._auto import auto_k_help
 from fgscale.estimators._regularizers import REGULARIZERS
 
-__all__ = ["PARAMS", "RUNTIME_PARAMS", "Param", "check_device", "estimator_signature", "numpydoc",
-           "param_named", "params_of", "params_to_json", "plain_json", "resolve_seed",
-           "validate_params"]
+__all__ = ["NILEARN_PARAMS", "PARAMS", "RUNTIME_PARAMS", "Param", "check_device",
+           "estimator_signature", "numpydoc", "param_named", "params_of", "params_to_json",
+           "plain_json", "resolve_seed", "validate_params"]
 
 
 # ------------------------------------------------------------------------- the table
@@ -87,6 +88,11 @@ PARAMS: tuple[Param, ...] = (
           "images given to fit, predict or score on another grid than the mask's are resampled "
           "to it (linear interpolation); by default they are refused, naming the image",
           "bool", cli=False),
+    Param("smoothing_fwhm", None, Union(Nothing(), Interval(float, 0, None)),
+          "smooth the images given to fit, predict and score (NIfTI), before masking, by a "
+          "Gaussian of this full width at half maximum in mm, as nilearn's decoders and "
+          "maskers do; None: no smoothing; arrays and stores are refused (their rows are "
+          "masked already)", "float or None", cli=False),
     Param("model", "logreg", Options("logreg", "mlp", "cnn"),
           "a linear model (logistic regression for the classifier, least squares for the "
           "regressor), a ReLU multilayer perceptron, or a small convolutional network "
@@ -127,9 +133,16 @@ PARAMS: tuple[Param, ...] = (
           "clusters", "float"),
     Param("hidden_layer_sizes", (256,), Sizes(), "hidden layers of the MLP, their units; one "
           "int is one layer", "tuple of int, or int"),
-    Param("standardize", True, Bool(), "center and scale each feature by the mean and "
-          "standard deviation of the training rows before anything else (a Dask reduction "
-          "over a store, saved in it)", "bool"),
+    Param("standardize", True, Union(Bool(), Nothing(), Options("zscore_sample", "zscore", hints={
+          "psc": "'psc' (percent signal change) scales time series of a positive signal by "
+                 "their mean, which maps of effects centred on 0 do not have; give "
+                 "'zscore_sample' (or True) to standardize each voxel"})),
+          "center and scale each feature by the mean and standard deviation of the training "
+          "rows before anything else (a Dask reduction over a store, saved in it), and the "
+          "rows predicted by the same statistics; nilearn's values are taken: 'zscore_sample' "
+          "and 'zscore' as True (nilearn's maskers divide by the standard deviation of n - 1 "
+          "and n rows, a factor sqrt(n / (n - 1)) apart: within 0.5% from 100 rows), None as "
+          "False", 'bool, "zscore_sample", "zscore" or None'),
     Param("learning_rate", "auto", Union(Options("auto"), Interval(float, 0, None,
                                                                     closed="neither")),
           "'auto': a step of 1/L on each minibatch, L the smoothness constant of its loss "
@@ -191,6 +204,28 @@ PARAMS: tuple[Param, ...] = (
 )
 
 _BY_NAME = {p.name: p for p in PARAMS}
+
+# the parameters of nilearn's Decoder, DecoderRegressor and FREM that have no counterpart of
+# that name here, each with what to give instead
+NILEARN_PARAMS = {
+    "estimator": "the model is set by model= ('logreg': logistic regression or least "
+                 "squares) and regularizer= ('feature_grouping', 'l2', 'dropout', 'none')",
+    "clustering_percentile": "give n_clusters= as a fraction of the voxels (FREM's "
+                             "clustering_percentile=10 is n_clusters=0.1)",
+    "param_grid": "give a list (or 'auto') to alpha=, dropout= or n_clusters=: every "
+                  "combination is a candidate",
+    "mask_strategy": "give mask= an image; without one, the voxels finite and non-zero in "
+                     "every image are kept",
+    "n_jobs": "the work is spread on the Dask cluster: give fit's client= (or none, for an "
+              "embedded one)",
+    "memory": "banks and statistics are cached in the store (fgscale convert)",
+    "memory_level": "banks and statistics are cached in the store (fgscale convert)",
+    "target_affine": "give mask= on the grid wanted and resample=True",
+    "target_shape": "give mask= on the grid wanted and resample=True",
+    "low_pass": "filter time series before fitting (nilearn.image.clean_img)",
+    "high_pass": "filter time series before fitting (nilearn.image.clean_img)",
+    "t_r": "filter time series before fitting (nilearn.image.clean_img)",
+}
 RUNTIME_PARAMS = tuple(p.name for p in PARAMS if p.runtime)
 
 

@@ -28,6 +28,7 @@ from fgscale.images._nifti import (
     space_codes,
     with_space_codes,
 )
+from fgscale.images._smoothing import smooth_volume
 
 __all__ = ["as_mask_image", "bool_mask_array", "compute_mask", "image_list", "is_images", "mask_images",
            "refuse_odd_item"]
@@ -233,7 +234,7 @@ def _common_grid(imgs) -> tuple[tuple | None, str]:
 _SPARSE = 0.1  # the share of a mask's voxels at 0 that an image is warned of
 
 
-def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
+def mask_images(imgs, mask_img, *, resample: bool = False, smoothing_fwhm=None) -> np.ndarray:
     """The in-mask values of every volume of ``imgs``, one row per volume.
 
     Parameters
@@ -245,6 +246,10 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
     resample : bool, default=False
         Resample images on another grid to the mask's (linear interpolation); by default
         such an image is refused, naming it.
+    smoothing_fwhm : float or None, default=None
+        Smooth each volume, on the mask's grid and before masking, by a Gaussian of this full
+        width at half maximum in mm (:func:`~fgscale.images._smoothing.smooth_volume`, as
+        nilearn's maskers); its non-finite values are then set to 0, as nilearn's.
 
     Returns
     -------
@@ -260,6 +265,8 @@ def mask_images(imgs, mask_img, *, resample: bool = False) -> np.ndarray:
     rows, sparse = [], []
     for name, img, data in _volumes(imgs):
         vol = _on_grid(name, img, data, (mask.shape, affine), resample)
+        if smoothing_fwhm:
+            vol = smooth_volume(vol, affine, smoothing_fwhm)
         row = np.asarray(vol[mask], dtype=np.float32)
         if not np.isfinite(row).all():
             raise ValueError(f"{name}: {int((~np.isfinite(row)).sum())} non-finite value(s) "
