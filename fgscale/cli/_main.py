@@ -13,6 +13,7 @@ import logging
 import os
 
 from fgscale.cli._bank import register as register_bank
+from fgscale.cli._bids import register as register_bids
 from fgscale.cli._demo import register as register_demo
 from fgscale.cli._evaluate import register as register_evaluate
 from fgscale.cli._interrupt import failed, interrupted, run_command
@@ -25,9 +26,9 @@ from fgscale.cli._train import register as register_train
 log = logging.getLogger("fgscale")
 
 # the subcommands in the order of the help: getting started, the store, the bank, training,
-# using a trained run, looking at runs
+# using a trained run, looking at runs, sharing their maps
 _COMMANDS = (register_demo, register_store, register_bank, register_train, register_evaluate,
-             register_report, register_runs)
+             register_report, register_runs, register_bids)
 
 
 def _version() -> str:

@@ -1,9 +1,13 @@
-"""``fgscale convert`` (NIfTI cohort to Zarr store) and ``fgscale export`` (a store's per-voxel
-values as a NIfTI image)."""
+"""``fgscale convert`` (NIfTI cohort, or a BIDS dataset, to Zarr store) and ``fgscale export``
+(a store's per-voxel values as a NIfTI image)."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 from fgscale.cli._options import (
+    HelpFormatter,
     add_cluster_args,
     add_column_args,
     add_progress_arg,
@@ -13,13 +17,64 @@ from fgscale.cli._options import (
     positive,
 )
 
+_BIDS_EXAMPLES = """\
+examples:
+  fgscale convert cohort.csv --out cohort.zarr
+  fgscale convert maps/*.nii.gz --labels labels.txt --out cohort.zarr
+
+  # a BIDS derivatives dataset (fMRIPrep's): the volumes of each run labelled by its events
+  fgscale convert ds000105/derivatives/fmriprep --out haxby.zarr \\
+      --bids-filter space=MNI152NLin2009cAsym desc=preproc suffix=bold \\
+      --label events:trial_type --test-subjects 05,06
+  # first-level maps, labelled by a column of participants.tsv; filters from a JSON file
+  fgscale convert glm/ --out maps.zarr --bids-filter filters.json \\
+      --label participants:diagnosis
+
+  A BIDS dataset's cohort table is written beside the store (haxby.zarr.csv: path, label or
+  target, group = the subject, session, run, split, volume), to read, edit and convert again.
+"""
+
+
+class _ExamplesFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The help formatter of ``convert``, keeping the line breaks of its examples."""
+
+
+def _add_bids_args(p) -> None:
+    bids = p.add_argument_group(  # its description keeps its line breaks, as the examples'
+        "BIDS datasets", "COHORT a BIDS dataset, raw or derivatives (a folder with\n"
+        "dataset_description.json): the images its entities select, each subject a group")
+    bids.add_argument("--bids-filter", nargs="+", default=None, metavar="KEY=VALUE|FILE.json",
+                      help="entities the images must have, such as space=MNI152NLin2009cAsym "
+                           "desc=preproc suffix=bold (run=1,2: either), or a JSON file of "
+                           "entity -> value as fMRIPrep's --bids-filter-file (default: every "
+                           "NIfTI file, which must then be of one kind)")
+    bids.add_argument("--label", default=None, metavar="ENTITY|participants:COL|events:COL",
+                      help="each image's class: an entity of its name (task), a column of "
+                           "participants.tsv (participants:diagnosis), or of a 4D series' "
+                           "events.tsv (events:trial_type: a sample per volume in an event, "
+                           "volume i at i x RepetitionTime; the others are left out) "
+                           "(default: none)")
+    bids.add_argument("--target", default=None, metavar="ENTITY|participants:COL|events:COL",
+                      help="each image's regression target, as --label, such as "
+                           "participants:age (default: none)")
+    bids.add_argument("--bids-raw", default=None, metavar="RAW",
+                      help="the raw dataset whose participants.tsv and events.tsv a "
+                           "derivatives dataset lacks (default: the dataset two folders up of "
+                           "one in RAW/derivatives/NAME)")
+    bids.add_argument("--test-subjects", default=None, metavar="S1,S2",
+                      help="subjects (01 or sub-01) whose images make the test split, the "
+                           "others' the training split (default: none, every row trains)")
+
 
 def register(sub) -> None:
     """Add ``convert``, ``export`` to the subcommands ``sub`` of the ``fgscale`` parser."""
-    p = sub.add_parser("convert", help="convert a NIfTI cohort into a Zarr store (resumable)")
+    p = sub.add_parser("convert", help="convert a NIfTI cohort or a BIDS dataset into a Zarr "
+                                       "store (resumable)",
+                       epilog=_BIDS_EXAMPLES, formatter_class=_ExamplesFormatter)
     p.add_argument("cohort", nargs="+",
                    help="cohort table (.csv/.tsv: path, then label and/or a numeric target, "
-                        "[group], [split], [volume] from 0) or files/globs with --labels")
+                        "[group], [split], [volume] from 0), files/globs with --labels, or a "
+                        "BIDS dataset with --label or --target")
     p.add_argument("--out", required=True, help="the store to write (STORE.zarr)")
     p.add_argument("--labels", default=None,
                    help="with files/globs: one label per line, per file (default: none)")
@@ -39,6 +94,7 @@ def register(sub) -> None:
     p.add_argument("--append", action="store_true",
                    help="--out is a converted store whose rows the table lists first: convert "
                         "only the rows after them (default: refuse a store of other rows)")
+    _add_bids_args(p)
     add_cluster_args(p)
     add_progress_arg(p)
     p.set_defaults(func=_cmd_convert)
@@ -69,10 +125,47 @@ def _complete_summary(path) -> dict | None:
         return None
 
 
+def _bids_table(args) -> str | None:
+    """With a BIDS dataset given as the cohort, its cohort table, written beside the store
+    (``--out`` with ``.csv`` added), which is then converted; else None. BIDS options without a BIDS dataset,
+    and a table's options with one, are refused."""
+    from fgscale.images import is_bids_root, read_bids
+
+    bids = {"--bids-filter": args.bids_filter, "--label": args.label, "--target": args.target,
+            "--bids-raw": args.bids_raw, "--test-subjects": args.test_subjects}
+    given = [option for option, value in bids.items() if value is not None]
+    if not (len(args.cohort) == 1 and is_bids_root(args.cohort[0])):
+        if given:
+            raise ValueError(f"{given[0]} reads a BIDS dataset (a folder with "
+                             f"dataset_description.json), and {' '.join(args.cohort)} is none")
+        return None
+    root = args.cohort[0]
+    table_options = [o for o, v in (("--labels", args.labels), *(
+        (f"--{k}-column", v) for k, v in columns_of(args).items())) if v is not None]
+    if table_options:
+        raise ValueError(f"{table_options[0]} reads a cohort table or files; a BIDS dataset "
+                         f"({root}) takes --label and --target (ENTITY, participants:COLUMN "
+                         "or events:COLUMN)")
+    if args.label is None and args.target is None:
+        raise ValueError(f"{root}: a BIDS dataset is converted with --label or --target (an "
+                         "entity such as task, participants:COLUMN or events:COLUMN)")
+    cohort = read_bids(root, args.bids_filter, label=args.label, target=args.target,
+                       raw=args.bids_raw, test_subjects=args.test_subjects)
+    out = Path(args.out).expanduser()
+    # --append converts a grown dataset's query: its table replaces the one of the store's rows
+    table = cohort.write_table(out.with_name(out.name + ".csv"), overwrite=args.append)
+    files = len({r["path"] for r in cohort.rows})
+    print(f"{table}: the cohort table of {root} ({len(cohort.rows)} rows from {files} files of "
+          f"{len(cohort.subjects)} subjects)")
+    return str(table)
+
+
 def _cmd_convert(args) -> int:
     from fgscale.store._convert import convert, summary_line
 
-    cohort = args.cohort[0] if len(args.cohort) == 1 and args.labels is None else args.cohort
+    table = _bids_table(args)
+    cohort = table or (args.cohort[0] if len(args.cohort) == 1 and args.labels is None
+                       else args.cohort)
     classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
     kwargs = dict(mask=args.mask, resample=args.resample, nan=args.nan, labels=args.labels,
                   classes=classes, intersect_mask=args.intersect_mask, block_rows=args.block_rows,

@@ -35,6 +35,9 @@ _ALIASES = {"label": ("labels",),
             "group": ("subject", "subject_id", "participant_id", "participant", "sub", "chunks"),
             "split": ("set", "subset")}
 _NAMED = ("label", "target", "group")  # the columns that may be given another name
+# columns that describe a row to the table's reader and that conversion does not need: a BIDS
+# query's table has them (fgscale.images._bids), and no warning should call them unused
+_DESCRIPTIVE = ("session", "run")
 _EXPECTED = ("path,label[,target][,group][,split][,volume] or "
              "path,target[,group][,split][,volume]")
 TABLE_SUFFIXES = (".csv", ".tsv", ".tab")  # a cohort table's; the last two tab-separated
@@ -178,7 +181,7 @@ def _column_names(path: Path, fieldnames: list[str], given: dict) -> dict:
             if column != name:  # a documented alias: said at -v, not on every command
                 log.info("%s: reading column %r as %r", path, column, name)
         names[name] = column
-    unused = [c for c in fieldnames if c not in ("path", "volume", *names.values())]
+    unused = [c for c in fieldnames if c not in ("path", "volume", *_DESCRIPTIVE, *names.values())]
     if unused:  # a label column of another name, unread: a target alone makes it regression
         hint = "" if names["label"] in fieldnames else "; --label-column NAME reads one as the labels"
         log.warning("%s: column(s) %s not used (fgscale reads %s)%s", path, unused,

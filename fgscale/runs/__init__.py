@@ -5,8 +5,9 @@ the fitted model as data, weight maps, predictions), its scores and its HTML rep
 - :func:`load_run`, :func:`evaluate_run` and :func:`predict_run` use a finished run;
 - :func:`cross_validate` runs K-fold cross-validation on a store's training rows
   (``fgscale cv``);
-- :func:`runs_table` lists the run folders below a folder (``fgscale runs``), and
-  :func:`write_report` draws one run as an HTML file (``fgscale report``).
+- :func:`runs_table` lists the run folders below a folder (``fgscale runs``),
+  :func:`write_report` draws one run as an HTML file (``fgscale report``), and
+  :func:`export_bids` writes its maps as a BIDS derivatives dataset (``fgscale export-bids``).
 
 Names are imported when first used: listing runs or checking a folder does not import torch.
 """
@@ -26,6 +27,7 @@ _EXPORTS = {
     "runs_table": "_listing",
     "check_finished_run": "_listing",
     "write_report": "_html",
+    "export_bids": "_bids",
     "STDOUT": "_reports",
 }
 __all__ = sorted(_EXPORTS)
