@@ -84,7 +84,9 @@ Method names for ``--methods``: fgscale-default, fgscale-l2-auto, fgscale-dropou
 fgscale-fg-paper, sklearn-lrcv, sklearn-lr, nilearn-frem, and, only when named or by
 brain-smooth's defaults, nilearn-frem-screening (FREM with its default screening) and
 nilearn-decoder (``Decoder()``, its defaults, given the subjects of its rows as ``groups``: its C
-then chosen by leave-one-subject-out). Add a method by writing a
+then chosen by leave-one-subject-out), and fgscale-groups, fgscale-cv5 and fgscale-cv5-mean
+(the defaults given the subjects as ``groups``; with ``cv=5`` by subject, then a refit or the
+fold models averaged). Add a method by writing a
 ``fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed)`` function (with ``groups=`` too when
 its ``Method`` says ``takes_groups``) and a ``Method`` entry in ``METHODS``.
 """
@@ -457,6 +459,16 @@ def _frem(screening_percentile):
     return fit_predict
 
 
+def _fgscale_subjects(**params):
+    def fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed, groups=None):
+        # the defaults (with ``params``) given the subjects, as a user with subjects fits:
+        # validation rows, or folds, then hold whole subjects out
+        X_all, y_all = _train_val(X_tr, y_tr, X_val, y_val)
+        g_all = None if groups is None or groups[0] is None else np.concatenate(groups)
+        return _fgscale(mask, seed, **params).fit(X_all, y_all, groups=g_all).predict(X_te)
+    return fit_predict
+
+
 def nilearn_decoder(X_tr, y_tr, X_val, y_val, X_te, mask, seed, groups=None):
     from nilearn.decoding import Decoder
 
@@ -503,6 +515,12 @@ METHODS = [
            _auto_or_select("dropout", "dropout", DROPOUTS)),
     Method("fgscale-fg-paper", "fgscale feature grouping, paper settings", fgscale_fg_paper,
            _paper_params),
+    Method("fgscale-groups", "fgscale default, subjects as groups", _fgscale_subjects(),
+           in_default=False, takes_groups=True),
+    Method("fgscale-cv5", "fgscale default, cv=5 by subject, refit", _fgscale_subjects(cv=5),
+           in_default=False, takes_groups=True),
+    Method("fgscale-cv5-mean", "fgscale default, cv=5 by subject, fold models averaged",
+           _fgscale_subjects(cv=5, refit=False), in_default=False, takes_groups=True),
     Method("sklearn-lrcv", "sklearn LogisticRegressionCV + standardization", sklearn_lrcv),
     Method("sklearn-lr", "sklearn LogisticRegression()", sklearn_lr),
     Method("nilearn-decoder", "nilearn Decoder (its defaults: SVC, 20% screening)",

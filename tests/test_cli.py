@@ -75,7 +75,8 @@ def test_help_says_how_to_write_a_list_and_a_bool(capsys):
                                       "0.05,0.1", "--alpha", "auto", "--standardize", "off"])
     assert args.n_clusters == [0.05, 0.1] and args.alpha == "auto" and args.standardize is False
     usage = sub.format_usage()
-    assert "--standardize {true,false}" in usage and "--early-stopping {true,false,auto}" in usage
+    assert "--standardize {true,false,none,zscore_sample,zscore}" in usage
+    assert "--early-stopping {true,false,auto}" in usage
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "s.zarr", "--out", "run", "--n-clusters", "0.05 0.1"])
     assert "comma-separated, such as 0.05,0.1" in capsys.readouterr().err

@@ -232,7 +232,7 @@ def add_param(p, name: str, note: str = "") -> None:
 
 def _metavar(param) -> str:
     """The words an option takes, where they are few ("{auto,true,false}"), else its name."""
-    from fgscale._utils.constraints import Bool, Options, Union
+    from fgscale._utils.constraints import Bool, Nothing, Options, Union
 
     constraint = param.constraint
     words = []
@@ -241,6 +241,8 @@ def _metavar(param) -> str:
             words += option.choices
         elif isinstance(option, Bool):  # on/off and yes/no are taken too
             words += ["true", "false"]
+        elif isinstance(option, Nothing):
+            words += ["none"]
         else:
             return param.name.upper()
     return "{" + ",".join(words) + "}"
