@@ -373,14 +373,16 @@ def test_slurm_readme_names_the_script_options_and_python_is_one(capsys):
 
 
 def test_slurm_script_without_sbatch_says_so_and_leaves_nothing(tmp_path):
-    """On a machine without SLURM (this one), the script did not stop: it printed jobqueue's
-    tracebacks, then 'submitted 1 job(s)', and waited for workers for ever."""
+    """On a machine without SLURM, the script did not stop: it printed jobqueue's tracebacks,
+    then 'submitted 1 job(s)', and waited for workers for ever. SLURM is hidden from it here
+    (a PATH without sbatch), whether this machine has it or not."""
     pytest.importorskip("dask_jobqueue")
-    if shutil.which("sbatch") is not None:
-        pytest.skip("this machine has SLURM")
+    path = os.pathsep.join(folder for folder in os.environ.get("PATH", "").split(os.pathsep)
+                           if shutil.which("sbatch", path=folder) is None)
     proc = subprocess.run([sys.executable, ROOT / "slurm" / "slurm_cluster.py", "--jobs", "1",
                            "--scheduler-file", tmp_path / "sched.json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+                          env={**os.environ, "PATH": path}, capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "slurm_cluster.py: error: sbatch not found on PATH: run this on a SLURM login node "

@@ -3,7 +3,7 @@
 This process hosts the Dask scheduler and submits the workers as SLURM batch jobs; it writes a
 scheduler file that any ``fgscale`` command joins with ``--scheduler-file``. Keep it running
 (``tmux``/``screen``, or inside its own small batch job) while the work runs; Ctrl-C cancels the
-worker jobs and stops the scheduler.
+worker jobs, stops the scheduler and removes the scheduler file.
 
 Examples
 --------
@@ -161,7 +161,8 @@ def main(argv=None) -> int:
 
 
 def _serve(cluster, args) -> None:
-    """Submit the worker jobs and keep the scheduler up until Ctrl-C, SIGTERM or SIGHUP."""
+    """Submit the worker jobs and keep the scheduler up until Ctrl-C, SIGTERM or SIGHUP; the
+    scheduler file is removed then, and the worker jobs cancelled as the cluster closes."""
     from distributed import Client
 
     cluster.scale(jobs=args.jobs)
@@ -181,6 +182,10 @@ def _serve(cluster, args) -> None:
                 log.info("%d workers connected", len(client.scheduler_info()["workers"]))
         except KeyboardInterrupt:
             pass
+        finally:
+            # as `dask scheduler` removes its own: a command started after this one would
+            # otherwise try the address of a scheduler gone, and fail after --timeout
+            Path(args.scheduler_file).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
