@@ -84,6 +84,10 @@ def register(sub) -> None:
     p.add_argument("--resample", type=parse_resample, default=None, metavar="MM|mask",
                    help="resample every image to this voxel size (mm) or to the mask's grid "
                         "(default: none, the images' own grid)")
+    p.add_argument("--smoothing-fwhm", type=_fwhm, default=None, metavar="MM",
+                   help="smooth every image by a Gaussian of this FWHM in mm before masking, "
+                        "as nilearn's maskers (smoothing_fwhm); recorded in the store, so a "
+                        "model trained on it predicts images smoothed alike (default: none)")
     p.add_argument("--nan", choices=["error", "zero"], default="error",
                    help="NaN/inf inside the mask: fail (error) or set to 0 (zero)")
     p.add_argument("--classes", default=None,
@@ -111,6 +115,19 @@ def register(sub) -> None:
                    help="the bank of --grouping/--omega (default the store's only bank; "
                         "fgscale bank STORE --list shows the keys)")
     p.set_defaults(func=_cmd_export)
+
+
+def _fwhm(text: str) -> float:
+    """A FWHM in mm: a number >= 0 (0: no smoothing)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a width in mm (a number >= 0)")
+    return value
 
 
 def _complete_summary(path) -> dict | None:
@@ -169,7 +186,8 @@ def _cmd_convert(args) -> int:
     classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
     kwargs = dict(mask=args.mask, resample=args.resample, nan=args.nan, labels=args.labels,
                   classes=classes, intersect_mask=args.intersect_mask, block_rows=args.block_rows,
-                  columns=columns_of(args), progress=not args.no_progress, append=args.append)
+                  columns=columns_of(args), progress=not args.no_progress, append=args.append,
+                  smoothing_fwhm=args.smoothing_fwhm)
     before = _complete_summary(args.out)  # with --append, rows may come to a complete store
     if (before is not None and not args.append) or (args.scheduler is None
                                                        and args.scheduler_file is None):

@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fgscale.estimators._inputs import (
     check_not_empty,
+    check_store_smoothing,
     cnn_grid,
     images_to_rows,
     is_store,
@@ -174,14 +175,16 @@ class FeatureGroupingBase(BaseEstimator):
     def _rows_in(self, X):
         """``X`` for predict and score: images are masked with ``mask_img_`` and smoothed as
         those of the fit; rows are taken as given (already smoothed, where the fit's were)."""
+        # a model saved before smoothing_fwhm_ existed was fitted unsmoothed
         return rows_of(X, getattr(self, "mask_img_", None), type(self).__name__,
-                       bool(self.resample), self.smoothing_fwhm)
+                       bool(self.resample), getattr(self, "smoothing_fwhm_", None))
 
     def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray, mask_img=None, groups=None):
         """Fit on in-memory rows ``X`` (float32) with target indices ``y_idx``; ``mask_img``:
         the mask the rows came through, when they came as images; ``groups``: the rows'
         subjects, which the validation split keeps on one side."""
         self.mask_img_ = mask_img if mask_img is not None else mask_image_of(self.mask)
+        self.smoothing_fwhm_ = self.smoothing_fwhm or None
         graph = resolve_graph(self.mask if self.mask_img_ is None else self.mask_img_, X.shape[1])
         warn_chain(self, X.shape[1])
         self.n_features_in_ = X.shape[1]
@@ -242,6 +245,8 @@ class FeatureGroupingBase(BaseEstimator):
         from fgscale.store import stats_ready, write_location
 
         self.n_features_in_ = store.n_features
+        check_store_smoothing(self.smoothing_fwhm, store)
+        self.smoothing_fwhm_ = store.smoothing_fwhm
         if not len(rows):  # said as such, not as "0 class" or an empty bootstrap
             raise ValueError(f"{store.path}: no training rows, every row's split is 'test'; "
                              "expected some rows of split 'train' (or empty) in the cohort")

@@ -63,6 +63,10 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     cv_params_ : dict of dict
         Keyed by class, the values the chosen candidate trained with on each fold, as lists:
         ``alpha``, ``dropout``, ``n_clusters`` and ``n_epochs``, the epochs each fold kept.
+    smoothing_fwhm_ : float or None
+        The FWHM in mm that the images given to ``predict`` and ``score`` are smoothed by: the
+        one the fit's images were smoothed by (``smoothing_fwhm``, or the store's, from
+        ``fgscale convert --smoothing-fwhm``); None for none.
     mean_, scale_ : ndarray of shape (n_features,) or None
         The standardization, ``(x - mean_) * scale_`` (None with ``standardize=False``):
         ``scale_`` is the reciprocal of each feature's standard deviation (1 for a constant

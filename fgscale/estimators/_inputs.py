@@ -11,6 +11,7 @@ from sklearn.base import is_classifier
 
 __all__ = ["check_not_empty", "check_targets_present", "cnn_grid", "coef_images", "images_to_rows",
            "is_store", "mask_image_of", "missing", "refuse_multioutput", "refuse_smoothing",
+           "check_store_smoothing",
            "refuse_table_of_images",
            "resolve_graph", "rows_of", "warn_unused_mask"]
 
@@ -214,20 +215,29 @@ def _refuse_path(X) -> None:
 
 
 def refuse_smoothing(smoothing_fwhm, X) -> None:
-    """Refuse ``smoothing_fwhm`` for what is not images read here: a store's rows are as
-    converted (smoothed at conversion or not), and arrays are rows already masked, with no
-    volume left to smooth."""
+    """Refuse ``smoothing_fwhm`` for arrays: rows already masked, with no volume left to
+    smooth (a store's smoothing is checked against its record: :func:`check_store_smoothing`)."""
     from fgscale.images._masking import is_images
 
-    if not smoothing_fwhm or is_images(X):
+    if not smoothing_fwhm or is_images(X) or is_store(X):
         return
-    what = ("X is a store, whose rows are the images as converted: give smoothing_fwhm=None, "
-            "and convert images smoothed beforehand (nilearn.image.smooth_img) to train on "
-            "smoothed rows") if is_store(X) else (
-            "X holds rows already masked, with no volume to smooth: give the images (paths or "
-            "nibabel images), or rows smoothed before masking (nilearn.image.smooth_img)")
-    raise ValueError(f"smoothing_fwhm={smoothing_fwhm!r} smooths images as they are read, but "
-                     + what)
+    raise ValueError(f"smoothing_fwhm={smoothing_fwhm!r} smooths images as they are read, but X "
+                     "holds rows already masked, with no volume to smooth: give the images "
+                     "(paths or nibabel images), or rows smoothed before masking "
+                     "(nilearn.image.smooth_img)")
+
+
+def check_store_smoothing(smoothing_fwhm, store) -> None:
+    """Refuse a ``smoothing_fwhm`` other than the one ``store``'s images were smoothed by when
+    converted: its rows cannot be smoothed again, nor unsmoothed."""
+    if smoothing_fwhm and smoothing_fwhm != store.smoothing_fwhm:
+        done = (f"smoothed by {store.smoothing_fwhm:g} mm (convert --smoothing-fwhm)"
+                if store.smoothing_fwhm else "not smoothed")
+        raise ValueError(f"{store.path}: its images were {done} when converted, and rows cannot "
+                         f"be smoothed after masking, so smoothing_fwhm={smoothing_fwhm!r} cannot "
+                         "apply; give smoothing_fwhm=None (a fit on a store takes its rows as "
+                         "converted) or convert the images with --smoothing-fwhm "
+                         f"{smoothing_fwhm:g}")
 
 
 def rows_of(X, mask_img, owner: str, resample: bool = False, smoothing_fwhm=None):

@@ -91,8 +91,9 @@ PARAMS: tuple[Param, ...] = (
     Param("smoothing_fwhm", None, Union(Nothing(), Interval(float, 0, None)),
           "smooth the images given to fit, predict and score (NIfTI), before masking, by a "
           "Gaussian of this full width at half maximum in mm, as nilearn's decoders and "
-          "maskers do; None: no smoothing; arrays and stores are refused (their rows are "
-          "masked already)", "float or None", cli=False),
+          "maskers do; None: no smoothing; refused for arrays (rows masked already); a store's "
+          "rows are as converted (fgscale convert --smoothing-fwhm), and the images later "
+          "predicted are smoothed as they were", "float or None", cli=False),
     Param("model", "logreg", Options("logreg", "mlp", "cnn"),
           "a linear model (logistic regression for the classifier, least squares for the "
           "regressor), a ReLU multilayer perceptron, or a small convolutional network "

@@ -63,7 +63,7 @@ __all__ = ["FORMAT_VERSION", "MASK", "MODEL_JSON", "MODEL_NPZ", "load_model", "s
 
 FORMAT_VERSION = 1
 _SCALARS = ("alpha_", "dropout_", "n_clusters_", "n_iter_", "batch_size_", "y_mean_", "y_scale_",
-            "screening_percentile_")
+            "screening_percentile_", "smoothing_fwhm_")
 _CLASS_KINDS = "Uiubf"  # the dtypes of labels that JSON gives back as they were (and "O")
 
 

@@ -46,6 +46,8 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         validation score on each fold (``scoring``'s, else R²).
     cv_params_ : dict of dict
         ``{{"beta": {{...}}}}``, as the classifier's.
+    smoothing_fwhm_ : float or None
+        As :class:`FeatureGroupingClassifier`'s.
     mean_, scale_ : ndarray of shape (n_features,) or None
         The standardization of the features, ``(x - mean_) * scale_``: ``scale_`` is the
         reciprocal of each feature's standard deviation, a factor where scikit-learn's

@@ -57,6 +57,7 @@ from fgscale.images._cohort import (
     read_cohort,
 )
 from fgscale.images._nifti import load_img, space_codes
+from fgscale.images._smoothing import smooth_volume
 from fgscale.images._volumes import iter_volumes
 from fgscale.store._append import append_rows, check_append
 from fgscale.store._grid import check_covered, final_mask, target_grid
@@ -109,8 +110,9 @@ def _masked(vol: np.ndarray, mask, c_index, f_index, out: np.ndarray) -> np.ndar
 
 
 def _convert_block(out: str, key: str, block: int, sources, grid, resampled: bool,
-                   nan: str) -> dict:
-    """Dask task: convert the files of one block into its shard of ``X``, a row at a time."""
+                   nan: str, smoothing_fwhm=None) -> dict:
+    """Dask task: convert the files of one block into its shard of ``X``, a row at a time,
+    each volume smoothed first by ``smoothing_fwhm`` mm where given (on the store's grid)."""
     start_time = time.perf_counter()
     mask, c_index, f_index = _store_mask(out, key)
     row = np.empty(c_index.size, np.float32)  # every row goes through it, hot in the cache
@@ -119,6 +121,8 @@ def _convert_block(out: str, key: str, block: int, sources, grid, resampled: boo
     def rows():
         for (path, volume, _), vol in zip(sources, iter_volumes(sources, grid, resampled),
                                        strict=True):
+            if smoothing_fwhm:
+                vol = smooth_volume(vol, np.asarray(grid[1]), smoothing_fwhm)
             _masked(vol, mask, c_index, f_index, out=row)
             if not np.isfinite(row).all():
                 bad = ~np.isfinite(row)
@@ -155,7 +159,7 @@ def _block_rows(n_rows: int, n_features: int, client) -> int:
 def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels=None,
             classes=None, columns=None, intersect_mask: bool = False, client=None,
             n_workers: int | None = None, block_rows: int | None = None,
-            progress: bool = True, append: bool = False) -> Store:
+            progress: bool = True, append: bool = False, smoothing_fwhm=None) -> Store:
     """Convert a NIfTI cohort into a complete fgscale store (resumable).
 
     Parameters
@@ -198,6 +202,11 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         subjects), takes the new rows: only they are read and converted, and the store's rows
         keep their place (:mod:`fgscale.store._append` says what must hold). Default: such a
         store is refused, as any store of other inputs.
+    smoothing_fwhm : float, optional
+        Smooth every volume, on the store's grid and before masking, by a Gaussian of this full
+        width at half maximum in mm, as nilearn's maskers smooth (its non-finite values set to
+        0 first); the computed mask is that of the images as read. Recorded in the store: an
+        estimator fitted on it predicts images smoothed alike. Default: no smoothing.
 
     Returns
     -------
@@ -207,6 +216,11 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
     if block_rows is not None:  # 0 or less: no shard layout (zarr's error names no option)
         check_count("block_rows", block_rows)
+    if smoothing_fwhm is not None and (isinstance(smoothing_fwhm, bool) or not isinstance(
+            smoothing_fwhm, (int, float)) or not np.isfinite(smoothing_fwhm) or smoothing_fwhm < 0):
+        raise ValueError(f"smoothing_fwhm must be a width in mm (a number >= 0) or None, got "
+                         f"{smoothing_fwhm!r}")
+    smoothing_fwhm = float(smoothing_fwhm) if smoothing_fwhm else None
     if intersect_mask and mask is None:  # else silently the computed mask alone
         raise ValueError("intersect_mask (--intersect-mask) intersects a given mask (--mask) "
                          "with the computed one: give the mask")
@@ -227,14 +241,16 @@ def convert(cohort, out, *, mask=None, resample=None, nan: str = "error", labels
         return _convert(cohort, out, mask=mask, resample=resample, nan=nan, labels=labels,
                         classes=classes, columns=columns, intersect_mask=intersect_mask,
                         client=client, n_workers=n_workers, block_rows=block_rows,
-                        progress=progress, append=append)
+                        progress=progress, append=append, smoothing_fwhm=smoothing_fwhm)
 
 
 def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns,
-             intersect_mask, client, n_workers, block_rows, progress, append) -> Store:
+             intersect_mask, client, n_workers, block_rows, progress, append,
+             smoothing_fwhm) -> Store:
     """:func:`convert`, its arguments checked, while it holds ``out``."""
     t0 = time.perf_counter()
-    plan = _plan(cohort, mask, resample, labels, classes, columns, block_rows, intersect_mask)
+    plan = _plan(cohort, mask, resample, labels, classes, columns, block_rows, intersect_mask,
+                 smoothing_fwhm)
     g, made, n_old = _existing_store(out), None, None
     if g is not None:
         g, made, n_old = _compare(out, g, plan, mask=mask, resample=resample, nan=nan,
@@ -259,7 +275,8 @@ def _convert(cohort, out: Path, *, mask, resample, nan, labels, classes, columns
             client, n_workers, n_to_read * int(np.prod(plan.grid[0])) * 4) as c:
         params = {"fingerprint": plan.fingerprint, "cohort": str(cohort), "mask": describe(mask),
                   "resample": resample, "intersect_mask": intersect_mask, "nan": nan,
-                  "block_rows": block_rows, "n_files": len({e["path"] for e in plan.entries})}
+                  "block_rows": block_rows, "n_files": len({e["path"] for e in plan.entries}),
+                  "smoothing_fwhm": smoothing_fwhm}
         if g is None:
             g = _create(out, c, plan, params, cohort=cohort, classes=classes, columns=columns,
                         intersect_mask=intersect_mask, block_rows=block_rows, progress=progress)
@@ -301,6 +318,7 @@ class _Plan:
         The store's shape and affine (as a list).
     resampled : bool
     fingerprint : str
+    smoothing_fwhm : float or None
     """
 
     entries: list
@@ -317,9 +335,11 @@ class _Plan:
     grid: tuple
     resampled: bool
     fingerprint: str
+    smoothing_fwhm: float | None
 
 
-def _plan(cohort, mask, resample, labels, classes, columns, block_rows, intersect_mask) -> _Plan:
+def _plan(cohort, mask, resample, labels, classes, columns, block_rows, intersect_mask,
+          smoothing_fwhm=None) -> _Plan:
     """Read the cohort and every file's header, choose the grid and fingerprint the inputs
     (steps 1 and 2 of the module's docstring): what is wrong in them is said here."""
     entries = read_cohort(cohort, labels, classes, columns=columns)
@@ -337,13 +357,14 @@ def _plan(cohort, mask, resample, labels, classes, columns, block_rows, intersec
     mask_img = None if mask is None else load_img(mask)
     grid, resampled = target_grid(entries, headers, mask_img, resample)
     grid = (tuple(grid[0]), np.asarray(grid[1]).tolist())
-    fingerprint = input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets)
+    fingerprint = input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets,
+                                    smoothing_fwhm)
     # each row's file, volume and the file's volumes (read_volumes reads whole files at once)
     sources = [(r[0], r[1], n) for r, (_, _, n) in zip(rows, per_row, strict=True)]
     return _Plan(entries=entries, headers=headers, paths=paths, stats=stats, counts=counts,
                  per_row=per_row, rows=rows, sources=sources, has_labels=has_labels,
                  targets=targets, mask_img=mask_img, grid=grid, resampled=resampled,
-                 fingerprint=fingerprint)
+                 fingerprint=fingerprint, smoothing_fwhm=smoothing_fwhm)
 
 
 def _existing_store(out: Path):
@@ -368,7 +389,12 @@ def _compare(out: Path, g, plan: _Plan, *, mask, resample, nan, classes, interse
     made = g.attrs.get("params", {}).get("fingerprint")
     pending = g.attrs.get("appending")
     differs = functools.partial(changed, g, rows, targets, describe(mask), resample, intersect_mask,
-                                block_rows)  # what differs, in words, for the messages below
+                                block_rows, plan.smoothing_fwhm)  # in words, for the messages below
+    smoothed = g.attrs.get("params", {}).get("smoothing_fwhm")
+    if append and smoothed != plan.smoothing_fwhm:  # rows smoothed unlike the store's
+        raise StoreError(f"{out}: its rows were converted with --smoothing-fwhm "
+                         f"{smoothed or 'none'}, and --append asks for "
+                         f"{plan.smoothing_fwhm or 'none'}; append with the store's")
     if pending and pending["to"] != fingerprint:  # its old rows must not be removed
         raise StoreError(f"{out}: an append to it was interrupted; finish it first: re-run "
                          "that command (the same table, with --append)")
@@ -444,7 +470,7 @@ def _write_blocks(c, out: Path, g, plan: _Plan, nan: str, progress: bool):
     # absolute, as the sources: workers of a cluster joined by address run elsewhere
     args = [(str(out.resolve()), key, int(b),
              sources[slice(*block_range(b, step, n_rows))],
-             plan.grid, plan.resampled, nan) for b in todo]
+             plan.grid, plan.resampled, nan, plan.smoothing_fwhm) for b in todo]
     already = n_rows - sum(len(a[3]) for a in args)
     results = run_tasks(c, _convert_block, args, progress=progress, desc="converting",
                         total=n_rows, unit="rows",

@@ -133,7 +133,8 @@ def is_synthetic(cohort) -> bool:
         return False
 
 
-def input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None) -> str:
+def input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=None,
+                      smoothing_fwhm=None) -> str:
     """The digest of what a conversion makes its store of: the rows (file, volume, label,
     group, split), the mask's bytes, the arguments and the targets."""
     mask_digest = None if mask is None else (
@@ -142,11 +143,15 @@ def input_fingerprint(rows, mask, resample, block_rows, intersect_mask, targets=
     key = [rows, mask_digest, resample, block_rows, intersect_mask]
     # Targets only when there are some: a label-only cohort keeps the fingerprint it had before
     # targets existed, so that its partial stores still resume. json writes floats exactly.
-    key = json.dumps(key if targets is None else [*key, targets])
+    key = key if targets is None else [*key, targets]
+    if smoothing_fwhm:  # likewise: an unsmoothed conversion keeps its fingerprint
+        key = [*key, {"smoothing_fwhm": smoothing_fwhm}]
+    key = json.dumps(key)
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def changed(g, rows, targets, mask, resample, intersect_mask=None, block_rows=None) -> str:
+def changed(g, rows, targets, mask, resample, intersect_mask=None, block_rows=None,
+            smoothing_fwhm=None) -> str:
     """What differs between the store ``g`` and the conversion asked for now, in words (the
     first difference found), or what the records cannot tell apart (the mask file's contents,
     and --block-rows in a store that did not record the one asked for): a refusal after hours
@@ -160,8 +165,8 @@ def changed(g, rows, targets, mask, resample, intersect_mask=None, block_rows=No
 
     params = g.attrs.get("params", {})
     for name, now in (("mask", mask), ("resample", resample), ("intersect_mask", intersect_mask),
-                      ("block_rows", block_rows)):
-        if name in params and params.get(name) != now:
+                      ("block_rows", block_rows), ("smoothing_fwhm", smoothing_fwhm)):
+        if (name in params or name == "smoothing_fwhm") and params.get(name) != now:
             return (f" (--{name.replace('_', '-')} {word(name, params[name])} there, "
                     f"{word(name, now)} now)")
     if "block_rows" not in params and block_rows not in (None, g.attrs.get("block_rows")):

@@ -199,6 +199,11 @@ class Store:
         return digest.hexdigest()
 
     @property
+    def smoothing_fwhm(self) -> float | None:
+        """The FWHM in mm its images were smoothed by when converted (None: not smoothed)."""
+        return self.attrs.get("params", {}).get("smoothing_fwhm")
+
+    @property
     def space_codes(self) -> list[int] | None:
         """``[qform_code, sform_code]`` of the converted images (MNI: 4), or None (a store
         written from arrays, or by an older fgscale)."""

@@ -181,3 +181,39 @@ def test_cv_attributes_survive_a_save(problem, tmp_path):
     loaded = load_model(tmp_path / "m")
     assert loaded.cv_scores_ == clf.cv_scores_
     assert loaded.cv_params_ == clf.cv_params_
+
+
+def test_a_store_converted_with_smoothing_trains_and_predicts_images_smoothed_alike(tmp_path):
+    """convert --smoothing-fwhm gives nilearn's masker's rows; a model trained on the store
+    predicts images smoothed as the store's were; another FWHM is refused, naming both."""
+    import nibabel as nib
+    from nilearn.maskers import NiftiMasker
+
+    from fgscale.store import convert, open_store
+
+    rng = np.random.default_rng(1)
+    affine = np.diag([3.0, 3.0, 3.0, 1.0])
+    paths, rows = [], []
+    for i in range(24):
+        vol = rng.standard_normal((7, 8, 6)).astype(np.float32) + 3 + (i % 2)
+        paths.append(tmp_path / f"v{i}.nii.gz")
+        nib.save(nib.Nifti1Image(vol, affine), paths[-1])
+        rows.append(f"{paths[-1]},{'ab'[i % 2]},s{i // 2}")
+    table = tmp_path / "cohort.csv"
+    table.write_text("path,label,group\n" + "\n".join(rows) + "\n")
+    store = convert(table, tmp_path / "s.zarr", smoothing_fwhm=5.0, progress=False)
+    assert store.smoothing_fwhm == 5.0
+    mask = store.mask_img()
+    reference = NiftiMasker(mask, smoothing_fwhm=5.0, standardize=None).fit().transform(
+        [str(p) for p in paths])
+    np.testing.assert_allclose(open_store(store.path).read_rows(np.arange(24)), reference,
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match=r"--smoothing-fwhm 5.0 there, none now"):
+        convert(table, tmp_path / "s.zarr", progress=False)
+    params = dict(regularizer="l2", alpha=1.0, max_epochs=5, random_state=0)
+    with pytest.raises(ValueError, match="smoothed by 5 mm .* smoothing_fwhm=6.0 cannot apply"):
+        FeatureGroupingClassifier(smoothing_fwhm=6.0, **params).fit(store.path)
+    clf = FeatureGroupingClassifier(**params).fit(store.path)
+    assert clf.smoothing_fwhm_ == 5.0
+    np.testing.assert_allclose(clf.decision_function([str(p) for p in paths]),
+                               clf.decision_function(reference), rtol=1e-4, atol=1e-5)
