@@ -108,7 +108,10 @@ def _train_run(store_path, out, *, params, resume, client, task) -> dict:
                "predictions": str(predictions),
                "selected": {"alpha": clf.alpha_, "dropout": clf.dropout_,
                             "n_clusters": clf.n_clusters_},
-               "candidates": clf.cv_results_}
+               "candidates": clf.cv_results_,
+               # with cv, the epochs above are those of the chosen candidate's folds, summed
+               "folds": len(next(iter(clf.cv_params_.values()))["n_epochs"])
+               if getattr(clf, "cv_params_", None) else 1}
     folder.write_final(summary)
     return summary
 
@@ -129,7 +132,9 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
     refit = f" (+ {summary['refit_epochs']} refit)" if summary.get("refit_epochs") else ""
     resumed = (f" this time, {summary['epoch_seconds']:.1f} s of epochs over all its sessions"
                if summary.get("resumed") else "")
-    lines = [f"trained {model_label(params, 'r2' in test)} for {summary['epochs']} epochs"
+    folds = summary.get("folds", 1)
+    on = f" on {folds} folds" if folds > 1 else ""
+    lines = [f"trained {model_label(params, 'r2' in test)} for {summary['epochs']} epochs{on}"
              f"{refit} in {summary['seconds']:.1f} s{resumed}; test {test_score(test)} on "
              f"{test['n']} rows" + ("" if test.get("chance") is None else
                                     f" (the most frequent class alone {test['chance']:.4f})")]
@@ -140,7 +145,8 @@ def summary_lines(summary: dict, params: dict) -> list[str]:
             values = list(dict.fromkeys(c.get(key) for c in candidates))  # in the grid's order
             if len(values) > 1:
                 said.append(f"{key} {_said(value)} (of {', '.join(map(_said, values))})")
-        lines.append(f"chosen on the validation split among {len(candidates)} candidates: "
+        split = f"the mean of {folds} validation folds" if folds > 1 else "the validation split"
+        lines.append(f"chosen on {split} among {len(candidates)} candidates: "
                      + ", ".join(said))
     maps = summary.get("maps", summary.get("weights"))  # "weights": a run of an older fgscale
     each = "the target's 3D map" if "r2" in test else "one 3D map per class"
