@@ -16,10 +16,21 @@ throughput and memory are measured), a small bank, then reports:
    overhead);
 2. peak RSS of the central process for epochs over n and 4n rows (each in a fresh process);
 3. a run over a store larger than the workers' total memory limit (default 2 x 1 GiB worker
-   processes and a ~6 GB store), which must complete without spilling.
+   processes and a ~6 GB store), which must complete without spilling;
+4. where the central process's time goes (the feed ratio): CPU seconds per training row of the
+   central process and of one worker process over ``--feed-epochs`` epochs of streamed training
+   as the estimators run it (standardized rows, a fifth of ``--feed-rows`` for validation after
+   every epoch, the step size of ``learning_rate="auto"``), for logistic regression and the
+   MLP, the model on the CPU (and on a GPU when torch sees one); the central process's CPU split
+   by phase of the training loop (:mod:`fgscale.training._profile`); and the feed ratio, worker
+   CPU per row / central CPU per row: how many worker cores one central process keeps fed. With
+   ``--baseline DIR`` (another checkout's folder holding ``fgscale/``, e.g. ``git archive HEAD
+   fgscale | tar -x -C DIR``), each run is made with that code and with this one, back to back,
+   and the table gives both and their ratio.
 
     .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench] [--quick]
     .venv/bin/python scripts/bench_stream.py --n-workers 4,8,15 --device cuda   # 16 cores, a GPU
+    .venv/bin/python scripts/bench_stream.py --feed --rows 1600 --baseline DIR --repeat 3
 
 Writes ~rows x p x 4 bytes to --dir (6 GB by default); reuses the store if present.
 """
@@ -27,8 +38,10 @@ Writes ~rows x p x 4 bytes to --dir (6 GB by default); reuses the store if prese
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -40,6 +53,7 @@ import torch
 from benchlib import (
     best_time,
     chunk_files,
+    comma_list,
     markdown_row,
     markdown_table,
     parse_args,
@@ -169,6 +183,214 @@ def _spilled_keys(dask_worker) -> int:
     return len(getattr(dask_worker.data, "slow", ()))
 
 
+def feed_rows(n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The training and validation rows of the feed runs: a fifth of the first ``n_rows`` rows
+    validate (the estimators' default validation fraction), the rest train."""
+    n_val = n_rows // 5
+    return np.arange(n_val, n_rows), np.arange(n_val)
+
+
+def this_code_step(centre_only: bool):
+    """The step size of ``learning_rate="auto"`` and the streamed source's options for it, as
+    the code on sys.path has them (a ``--baseline`` checkout may predate the step size taken
+    from a Lipschitz constant computed on the workers), or as the central process computed it
+    before (``centre_only``)."""
+    from fgscale.training import StoreSource
+    from fgscale.training._sgd import lipschitz
+
+    try:
+        from fgscale.training._sgd import LipschitzStep
+    except ImportError:
+        LipschitzStep = None
+    if centre_only or LipschitzStep is None:
+        return (lambda x, w=None: 1.0 / lipschitz(x, weights=w)), {}
+    worker_side = "lipschitz" in inspect.signature(StoreSource).parameters
+    return LipschitzStep(), {"lipschitz": True} if worker_side else {}
+
+
+def profiled():
+    """The training loop's phase marks switched on (:mod:`fgscale.training._profile`), or
+    None where the code has none."""
+    try:
+        from fgscale.training._profile import profiling
+    except ImportError:
+        return None
+    return profiling()
+
+
+def cpu_now(client) -> dict:
+    """CPU seconds so far of this process (all its threads), of this thread, and of the worker
+    processes (their sum, from ``client.run``), with the wall clock."""
+    return {"centre": time.process_time(), "loop": time.thread_time(),
+            "workers": sum(client.run(time.process_time).values()), "wall": time.perf_counter()}
+
+
+def feed_run(store_path: str, model_name: str, device: str, epochs: int, batch_size: int,
+             n_rows: int, centre_only: bool = False) -> dict:
+    """CPU seconds of the central process and of one worker process over ``epochs`` streamed
+    epochs after one to warm up (run in a fresh process); with the loop's phases where the code
+    marks them. With ``centre_only``, this code does in the central process what it did before
+    the workers took it over: the step sizes, the validation forward on rows brought here, and
+    blocks received through the socket."""
+    from fgscale._dask.client import get_client
+    from fgscale.grouping._dask_bank import load_bank
+    from fgscale.training import StoreSource, fit
+    from fgscale.training._loop import torch_threads
+    from fgscale.training._models import build_model
+
+    store = open_store(store_path)
+    bank, info = load_bank(store_path, **BANK)
+    k = int(info["n_clusters"])
+    train, val = feed_rows(n_rows)
+    torch.manual_seed(0)
+    model = build_model(model_name, store.n_features, len(store.classes)).to(device)
+    optimizer = make_optimizer(model, 0.0)
+    bank_t = torch.as_tensor(bank, device=device)
+    step, step_options = this_code_step(centre_only)
+    profile = profiled()
+    # the estimators' settings: one torch thread for a minibatch this size, worker processes
+    with get_client(n_workers=1, processes=True) as client, torch_threads(batch_size * k):
+        source = StoreSource(client, store_path, n_clusters=k, bank_key=info["key"],
+                             bank_at=info["location"], standardize=True, stats_rows=train,
+                             **step_options)
+        if centre_only:
+            source._handoff = False  # no shared memory: blocks come through the socket
+
+        def validation():  # a plain iterator of blocks is evaluated here
+            return iter(source.blocks(val)) if centre_only else source.blocks(val)
+
+        def epochs_from(start: int, stop: int) -> None:
+            fit(model, optimizer, max_epochs=stop, start_epoch=start, bank=bank_t,
+                device=device, step_size=step, validation=validation,
+                epoch_batches=lambda e: source.batches(epoch_plan(
+                    train, batch_size=batch_size, epoch=e, seed=0, n_groupings=len(bank))))
+            synchronize(device)
+
+        epochs_from(0, 1)
+        before = cpu_now(client)
+        if profile is None:
+            epochs_from(1, 1 + epochs)
+        else:
+            with profile as phases:
+                epochs_from(1, 1 + epochs)
+        after = cpu_now(client)
+    spent = {key: after[key] - before[key] for key in before}
+    return {**spent, "rows": train.size * epochs, "val_rows": val.size * epochs,
+            "phases": None if profile is None else phases.cpu,
+            "code": str(Path(sys.modules["fgscale"].__file__).parents[1])}
+
+
+def feed_child(args, model_name: str, device: str, code: str) -> dict:
+    """:func:`feed_run` in a fresh process: with the code of ``--baseline`` first on its path
+    (``code`` "before"), or with this checkout's as it was ("centre-only") or is ("after")."""
+    cmd = [sys.executable, __file__, "--feed-child", model_name, "--device", device,
+           "--dir", str(args.dir), "--rows", str(args.rows), "--p", str(args.p),
+           "--batch-size", str(args.batch_size), "--feed-rows", str(args.feed_rows),
+           "--feed-epochs", str(args.feed_epochs),
+           *(["--feed-centre-only"] if code == "centre-only" else [])]
+    env = dict(os.environ)
+    if code == "before":
+        env["PYTHONPATH"] = os.pathsep.join([str(args.baseline), env.get("PYTHONPATH", "")]
+                                            ).rstrip(os.pathsep)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+FEED_CODES = {"before": "the --baseline checkout's code",
+              "centre-only": "this code with the central process's work of before in it (step "
+                             "sizes, validation, blocks through the socket)",
+              "after": "this code"}
+"""The code of each feed run (:func:`feed_child`)."""
+
+
+def feed_codes(args) -> list[str]:
+    """The codes of the feed runs (:data:`FEED_CODES`): "before" with a ``--baseline``."""
+    return [*(["before"] if args.baseline else []), "centre-only", "after"]
+
+
+def feed_runs(args) -> dict:
+    """Every feed run, keyed by (model, device, code), each a list over ``--repeat``; the codes'
+    runs alternate, so that all see the same moments of a shared machine."""
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    runs: dict = {}
+    for model_name in args.feed_models:
+        for device in devices:
+            for _ in range(args.repeat):
+                for code in feed_codes(args):
+                    run = feed_child(args, model_name, device, code)
+                    runs.setdefault((model_name, device, code), []).append(run)
+                    print(f"feed, {model_name} on {device}, {code}: central "
+                          f"{1e3 * run['centre'] / run['rows']:.3f} ms/row, worker "
+                          f"{1e3 * run['workers'] / run['rows']:.3f} ms/row", flush=True)
+    return runs
+
+
+def median_range(values: list[float], scale: float = 1.0) -> str:
+    """The median of ``values`` times ``scale``, with their range when there are several."""
+    values = sorted(scale * v for v in values)
+    text = f"{statistics.median(values):.3f}"
+    return text if len(values) == 1 else f"{text} ({values[0]:.3f}-{values[-1]:.3f})"
+
+
+FEED_TOTALS = ("rest of the loop's thread", "the loop's thread", "other threads",
+               "central process")
+"""The rows of the phase table below the loop's phases: what no phase covers in the loop's
+thread, that thread's CPU, the process's other threads (Dask's event loop receiving and
+deserializing blocks, the scheduler; torch's pool), and the whole process."""
+
+
+def feed_phases(run: dict) -> dict[str, float]:
+    """A run's central CPU seconds per training row by phase (:data:`FEED_TOTALS`, with the
+    loop's marked phases where the code has them)."""
+    rows = run["rows"]
+    phases = {"the loop's thread": run["loop"] / rows,
+              "other threads": (run["centre"] - run["loop"]) / rows,
+              "central process": run["centre"] / rows}
+    if run["phases"] is not None:
+        phases.update({name: seconds / rows for name, seconds in run["phases"].items()})
+        phases["rest of the loop's thread"] = (run["loop"] - sum(run["phases"].values())) / rows
+    return phases
+
+
+def feed_table(args, runs: dict) -> None:
+    """Print the feed ratio of every run, then the central CPU by phase, for each code
+    (:func:`feed_codes`; medians over ``--repeat``, ranges in brackets)."""
+    from fgscale.training._profile import PHASES
+
+    train, val = feed_rows(args.feed_rows)
+    print(f"\nWhere the central process's time goes: {os.cpu_count()} cores, one worker "
+          f"process, batch {args.batch_size}, p = {args.p}, k = {BANK['n_clusters']:.0%}, "
+          f"{args.feed_epochs} epochs of {train.size} rows after one to warm up, "
+          f"{val.size} validation rows after each; CPU ms per training row; "
+          f"median of {args.repeat} (range in brackets). Codes: " + ", ".join(
+              f'"{code}", {FEED_CODES[code]}' for code in feed_codes(args)) + "\n")
+    markdown_table("model", "centre on", "code", "central CPU (ms/row)", "worker CPU (ms/row)",
+                   "feed ratio", "central + worker CPU (ms/row)", "samples/s")
+    for (model_name, device, code), rs in runs.items():
+        markdown_row(model_name, device, code,
+                     median_range([r["centre"] / r["rows"] for r in rs], 1e3),
+                     median_range([r["workers"] / r["rows"] for r in rs], 1e3),
+                     median_range([r["workers"] / r["centre"] for r in rs]),
+                     median_range([(r["centre"] + r["workers"]) / r["rows"] for r in rs], 1e3),
+                     f"{statistics.median(r['rows'] / r['wall'] for r in rs):.0f}")
+    codes = feed_codes(args)
+    print("\nThe central CPU by phase, ms per training row (the loop's phases: CPU of its own "
+          f"thread, each without the phases nested in it); after / {codes[0]}\n")
+    markdown_table("model", "centre on", "phase", *codes, f"after / {codes[0]}")
+    for model_name, device in dict.fromkeys((m, d) for m, d, _ in runs):
+        phases = {code: [feed_phases(r) for r in runs[model_name, device, code]]
+                  for code in codes}
+        for name in [*PHASES, *FEED_TOTALS]:
+            medians = {code: statistics.median(p[name] for p in phases[code])
+                       for code in codes if name in phases[code][0]}
+            cells = [median_range([p[name] for p in phases[code]], 1e3) if code in medians
+                     else "-" for code in codes]
+            first = medians.get(codes[0], 0.0)
+            cells.append(f"{medians['after'] / first:.2f}" if first and "after" in medians
+                         else "-")
+            markdown_row(model_name, device, name, *cells)
+
+
 def run_child(args, n_workers: int, n_rows: int, processes: bool) -> dict:
     cmd = [sys.executable, __file__, "--child", str(n_rows), "--dir", str(args.dir),
            "--child-kind", "processes" if processes else "threads",
@@ -203,9 +425,28 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--central-threads", type=int, default=None,
                         help="torch threads of the central process (default: torch's)")
     parser.add_argument("--device", default="cpu", help="torch device of the central model")
+    parser.add_argument("--feed", action="store_true",
+                        help="measure where the central process's time goes only (the feed "
+                             "ratio), not the streaming speeds and memory")
+    parser.add_argument("--feed-rows", type=int, default=1600,
+                        help="the first rows of the store that the feed runs use (at most "
+                             "--rows), a fifth of them for validation (default 1600)")
+    parser.add_argument("--feed-epochs", type=int, default=3)
+    parser.add_argument("--feed-models", type=comma_list, default=["logreg", "mlp"])
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a folder holding another checkout's fgscale/: each feed run is "
+                             "made with it (before) and with this code (after), back to back")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each feed setting")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-kind", default="threads", help=argparse.SUPPRESS)
-    return parse_args(parser, quick=dict(rows=64, p=5_000, n_groupings=2, batch_size=16))
+    parser.add_argument("--feed-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--feed-centre-only", action="store_true", help=argparse.SUPPRESS)
+    args = parse_args(parser, quick=dict(rows=64, p=5_000, n_groupings=2, batch_size=16,
+                                         feed_rows=64))
+    args.feed_rows = min(args.feed_rows, args.rows)
+    if args.baseline is not None and not (args.baseline / "fgscale").is_dir():
+        parser.error(f"--baseline {args.baseline}: no fgscale/ folder there")
+    return args
 
 
 def prepare(args, store_path: Path):
@@ -219,9 +460,12 @@ def prepare(args, store_path: Path):
           f"({size_gb:.1f} GB), ready in {time.perf_counter() - t:.0f} s", flush=True)
     from fgscale._dask.client import get_client
     from fgscale.grouping._dask_bank import build_bank
+    from fgscale.store import compute_stats
     with get_client(n_workers=min(args.n_workers)) as client:
         build_bank(store_path, n_groupings=args.n_groupings, **BANK, client=client,
                    progress=False)
+        # the statistics the feed runs standardize with, saved in the store
+        compute_stats(store_path, feed_rows(args.feed_rows)[0], client=client, progress=False)
     return store, size_gb
 
 
@@ -385,8 +629,21 @@ def main() -> None:
                                     args.memory_limit, args.batch_size, args.prefetch,
                                     args.child_kind == "processes", args.device)))
         return
+    if args.feed_child is not None:
+        print(json.dumps(feed_run(str(store_path), args.feed_child, args.device,
+                                  args.feed_epochs, args.batch_size, args.feed_rows,
+                                  args.feed_centre_only)))
+        return
 
     store, size_gb = prepare(args, store_path)
+    if not args.feed:
+        streaming(args, store, store_path, size_gb)
+    feed_table(args, feed_runs(args))
+
+
+def streaming(args, store, store_path: Path, size_gb: float) -> None:
+    """The streaming speeds against the read limits, and the central memory (points 1 to 3
+    of the module's docstring)."""
     n = store.n_samples
     reads = Reads(store, args.batch_size, args.n_workers)
     # the limits: the best of passes before the epochs (which also warm the page cache) and

@@ -65,7 +65,7 @@ from fgscale.training._memory import MemorySource, standardize_rows
 from fgscale.training._models import build_model
 from fgscale.training._plan import epoch_plan
 from fgscale.training._screening import adjusted_percentile, kept_clusters
-from fgscale.training._sgd import lipschitz
+from fgscale.training._sgd import LipschitzStep
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +297,7 @@ class FeatureGroupingBase(BaseEstimator):
                                           bank_key=info["key"], bank_at=info["location"],
                                           prefetch=self.prefetch,
                                           standardize=bool(self.standardize), stats_rows=rows,
+                                          lipschitz=self._steps_on_workers(),
                                           **self._store_source_kwargs()), bank)
             return self._train(sources, targets, rows, seed, history, groups=groups)
 
@@ -322,7 +323,13 @@ class FeatureGroupingBase(BaseEstimator):
         keep = 1.0 - regularizer_named(self.regularizer).dropout_rates(dropout)[0]
         # half the squared error is twice as steep as the cross-entropy (training.batch_loss)
         steepness = (1.0 if self._is_classifier() else 2.0) / keep
-        return lambda x, w=None: 1.0 / (lipschitz(x, weights=w) * steepness + alpha)
+        return LipschitzStep(steepness, alpha)
+
+    def _steps_on_workers(self) -> bool:
+        """Whether the streamed source's workers compute each batch's Lipschitz constant for
+        the step size: with ``learning_rate="auto"``, unless class weights weigh the rows (the
+        step then needs the rows' weights, and the central process computes it)."""
+        return self.learning_rate == "auto" and getattr(self, "class_weight", None) is None
 
     def _set_class_weights(self, y_idx: np.ndarray):
         """The classes' weights in the loss for training targets ``y_idx``, set as a fitted

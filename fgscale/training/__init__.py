@@ -15,10 +15,10 @@ from fgscale.training._loop import (
 from fgscale.training._memory import MemorySource
 from fgscale.training._models import MLP, GroupedLinear, LogisticRegression, build_model
 from fgscale.training._plan import EpochPlan, epoch_plan
-from fgscale.training._sgd import lipschitz
+from fgscale.training._sgd import LipschitzStep, lipschitz
 from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window
 
 __all__ = ["MLP", "PREFETCH_BYTES", "Batch", "EarlyStopping", "EpochPlan", "GroupedLinear", "History",
-           "LogisticRegression", "MemorySource", "Prefetcher", "StoreSource", "auto_window",
+           "LipschitzStep", "LogisticRegression", "MemorySource", "Prefetcher", "StoreSource", "auto_window",
            "build_model", "epoch_plan", "evaluate", "fit", "lipschitz", "make_optimizer",
            "predict_logits", "train_epoch"]

@@ -25,10 +25,12 @@ from torch.nn import functional as F
 
 from fgscale._utils.progress import tqdm
 from fgscale.training._models import GroupedLinear, predict_forward
-from fgscale.training._sgd import SGD
+from fgscale.training._profile import phase
+from fgscale.training._sgd import SGD, LipschitzStep
 
-__all__ = ["Batch", "EarlyStopping", "batch_loss", "check_finite", "cuda_device", "evaluate", "fit",
-           "make_optimizer", "predict_logits", "torch_threads", "train_epoch"]
+__all__ = ["Batch", "EarlyStopping", "batch_loss", "check_finite", "cuda_device", "evaluate",
+           "evaluation_sums", "fit", "make_optimizer", "predict_logits", "torch_threads",
+           "train_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +45,15 @@ class Batch:
     y : ndarray of shape (m,), int64 class indices, or float32 targets (regression)
     grouping : int or None
         Index into the bank of the grouping that reduced ``x``.
+    lipschitz : float or None
+        :func:`~fgscale.training._sgd.lipschitz` of ``x``, when the source computed it where
+        it made the block (a worker): the central step then takes its step size from it.
     """
 
     x: np.ndarray
     y: np.ndarray
     grouping: int | None = None
+    lipschitz: float | None = None
 
 
 def make_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.0) -> SGD:
@@ -93,7 +99,8 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     step_size : callable, optional
         ``step_size(x)`` gives the step of the batch whose first-layer input is ``x``
         (``step_size(x, w)`` with ``class_weight``, ``w`` the rows' weights); default the
-        optimizer's fixed learning rate.
+        optimizer's fixed learning rate. A :class:`~fgscale.training._sgd.LipschitzStep`
+        takes the step from the batch's ``lipschitz`` where its source computed it.
     regression : bool, default=False
         Squared error on float targets instead of cross-entropy on class indices.
     class_weight : Tensor of shape (n_classes,), optional
@@ -108,32 +115,42 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     average = [torch.zeros_like(p) for p in model.parameters()] if regression else None
     steps = 0
     first, first_group = _deferred_layer(model, optimizer)
+    batches = iter(batches)
     try:
-        for batch in batches:
-            x = torch.as_tensor(batch.x, device=device)
-            y = torch.as_tensor(batch.y, device=device)
-            grouping = None if batch.grouping is None else bank[batch.grouping].long()
+        while True:
+            with phase("blocks"):
+                batch = next(batches, None)
+            if batch is None:
+                break
+            with phase("to_device"):
+                x = torch.as_tensor(batch.x, device=device)
+                y = torch.as_tensor(batch.y, device=device)
+                grouping = None if batch.grouping is None else bank[batch.grouping].long()
             mask = None if keep is None or grouping is None else keep[batch.grouping]
             if step_size is not None:
-                lr = step_size(x) if class_weight is None else step_size(x, class_weight[y])
+                with phase("lipschitz"):
+                    lr = _step_of(step_size, batch, x, y, class_weight)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-            optimizer.zero_grad(set_to_none=True)
-            loss = batch_loss(model(x, grouping, mask), y, regression, class_weight=class_weight)
-            loss.backward()
-            # the graph is let go before the step: through it a grouped forward's W0_hat
-            # (h x k) would stay alive until the next batch's forward is done
-            total += loss.item() * len(y)
-            del loss
-            optimizer.step()  # W0 has no .grad after a deferred forward: SGD leaves it alone
-            if first is not None:
-                first.step_deferred(first_group["lr"], first_group["weight_decay"])
-            count += len(y)
-            steps += 1
-            if average is not None:
-                with torch.no_grad():
-                    for a, p in zip(average, model.parameters(), strict=True):
-                        a.add_(p.detach() - a, alpha=1.0 / steps)
+            with phase("forward_backward"):
+                optimizer.zero_grad(set_to_none=True)
+                loss = batch_loss(model(x, grouping, mask), y, regression,
+                                  class_weight=class_weight)
+                loss.backward()
+                # the graph is let go before the step: through it a grouped forward's W0_hat
+                # (h x k) would stay alive until the next batch's forward is done
+                total += loss.item() * len(y)
+                del loss
+            with phase("step"):
+                optimizer.step()  # W0 has no .grad after a deferred forward: SGD leaves it alone
+                if first is not None:
+                    first.step_deferred(first_group["lr"], first_group["weight_decay"])
+                count += len(y)
+                steps += 1
+                if average is not None:
+                    with torch.no_grad():
+                        for a, p in zip(average, model.parameters(), strict=True):
+                            a.add_(p.detach() - a, alpha=1.0 / steps)
     finally:  # an interrupted epoch leaves no layer deferring, nor a step half taken
         if first is not None:
             first.defer, first._pending = False, None
@@ -145,6 +162,19 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     # weighs as much as its weights, and validation and the best-epoch snapshot come next.
     optimizer.zero_grad(set_to_none=True)
     return total / max(count, 1)
+
+
+def _step_of(step_size: Callable[..., float], batch: Batch, x: torch.Tensor, y: torch.Tensor,
+             class_weight: torch.Tensor | None) -> float:
+    """The step size of a batch: from the Lipschitz constant its source computed when the
+    step size is a :class:`~fgscale.training._sgd.LipschitzStep` (whose constant is of
+    unweighted rows: class weights need the rows' weights, so the step computes it here),
+    else ``step_size(x)``, or ``step_size(x, w)`` with the rows' class weights ``w``."""
+    if class_weight is not None:
+        return step_size(x, class_weight[y])
+    if batch.lipschitz is not None and isinstance(step_size, LipschitzStep):
+        return step_size.of_constant(batch.lipschitz)
+    return step_size(x)
 
 
 # First layers of at least this many weights take deferred steps (scripts/bench_step.py, README
@@ -189,27 +219,24 @@ def evaluate(model: nn.Module, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
              class_weight: torch.Tensor | None = None) -> dict:
     """Mean loss (:func:`batch_loss`) over ``(x, y)`` blocks of full rows, with the accuracy,
     or with the R² of regression targets (``"score"``: either). With ``class_weight``, the
-    loss and the accuracy are means weighted by the rows' class weights."""
+    loss and the accuracy are means weighted by the rows' class weights.
+
+    Blocks that can be evaluated where they are read (``blocks.evaluation_sums``, as
+    :meth:`fgscale.training.StoreSource.blocks` gives them) send back their
+    :func:`evaluation_sums` rather than their rows; they add up as the rows' would here."""
     model.eval()
+    remote = getattr(blocks, "evaluation_sums", None)
+    parts = None if remote is None else remote(model, regression=regression,
+                                               class_weight=class_weight)
+    if parts is None:
+        parts = (evaluation_sums(model, x, y, device=device, regression=regression,
+                                 class_weight=class_weight) for x, y in blocks)
     loss, correct, count, total_weight = 0.0, 0.0, 0, 0.0
     sum_y = sum_y2 = 0.0  # the targets' total sum of squares, for R²
-    for x, y in blocks:
-        out = model(torch.as_tensor(x, device=device))
-        y_t = torch.as_tensor(y, device=device)
-        loss += float(batch_loss(out, y_t, regression, reduction="sum", class_weight=class_weight))
-        if regression:
-            y64 = np.asarray(y, np.float64)
-            # Python floats: a numpy scalar in the history would make the checkpoint one that
-            # torch.load(weights_only=True) refuses, and the run impossible to resume
-            sum_y, sum_y2 = sum_y + float(y64.sum()), sum_y2 + float(y64 @ y64)
-        else:
-            hits = out.argmax(1) == y_t.long()
-            if class_weight is None:
-                correct += int(hits.sum())
-            else:  # float64 sums: the same for any split of the rows into blocks
-                w = class_weight[y_t.long()].double()
-                correct, total_weight = correct + float(w[hits].sum()), total_weight + float(w.sum())
-        count += len(y)
+    for part in parts:  # in block order: the same sums however the blocks were evaluated
+        loss, correct, count = loss + part["loss"], correct + part["correct"], count + part["n"]
+        total_weight += part["weight"]
+        sum_y, sum_y2 = sum_y + part["sum_y"], sum_y2 + part["sum_y2"]
     n = max(count, 1)
     if class_weight is not None and not regression:
         n = total_weight or 1.0
@@ -218,6 +245,31 @@ def evaluate(model: nn.Module, blocks: Iterable[tuple[np.ndarray, np.ndarray]], 
     total = sum_y2 - sum_y * sum_y / n
     r2 = 1.0 - 2.0 * loss / total if total > 0 else float("nan")
     return {"loss": loss / n, "r2": r2, "score": r2, "n": count}
+
+
+@torch.no_grad()
+def evaluation_sums(model: nn.Module, x: np.ndarray, y: np.ndarray, *, device="cpu",
+                    regression: bool = False, class_weight: torch.Tensor | None = None) -> dict:
+    """One block's share of :func:`evaluate` (``model`` in eval mode): its summed loss, its
+    hits (weighted by ``class_weight``) and their weight, its targets' sum and sum of squares
+    (regression), and its rows. Python numbers: a numpy scalar in the history would make the
+    checkpoint one that torch.load(weights_only=True) refuses, and the run impossible to
+    resume."""
+    out = model(torch.as_tensor(x, device=device))
+    y_t = torch.as_tensor(y, device=device)
+    sums = {"loss": float(batch_loss(out, y_t, regression, reduction="sum",
+                                     class_weight=class_weight)),
+            "correct": 0, "weight": 0.0, "sum_y": 0.0, "sum_y2": 0.0, "n": len(y)}
+    if regression:
+        y64 = np.asarray(y, np.float64)
+        sums["sum_y"], sums["sum_y2"] = float(y64.sum()), float(y64 @ y64)
+    elif class_weight is None:
+        sums["correct"] = int((out.argmax(1) == y_t.long()).sum())
+    else:  # float64 sums: the same for any split of the rows into blocks
+        w = class_weight[y_t.long()].double()
+        hits = out.argmax(1) == y_t.long()
+        sums["correct"], sums["weight"] = float(w[hits].sum()), float(w.sum())
+    return sums
 
 
 class History:
@@ -365,8 +417,9 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
                                              keep=keep)}
         monitored = metrics["train_loss"]
         if validation is not None:
-            val = evaluate(model, validation(), device=device, regression=regression,
-                           class_weight=class_weight)
+            with phase("validation"):
+                val = evaluate(model, validation(), device=device, regression=regression,
+                               class_weight=class_weight)
             score = "val_r2" if regression else "val_accuracy"
             metrics.update({"val_loss": val["loss"], score: val["score"]})
             monitored = val["loss"] if monitor == "loss" else 1.0 - val["score"]

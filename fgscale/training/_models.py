@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fgscale.grouping._projection import back_project, cluster_scale, project
+from fgscale.training._profile import phase
 from fgscale.training._sgd import sgd_update
 
 __all__ = ["CNN", "GroupedLinear", "LogisticRegression", "MLP", "build_model", "predict_forward"]
@@ -72,9 +73,10 @@ class GroupedLinear(nn.Module):
             out.register_hook(lambda grad: setattr(self, "_pending", (None, x, grad)))
             return out + self.bias
         if not deferred:
-            reduced = project(self.weight, grouping, x.shape[1])
+            with phase("reduce"):
+                reduced = project(self.weight, grouping, x.shape[1])
             return F.linear(x, reduced if keep is None else reduced * keep, self.bias)
-        with torch.no_grad():
+        with torch.no_grad(), phase("reduce"):
             reduced = project(self.weight, grouping, x.shape[1])
         reduced.requires_grad_(True)
         reduced.register_post_accumulate_grad_hook(lambda r: self._take_grad(grouping, r))
@@ -101,11 +103,15 @@ class GroupedLinear(nn.Module):
         """
         if self._pending is None:
             return False
-        grouping, x, grad = self._pending
-        self._pending = None
+        pending, self._pending = self._pending, None
+        with phase("expand"):
+            self._expand(*pending, lr, weight_decay)
+        return True
+
+    def _expand(self, grouping, x, grad, lr: float, weight_decay: float) -> None:
         if grouping is None:
             self.weight.addmm_(grad.T, x, beta=1.0 - lr * weight_decay, alpha=-lr)
-            return True
+            return
         k = grad.shape[1]
         # project scales cluster q by 1/sqrt(|C_q|): its gradient for W0 carries the same
         # scale, applied in place (the gradient is this step's alone)
@@ -115,7 +121,6 @@ class GroupedLinear(nn.Module):
         # not grad_row[grouping]: the same values, 2.9x faster on a ReNA grouping at 2 mm
         for row, grad_row in zip(self.weight, expanded, strict=True):
             sgd_update(row, grad_row.index_select(0, grouping), lr, weight_decay)
-        return True
 
 
 class LogisticRegression(nn.Module):

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["SGD", "lipschitz", "sgd_update"]
+__all__ = ["SGD", "LipschitzStep", "lipschitz", "sgd_update"]
 
 # the keys of torch.optim.SGD's parameter groups, written for its readers
 _TORCH_GROUP = {"momentum": 0, "dampening": 0, "nesterov": False, "maximize": False,
@@ -135,3 +135,34 @@ def lipschitz(x: torch.Tensor, n_iter: int = 8, weights: torch.Tensor | None = N
             break
         u = v / norm
     return 0.5 * lam / m
+
+
+class LipschitzStep:
+    """The step size ``1 / (steepness * L + alpha)`` of a minibatch, ``L`` its
+    :func:`lipschitz` constant (``learning_rate="auto"``).
+
+    Called on the batch's first-layer input ``x`` (and the rows' weights), it computes ``L``
+    there; a batch whose source computed ``L`` where it made the block (a worker: see
+    :class:`~fgscale.training.StoreSource`) gets its step from :meth:`of_constant` instead,
+    so that the central process does not run the power iterations, which read the block
+    16 times.
+
+    Parameters
+    ----------
+    steepness : float, default=1.0
+        How much steeper the loss is than the cross-entropy of a linear layer on ``x`` (input
+        dropout, a squared error).
+    alpha : float, default=0.0
+        The L2 penalty's own smoothness, added to the loss's.
+    """
+
+    def __init__(self, steepness: float = 1.0, alpha: float = 0.0):
+        self.steepness = steepness
+        self.alpha = alpha
+
+    def __call__(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> float:
+        return self.of_constant(lipschitz(x, weights=weights))
+
+    def of_constant(self, constant: float) -> float:
+        """The step for a batch whose :func:`lipschitz` constant is ``constant``."""
+        return 1.0 / (constant * self.steepness + self.alpha)

@@ -8,10 +8,17 @@ bounded window of in-flight tasks keeps the workers busy while the central memor
 model and at most ``prefetch`` blocks, however many rows the store has. By default (``"auto"``)
 the window holds two tasks per worker thread of the cluster, so that every thread has work while
 finished blocks wait their turn, within :data:`PREFETCH_BYTES` of blocks.
+
+What need not be done in the central process is done on the workers: each block's Lipschitz
+constant for the step size (``lipschitz=True``), and the validation passes (the workers evaluate a
+copy of the model on the rows they read, see :class:`Blocks`). Worker processes on the same machine
+write their blocks into the central process's shared memory (:mod:`~fgscale.training._handoff`)
+rather than send them through a socket.
 """
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import ctypes.util
 import functools
@@ -23,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+import torch
 import zarr
 
 from fgscale._dask.client import task_result
@@ -32,12 +40,14 @@ from fgscale.store._banks import BANKS, LABELS, open_bank
 from fgscale.store._buffers import POOL
 from fgscale.store._reader import Store, open_store
 from fgscale.store._stats import read_saved, stats_key, stats_location
-from fgscale.training._loop import Batch
+from fgscale.training._handoff import Handed, Slot, Slots, write_into
+from fgscale.training._loop import Batch, evaluation_sums
 from fgscale.training._plan import EpochPlan
 from fgscale.training._screening import block_sums
+from fgscale.training._sgd import lipschitz
 
-__all__ = ["PREFETCH_BYTES", "SCREEN_REPLY_BYTES", "Prefetcher", "StoreSource", "auto_window",
-           "load_screen_sums"]
+__all__ = ["PREFETCH_BYTES", "SCREEN_REPLY_BYTES", "Blocks", "Prefetcher", "StoreSource",
+           "auto_window", "load_screen_sums"]
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +100,7 @@ def _stats(path: str, key: str, stats: str, at: str) -> tuple[np.ndarray, np.nda
 def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: int,
                key: str = "", stats: str | None = None,
                target: tuple[float, float] | None = None, bank_at: str = "",
-               stats_at: str = "") -> tuple[np.ndarray, np.ndarray]:
+               stats_at: str = "", slot: Slot | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read a minibatch and reduce it with grouping ``grouping`` of the bank.
 
     With ``stats`` (a key of :func:`fgscale.store.compute_stats`'s results), each row is
@@ -98,36 +108,76 @@ def load_batch(path: str, rows: np.ndarray, grouping: int | None, n_clusters: in
     ``(mean, scale)`` pair, the rows come with the store's target instead of their class,
     ``(target - mean) / scale`` computed in float64 and returned as float32. ``bank_at`` and
     ``stats_at`` are the paths of the groups holding the bank and the statistics (the store's
-    or its cache store's); "" (the default) is the store itself.
+    or its cache store's); "" (the default) is the store itself. With ``slot``, the block is
+    written into that file of the central process's shared memory where this worker can
+    (:mod:`~fgscale.training._handoff`), and ``x`` is then a
+    :class:`~fgscale.training._handoff.Handed` that says so.
 
     Returns
     -------
     x : ndarray of shape (m, n_clusters), or (m, n_features) when ``grouping`` is None
     y : ndarray of shape (m,), int64 (class indices), or float32 with ``target``
     """
+    x, y, in_slot = _read_block(path, rows, grouping, n_clusters, key, stats, target, bank_at,
+                                stats_at, slot)
+    return (Handed(slot, x.shape) if in_slot else x), y
+
+
+def _read_block(path, rows, grouping, n_clusters, key, stats, target, bank_at, stats_at,
+                slot) -> tuple[np.ndarray, np.ndarray, bool]:
+    """:func:`load_batch`'s block, its targets, and whether the block is in ``slot``."""
     store = _store(path, key)
     mean, scale = (None, None) if stats is None else _stats(path, key, stats, stats_at or path)
-    # blocks come from the pool: recycled memory, no page faults (fgscale.store._buffers)
+    width = store.n_features if grouping is None else n_clusters
+    x = write_into(slot, (len(rows), width), zeros=grouping is not None)
+    in_slot = x is not None
     if grouping is None:
-        x = store.read_rows(rows, out=POOL.empty((len(rows), store.n_features)))
+        # blocks come from the pool: recycled memory, no page faults (fgscale.store._buffers)
+        x = store.read_rows(rows, out=POOL.empty((len(rows), width)) if x is None else x)
         if mean is not None:
             np.subtract(x, mean, out=x)
             np.multiply(x, scale, out=x)
     else:  # reduce each row as it is read: the batch is never held whole
         x = project_rows(store.iter_rows(rows), _bank(path, key, bank_at or path)[grouping],
-                         len(rows), n_clusters, out=POOL.zeros((len(rows), n_clusters)),
+                         len(rows), n_clusters,
+                         out=POOL.zeros((len(rows), width)) if x is None else x,
                          mean=mean, scale=scale)
     if target is None:
-        return x, store.y[rows].astype(np.int64)
+        return x, store.y[rows].astype(np.int64), in_slot
     target_mean, target_scale = target  # in float64, as the regressor standardizes in memory
-    return x, ((store.target[rows] - target_mean) / target_scale).astype(np.float32)
+    return x, ((store.target[rows] - target_mean) / target_scale).astype(np.float32), in_slot
+
+
+def load_step(path: str, rows: np.ndarray, grouping: int | None, n_clusters: int,
+              key: str = "", stats: str | None = None,
+              target: tuple[float, float] | None = None, bank_at: str = "",
+              stats_at: str = "", slot: Slot | None = None
+              ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Worker task: :func:`load_batch`'s block and targets (same arguments), with the
+    block's :func:`~fgscale.training._sgd.lipschitz` constant: its power iterations run here,
+    next to the block, rather than in the central process, which takes its step size from it
+    (:class:`~fgscale.training._sgd.LipschitzStep`)."""
+    x, y, in_slot = _read_block(path, rows, grouping, n_clusters, key, stats, target, bank_at,
+                                stats_at, slot)
+    constant = lipschitz(torch.from_numpy(x))
+    return (Handed(slot, x.shape) if in_slot else x), y, constant
 
 
 def load_rows(path: str, rows: np.ndarray, key: str = "", stats: str | None = None,
-              target: tuple[float, float] | None = None, stats_at: str = ""
-              ) -> tuple[np.ndarray, np.ndarray]:
+              target: tuple[float, float] | None = None, stats_at: str = "",
+              slot: Slot | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Worker task: read full rows (evaluation), with their class indices or their target."""
-    return load_batch(path, rows, None, 0, key, stats, target, "", stats_at)
+    return load_batch(path, rows, None, 0, key, stats, target, "", stats_at, slot)
+
+
+def evaluate_rows(path: str, rows: np.ndarray, key: str, stats: str | None,
+                  target: tuple[float, float] | None, stats_at: str, model,
+                  regression: bool, class_weight: np.ndarray | None) -> dict:
+    """Worker task: :func:`~fgscale.training._loop.evaluation_sums` of ``model`` (on the CPU,
+    in eval mode) on full rows read here (arguments as :func:`load_rows`)."""
+    x, y = load_rows(path, rows, key, stats, target, stats_at)
+    weight = None if class_weight is None else torch.from_numpy(class_weight)
+    return evaluation_sums(model, x, y, regression=regression, class_weight=weight)
 
 
 def load_screen_sums(path: str, rows: np.ndarray, span: tuple[int, int], n_clusters: int,
@@ -263,12 +313,18 @@ class StoreSource:
     target_scale : float, default=1.0
         With ``targets="target"``, rows carry ``(target - target_mean) / target_scale``
         (the regressor trains on a standardized target).
+    lipschitz : bool, default=False
+        Each batch comes with its :func:`~fgscale.training._sgd.lipschitz` constant, computed
+        on the worker that made it (``Batch.lipschitz``): for the step size of
+        ``learning_rate="auto"`` (:class:`~fgscale.training._sgd.LipschitzStep`), which the
+        central process would otherwise compute from the block.
     """
 
     def __init__(self, client, path, *, n_clusters: int = 0, bank_key: str = "",
                  bank_at: str | None = None, prefetch: int | str = "auto",
                  block_size: int | None = None, standardize: bool = False, stats_rows=None,
-                 targets: str = "labels", target_mean: float = 0.0, target_scale: float = 1.0):
+                 targets: str = "labels", target_mean: float = 0.0, target_scale: float = 1.0,
+                 lipschitz: bool = False):
         # a Store given is used as it is, not opened again from its path
         self.path = str(Path(path.path if isinstance(path, Store) else path).resolve())
         self.n_clusters = n_clusters
@@ -295,7 +351,9 @@ class StoreSource:
             self.stats_at = stats_location(store, stats_rows)
         self.target = _check_targets(self.path, group, targets, target_mean, target_scale)
         self.prefetch = check_prefetch(prefetch)
+        self.lipschitz = lipschitz
         self.prefetcher = Prefetcher(client)  # each pass sets its window: _window
+        self._handoff: Slots | bool | None = None  # shared memory for blocks: _slots
 
     def _window(self, rows: int, width: int) -> int:
         """Tasks in flight for blocks of ``rows`` x ``width`` float32."""
@@ -310,18 +368,60 @@ class StoreSource:
                  self.stats, self.target, self.bank_at, self.stats_at)
                 for rows, g in zip(plan.batches, groupings, strict=True))
         width = self.n_features if plan.groupings is None else self.n_clusters
-        size = self._window(max(map(len, plan.batches), default=1), width)
-        for (x, y), g in zip(self.prefetcher.map(load_batch, args, size), groupings, strict=True):
-            yield Batch(x, y, None if g is None else int(g))
+        rows = max(map(len, plan.batches), default=1)
+        task = load_step if self.lipschitz else load_batch
+        blocks = self._handed(task, args, self._window(rows, width), 4 * rows * width)
+        for block, g in zip(blocks, groupings, strict=True):
+            yield Batch(block[0], block[1], None if g is None else int(g),
+                        block[2] if self.lipschitz else None)
 
-    def blocks(self, rows) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Full rows ``(x, y)`` in blocks of ``block_size``, for validation and testing."""
-        rows = np.asarray(rows, dtype=np.int64)
-        args = ((self.path, rows[i : i + self.block_size], self.key, self.stats, self.target,
-                 self.stats_at) for i in range(0, rows.size, self.block_size))
-        yield from self.prefetcher.map(load_rows, args,
-                                       self._window(self.block_size, self.n_features))
-        _trim_heap()
+    def _handed(self, task: Callable, args: Iterable[tuple], size: int, nbytes: int) -> Iterator:
+        """``task(*a, slot)`` for each ``a`` in ``args``, in order (:class:`Prefetcher`), each
+        given a slot of ``nbytes`` of this process's shared memory for its block where worker
+        processes on this machine can write into it (:mod:`~fgscale.training._handoff`): the
+        block then comes back in recycled memory, not through a socket."""
+        slots = self._slots()
+        if slots is None:
+            yield from self.prefetcher.map(task, (a + (None,) for a in args), size)
+            return
+        slots.start_pass()
+        given: deque = deque()  # the slots of the tasks submitted, in order
+
+        def with_slots():
+            for a in args:
+                given.append(slots.acquire(nbytes))
+                yield a + (given[-1],)
+
+        try:
+            for result in self.prefetcher.map(task, with_slots(), size):
+                slot, x = given.popleft(), result[0]
+                if isinstance(x, Handed):
+                    x = slots.take(x)
+                else:
+                    slots.release(slot)
+                yield (x, *result[1:])
+        finally:  # the tasks cancelled may still write into theirs
+            for slot in given:
+                slots.abandon(slot)
+
+    def _slots(self) -> Slots | None:
+        """This process's shared memory for blocks, made on the first pass if a worker process
+        can see it (None for thread workers, workers on other machines, or no /dev/shm)."""
+        if self._handoff is None:
+            slots = Slots()
+            client = self.prefetcher.client
+            seen = slots.folder is not None and any(
+                pid != os.getpid() and visible for pid, visible in
+                client.run(_sees, str(slots.folder)).values())
+            if not seen:
+                slots.close()
+            self._handoff = slots if seen else False
+        return self._handoff or None
+
+    def blocks(self, rows) -> Blocks:
+        """Full rows ``(x, y)`` in blocks of ``block_size``, for validation and testing; the
+        workers evaluate a model on them for :func:`~fgscale.training.evaluate`."""
+        return Blocks(self, np.asarray(rows, dtype=np.int64))
 
     def screen_sums(self, rows, bank, n_clusters: int, n_outputs: int,
                     regression: bool = False, reply_bytes: int = SCREEN_REPLY_BYTES) -> dict:
@@ -356,6 +456,83 @@ class StoreSource:
                 total["y"] += sums["y"]
         _trim_heap()
         return total
+
+
+class Blocks:
+    """Full rows of a store in blocks of its source's ``block_size``
+    (:meth:`StoreSource.blocks`): iterated, ``(x, y)`` blocks read on the workers; or evaluated
+    there (:meth:`evaluation_sums`), so that only their sums reach this process.
+
+    Parameters
+    ----------
+    source : StoreSource
+    rows : ndarray of int64
+    """
+
+    def __init__(self, source: StoreSource, rows: np.ndarray):
+        self.source, self.rows = source, rows
+
+    def _args(self) -> Iterator[tuple]:
+        source, rows = self.source, self.rows
+        return ((source.path, rows[i : i + source.block_size], source.key, source.stats,
+                 source.target, source.stats_at) for i in range(0, rows.size, source.block_size))
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        source = self.source
+        yield from source._handed(load_rows, self._args(),
+                                 source._window(source.block_size, source.n_features),
+                                 4 * source.block_size * source.n_features)
+        _trim_heap()
+
+    def evaluation_sums(self, model, *, regression: bool = False,
+                        class_weight=None) -> Iterator[dict] | None:
+        """Each block's :func:`~fgscale.training._loop.evaluation_sums`, in order, computed by
+        the workers on a copy of ``model`` (in eval mode) sent to the cluster once; None when
+        the model weighs more than the rows, which then come here to be evaluated.
+
+        Validation rows are full rows, ten times the values of a reduced batch's rows at
+        k = 10%: receiving them and the forward on them cost the central process more than the
+        training steps did, while the workers read them anyway (``scripts/bench_stream.py
+        --feed``). The model's copy is sent once a pass, straight to a worker when the workers
+        share this machine, and reaches the other workers from it.
+        """
+        source = self.source
+        weights = [*model.parameters(), *model.buffers()]
+        if sum(t.numel() * t.element_size() for t in weights) > 4 * self.rows.size * \
+                source.n_features:
+            return None
+        cpu = model if all(t.device.type == "cpu" for t in weights) else _cpu_copy(model)
+        weight = None if class_weight is None else class_weight.detach().cpu().numpy()
+        return self._remote_sums(cpu, regression, weight)
+
+    def _remote_sums(self, model, regression: bool, class_weight) -> Iterator[dict]:
+        source = self.source
+        # Through the scheduler, which lives in this process with an embedded cluster, the
+        # model would cross a socket three times here (320 ms of CPU against 45 ms for the
+        # MLP's 277 MB at 2 mm); workers that see this process's shared memory are reachable
+        shipped = source.prefetcher.client.scatter(model, hash=False,
+                                                   direct=source._slots() is not None)
+        try:
+            args = (a + (shipped, regression, class_weight) for a in self._args())
+            # their replies are a few numbers: only the rows being read weigh
+            yield from source.prefetcher.map(evaluate_rows, args,
+                                             source._window(source.block_size, 1))
+        finally:
+            shipped.release()
+
+
+def _sees(folder: str) -> tuple[int, bool]:
+    """Run on each worker: its process id, and whether it sees ``folder``."""
+    return os.getpid(), os.path.isdir(folder)
+
+
+def _cpu_copy(model):
+    """A copy of ``model`` on the CPU, made tensor by tensor from the device: no second copy of
+    the model on the device, even for a moment."""
+    memo = {id(p): torch.nn.Parameter(p.detach().cpu(), requires_grad=p.requires_grad)
+            for p in model.parameters()}
+    memo.update({id(b): b.cpu() for b in model.buffers()})
+    return copy.deepcopy(model, memo)
 
 
 @functools.cache

@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional as F
 
 from fgscale.training import build_model, make_optimizer
-from fgscale.training._sgd import SGD
+from fgscale.training._sgd import SGD, LipschitzStep, lipschitz
 
 
 def _model(name, p, n_classes):
@@ -70,3 +70,14 @@ def test_refuses_other_groups_and_momentum():
     momentum = torch.optim.SGD(_groups(model, 0.0), lr=0.1, momentum=0.9)
     with pytest.raises(ValueError, match="momentum"):
         make_optimizer(model, 0.1).load_state_dict(momentum.state_dict())
+
+
+def test_lipschitz_step_is_one_over_the_scaled_constant_plus_alpha():
+    rng = np.random.default_rng(0)
+    x = torch.as_tensor(rng.standard_normal((70, 9)).astype(np.float32))
+    w = torch.as_tensor(rng.uniform(0.5, 2, 70).astype(np.float32))
+    step = LipschitzStep(steepness=2.5, alpha=0.1)
+    assert step(x) == 1.0 / (lipschitz(x) * 2.5 + 0.1)
+    assert step(x, w) == 1.0 / (lipschitz(x, weights=w) * 2.5 + 0.1)
+    assert step.of_constant(lipschitz(x)) == step(x)  # a constant computed elsewhere
+    assert LipschitzStep()(x) == 1.0 / lipschitz(x)

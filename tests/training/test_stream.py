@@ -5,7 +5,7 @@ import pytest
 import torch
 import zarr
 from distributed import Client, LocalCluster
-from helpers import mask_img, smooth_cohort
+from helpers import mask_img, random_labels, smooth_cohort
 
 from fgscale import FeatureGroupingClassifier
 from fgscale.grouping._projection import project, project_rows
@@ -17,7 +17,15 @@ from fgscale.store import (
     create_bank,
     write_store,
 )
-from fgscale.training import MemorySource
+from fgscale.training import (
+    LipschitzStep,
+    MemorySource,
+    build_model,
+    evaluate,
+    fit,
+    lipschitz,
+    make_optimizer,
+)
 from fgscale.training._plan import epoch_plan
 from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window, load_rows
 
@@ -402,3 +410,99 @@ def test_groups_given_to_fit_split_as_a_stores_group_column(cohort, client, tmp_
         FeatureGroupingClassifier(mask=mask, **params).fit(X[train], y[train], groups=groups[:3])
     with pytest.raises(ValueError, match="groups must be None when X is a store"):
         FeatureGroupingClassifier(**params).fit(store_path, groups=groups, client=client)
+
+
+# --- the central process's work done on the workers: step sizes, validation, shared memory ---
+
+
+@pytest.mark.parametrize("batch_size", [16, 66], ids=["gram", "power-iterations"])
+def test_step_sizes_from_the_workers_train_as_the_central_ones(cohort, client, batch_size):
+    """StoreSource(lipschitz=True): each batch brings its Lipschitz constant from its worker,
+    and LipschitzStep takes the step from it; the in-memory oracle computes it centrally."""
+    path, X, y, mask, split = cohort
+    rows = np.flatnonzero(split == "train")
+    p = int(mask.sum())
+    bank = np.stack([random_labels(np.random.default_rng(g), p, 40) for g in range(3)])
+    store_path = path.with_name(f"steps{batch_size}.zarr")
+    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16)
+    key = write_bank(store_path, bank)
+    y_idx = np.unique(y, return_inverse=True)[1]
+    sources = {"memory": MemorySource(X, y_idx, bank),
+               "workers": StoreSource(client, store_path, n_clusters=40, bank_key=key,
+                                      lipschitz=True)}
+    plan = epoch_plan(rows, batch_size=batch_size, epoch=0, seed=3, n_groupings=3)
+    for s, m in zip(sources["workers"].batches(plan), sources["memory"].batches(plan),
+                    strict=True):
+        assert m.lipschitz is None
+        assert s.lipschitz == pytest.approx(lipschitz(torch.from_numpy(m.x)), rel=1e-6)
+    models = {}
+    for name, source in sources.items():
+        torch.manual_seed(0)
+        model = build_model("mlp", p, 3, hidden_layer_sizes=(5,))
+        fit(model, make_optimizer(model, 0.0, 0.01), max_epochs=3, bank=torch.as_tensor(bank),
+            step_size=LipschitzStep(steepness=1.5, alpha=0.01),
+            epoch_batches=lambda e, source=source: source.batches(epoch_plan(
+                rows, batch_size=batch_size, epoch=e, seed=3, n_groupings=3)))
+        models[name] = model.state_dict()
+    for name, value in models["memory"].items():
+        torch.testing.assert_close(models["workers"][name], value, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("case", ["labels", "class-weights", "regression"])
+def test_validation_on_the_workers_equals_the_rows_evaluated_here(cohort, client, tmp_path,
+                                                                  case):
+    """evaluate() on a StoreSource's blocks ships the model to the workers and adds up their
+    sums; the same blocks brought here (a list) give the same numbers, exactly."""
+    path, X, y, mask, split = cohort
+    store_path = tmp_path / "s.zarr"
+    target = np.linspace(-2, 5, len(y))
+    write_store(store_path, X, y, mask, np.eye(4), split=split, block_rows=16, target=target)
+    regression = case == "regression"
+    source = StoreSource(client, store_path, targets="target" if regression else "labels",
+                         target_mean=1.0, target_scale=2.0)
+    torch.manual_seed(0)
+    model = build_model("mlp", int(mask.sum()), 1 if regression else 3, hidden_layer_sizes=(6,))
+    weight = torch.tensor([0.5, 2.0, 1.0]) if case == "class-weights" else None
+    rows = np.arange(5, 75)
+    blocks = source.blocks(rows)
+    assert blocks.evaluation_sums(model, regression=regression) is not None
+    here = evaluate(model, list(source.blocks(rows)), regression=regression, class_weight=weight)
+    there = evaluate(model, blocks, regression=regression, class_weight=weight)
+    assert there == here and there["n"] == rows.size
+
+
+def test_a_model_heavier_than_its_validation_rows_evaluates_them_here(cohort, client):
+    path, X, y, mask, split = cohort
+    source = StoreSource(client, path)
+    model = build_model("mlp", int(mask.sum()), 3, hidden_layer_sizes=(40,))
+    rows = -(-sum(t.numel() for t in model.parameters()) // int(mask.sum()))  # 41: its weight
+    assert source.blocks(np.arange(rows - 1)).evaluation_sums(model) is None
+    assert source.blocks(np.arange(rows)).evaluation_sums(model) is not None
+
+
+def test_worker_processes_hand_their_blocks_through_shared_memory(cohort, client):
+    path, X, y, mask, split = cohort
+    plan = epoch_plan(np.arange(60), batch_size=7, epoch=0, seed=0)
+    source = StoreSource(client, path, prefetch=3)
+    slots = source._slots()
+    assert slots is not None and slots.folder.is_dir()
+    batches = source.batches(plan)
+    first = next(batches)
+    assert 1 <= len(list(slots.folder.iterdir())) <= 3  # a slot for each task in flight
+    batches.close()  # an interrupted pass: its cancelled tasks' slots are never reused
+    assert not slots._busy and len(list(slots.folder.iterdir())) <= 2
+    blocks = list(source.batches(plan))
+    np.testing.assert_array_equal(first.x, X[plan.batches[0]])
+    np.testing.assert_array_equal(np.concatenate([b.x for b in blocks]), X[np.concatenate(plan.batches)])
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in source.blocks(np.arange(40))]),
+                                  X[:40])
+    assert len(list(slots.folder.iterdir())) <= 3  # kept for the next pass
+    other = StoreSource(client, path, prefetch=3)
+    list(other.batches(plan))  # only the source running a pass holds slots
+    assert not list(slots.folder.iterdir()) and list(other._slots().folder.iterdir())
+    folder = slots.folder
+    del source, slots, batches
+    assert not folder.exists()
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as threads:
+        assert StoreSource(threads, path)._slots() is None  # their blocks are here already
