@@ -233,6 +233,16 @@ def fgscale_default(c: Cohort):
     return model.predict(c.X_te), f"k={model.n_clusters_}"
 
 
+def _fgscale_cv(**params):
+    def fit_predict(c: Cohort):
+        from fgscale import FeatureGroupingRegressor
+
+        model = FeatureGroupingRegressor(mask=c.mask_img, random_state=c.seed, cv=5, **params)
+        model.fit(c.X_tr, c.t_tr, groups=c.groups_tr)
+        return model.predict(c.X_te), f"k={model.n_clusters_}"
+    return fit_predict
+
+
 def sklearn_ridgecv(c: Cohort):
     from sklearn.linear_model import RidgeCV
     from sklearn.pipeline import make_pipeline
@@ -262,11 +272,17 @@ def nilearn_decoder(c: Cohort):
 SMOOTH_METHODS: dict[str, tuple[str, Callable]] = {
     "fgscale-default": ("fgscale defaults (FeatureGroupingRegressor, subjects as groups)",
                         fgscale_default),
+    "fgscale-cv5": ("fgscale defaults, cv=5 by subject, refit", _fgscale_cv()),
+    "fgscale-cv5-mean": ("fgscale defaults, cv=5 by subject, fold models averaged",
+                         _fgscale_cv(refit=False)),
     "sklearn-ridgecv": ("RidgeCV + standardization", sklearn_ridgecv),
     "nilearn-decoder": ("nilearn DecoderRegressor() (SVR, 20% screening, subjects as groups)",
                         nilearn_decoder),
 }
 ANCHOR = "fgscale-default"
+# what --methods runs when not given: the defaults and the two baselines (the cv variants are
+# explorations, run when named)
+DEFAULT_METHODS = ("fgscale-default", "sklearn-ridgecv", "nilearn-decoder")
 
 
 @dataclass
@@ -481,8 +497,9 @@ def parse_args(argv=None):
     cells.add_argument("--first-seed", type=int, default=0,
                        help="seeds FIRST..FIRST+N-1 (default 0): a run in parts, merged with "
                             "--from-csv")
-    cells.add_argument("--methods", default=",".join(SMOOTH_METHODS),
-                       help="comma list (default: all): " + ", ".join(SMOOTH_METHODS))
+    cells.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                       help="comma list of " + ", ".join(SMOOTH_METHODS) + " (default: "
+                            + ", ".join(DEFAULT_METHODS) + ")")
     cells.add_argument("--grid", type=_grid, default=GRID,
                        help=f"the generator's grid (default {GRID}); a shape such as 16x18x16 "
                             "for a smoke run")
