@@ -51,7 +51,7 @@ def test_a_tiny_run_prints_the_tables(bench, tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.rstrip() == out_file.read_text().rstrip()
     assert "SYNTHETIC" in text and f"{bench.SMOOTH_SNR_DB:g} dB" in text
-    labels = [label for label, _ in bench.SMOOTH_METHODS.values()]
+    labels = [bench.SMOOTH_METHODS[name][0] for name in bench.DEFAULT_METHODS]
     tables = [block.splitlines() for block in text.split("\n\n") if block.startswith("| ")]
     results, differences, per_seed = tables
     # one row per cell and method, smallest cohort first, 2 seeds each
