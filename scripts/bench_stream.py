@@ -26,11 +26,18 @@ throughput and memory are measured), a small bank, then reports:
    CPU per row / central CPU per row: how many worker cores one central process keeps fed. With
    ``--baseline DIR`` (another checkout's folder holding ``fgscale/``, e.g. ``git archive HEAD
    fgscale | tar -x -C DIR``), each run is made with that code and with this one, back to back,
-   and the table gives both and their ratio.
+   and the table gives both and their ratio;
+5. with ``--replicas 1,2``: samples/s of the MLP's streamed training (standardized rows, the
+   step size of ``learning_rate="auto"``, no validation) by one central process fed by one
+   worker process, and by R data-parallel replicas in R worker processes
+   (:mod:`fgscale.training._replicas`), each taking ``batch_size / R`` rows of every step, so
+   that all train on the same minibatches; with the CPU seconds per row of the central process
+   and of the workers. Only these runs are made.
 
     .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench] [--quick]
     .venv/bin/python scripts/bench_stream.py --n-workers 4,8,15 --device cuda   # 16 cores, a GPU
     .venv/bin/python scripts/bench_stream.py --feed --rows 1600 --baseline DIR --repeat 3
+    .venv/bin/python scripts/bench_stream.py --replicas 1,2 --rows 1600 --repeat 3
 
 Writes ~rows x p x 4 bytes to --dir (6 GB by default); reuses the store if present.
 """
@@ -325,6 +332,91 @@ def feed_runs(args) -> dict:
     return runs
 
 
+def replica_run(store_path: str, replicas: int, epochs: int, batch_size: int,
+                n_rows: int) -> dict:
+    """Wall and CPU seconds of ``epochs`` epochs of the MLP's streamed training after one to
+    warm up (run in a fresh process): by one central process fed by one worker process
+    (``replicas`` 0), or by ``replicas`` replicas in as many worker processes, each taking
+    ``batch_size // replicas`` rows of every step. The replicas' wall time is their epochs'
+    (``seconds`` of the history): starting the process group and sending the model out, once
+    a call, are left out; ``call`` is the whole call's."""
+    from fgscale._dask.client import get_client
+    from fgscale.grouping._dask_bank import load_bank
+    from fgscale.training import LipschitzStep, StoreSource, fit
+    from fgscale.training._loop import torch_threads
+    from fgscale.training._models import build_model
+    from fgscale.training._replicas import fit_replicas
+
+    store = open_store(store_path)
+    bank, info = load_bank(store_path, **BANK)
+    k = int(info["n_clusters"])
+    train, _ = feed_rows(n_rows)
+    torch.manual_seed(0)
+    model = build_model("mlp", store.n_features, len(store.classes))
+    with get_client(n_workers=max(replicas, 1), processes=True) as client, \
+            torch_threads(batch_size * k):
+        source = StoreSource(client, store_path, n_clusters=k, bank_key=info["key"],
+                             bank_at=info["location"], standardize=True, stats_rows=train,
+                             lipschitz=not replicas)
+        optimizer = make_optimizer(model, 0.0)
+        bank_t = torch.as_tensor(bank)
+
+        def epochs_from(start: int, stop: int) -> list[dict]:
+            if replicas:
+                return fit_replicas(client, source, model, train, replicas=replicas,
+                                    batch_size=batch_size // replicas, max_epochs=stop,
+                                    start_epoch=start, seed=0, n_groupings=len(bank),
+                                    step_size=LipschitzStep())
+            return fit(model, optimizer, max_epochs=stop, start_epoch=start, bank=bank_t,
+                       step_size=LipschitzStep(),
+                       epoch_batches=lambda e: source.batches(epoch_plan(
+                           train, batch_size=batch_size, epoch=e, seed=0,
+                           n_groupings=len(bank))))
+
+        epochs_from(0, 1)
+        before = cpu_now(client)
+        history = epochs_from(1, 1 + epochs)
+        after = cpu_now(client)
+    spent = {key: after[key] - before[key] for key in before}
+    wall = sum(h["seconds"] for h in history) if replicas else spent["wall"]
+    return {**spent, "call": spent["wall"], "wall": wall, "rows": train.size * epochs}
+
+
+def replica_runs(args) -> dict:
+    """Every replica run (:func:`replica_run`, each in a fresh process), keyed by R (0: one
+    central process), each a list over ``--repeat``, the settings alternating."""
+    runs: dict = {}
+    for _ in range(args.repeat):
+        for replicas in [0, *args.replicas]:
+            cmd = [sys.executable, __file__, "--replica-child", str(replicas),
+                   "--dir", str(args.dir), "--rows", str(args.rows), "--p", str(args.p),
+                   "--batch-size", str(args.batch_size), "--feed-rows", str(args.feed_rows),
+                   "--feed-epochs", str(args.feed_epochs)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            run = json.loads(out.strip().splitlines()[-1])
+            runs.setdefault(replicas, []).append(run)
+            print(f"replicas {replicas or 'none (one centre)'}: "
+                  f"{run['rows'] / run['wall']:.0f} samples/s", flush=True)
+    return runs
+
+
+def replica_table(args, runs: dict) -> None:
+    """Print the samples/s and CPU per row of each replica setting (medians, with ranges)."""
+    train, _ = feed_rows(args.feed_rows)
+    print(f"\nMLP, streamed, {args.feed_epochs} epochs of {train.size} rows after one to warm "
+          f"up, batch {args.batch_size} per step, {os.cpu_count()} cores, {args.repeat} "
+          "run(s) each (median [range])")
+    markdown_table("training", "worker processes", "samples/s", "samples/s (whole call)",
+                   "centre CPU ms/row", "workers CPU ms/row")
+    for replicas, rs in sorted(runs.items()):
+        name = f"{replicas} replica{'s' if replicas > 1 else ''}" if replicas else "one centre"
+        markdown_row(name, max(replicas, 1),
+                     median_range([r["rows"] / r["wall"] for r in rs]),
+                     median_range([r["rows"] / r["call"] for r in rs]),
+                     median_range([r["centre"] / r["rows"] for r in rs], 1e3),
+                     median_range([r["workers"] / r["rows"] for r in rs], 1e3))
+
+
 def median_range(values: list[float], scale: float = 1.0) -> str:
     """The median of ``values`` times ``scale``, with their range when there are several."""
     values = sorted(scale * v for v in values)
@@ -441,6 +533,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--child-kind", default="threads", help=argparse.SUPPRESS)
     parser.add_argument("--feed-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--feed-centre-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--replicas", type=worker_counts, default=None,
+                        help="replica counts R, e.g. 1,2: only the replicas' runs (point 5)")
+    parser.add_argument("--replica-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parse_args(parser, quick=dict(rows=64, p=5_000, n_groupings=2, batch_size=16,
                                          feed_rows=64))
     args.feed_rows = min(args.feed_rows, args.rows)
@@ -634,8 +729,15 @@ def main() -> None:
                                   args.feed_epochs, args.batch_size, args.feed_rows,
                                   args.feed_centre_only)))
         return
+    if args.replica_child is not None:
+        print(json.dumps(replica_run(str(store_path), args.replica_child, args.feed_epochs,
+                                     args.batch_size, args.feed_rows)))
+        return
 
     store, size_gb = prepare(args, store_path)
+    if args.replicas:
+        replica_table(args, replica_runs(args))
+        return
     if not args.feed:
         streaming(args, store, store_path, size_gb)
     feed_table(args, feed_runs(args))

@@ -1,0 +1,341 @@
+"""Data-parallel training: R replicas of the model in worker processes of the Dask cluster.
+
+One central process feeds one model, and on CPUs it keeps about one worker busy
+(``scripts/results/bench_stream_feed_2cores.md``). Here each of R worker processes holds a copy
+of the model and takes its own contiguous share of every minibatch of the
+:class:`~fgscale.training.EpochPlan`, read and reduced where it runs, with the step's grouping;
+``torch.distributed`` (gloo) sums the gradients across the replicas in the reduced space (the
+first layer's ``W0_hat``, h x k, never the h x p gradient of ``W0``). Each replica's loss is its
+rows' summed loss divided by the whole minibatch's rows, so the sum is the gradient of the
+minibatch's mean loss, and the step size of ``learning_rate="auto"`` is the Lipschitz constant
+of the whole minibatch, computed across the replicas (:func:`_lipschitz`). R replicas with
+minibatches of m rows then take the steps of one process with minibatches of R·m rows, to float
+rounding (``tests/training/test_replicas.py``).
+
+What a single process does and this does not yet: feature grouping is required (full rows, L2,
+would sum an h x p gradient per step), there is no validation nor early stopping, no
+checkpoints, class weights or regression averaging, and dropout draws its own masks on each
+replica (the same distribution as one process's, not the same masks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from distributed import as_completed
+from torch import nn
+
+from fgscale._dask.client import task_result
+from fgscale.training._loop import batch_loss, make_optimizer, torch_threads
+from fgscale.training._models import GroupedLinear
+from fgscale.training._plan import epoch_plan
+from fgscale.training._sgd import _GRAM_ROWS, LipschitzStep, lipschitz
+from fgscale.training._stream import StoreSource, _bank, load_batch
+
+__all__ = ["ReplicaLost", "ReplicaTask", "fit_replicas"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReplicaTask:
+    """What every replica needs to train: the store as a :class:`StoreSource` names it, the
+    plan's parameters and the optimizer's. Small and picklable: rows and seeds, no arrays of
+    data.
+
+    Attributes
+    ----------
+    path, key, bank_at, stats, stats_at, target, n_clusters
+        As :class:`~fgscale.training.StoreSource` holds them.
+    rows : ndarray of int64
+        The training rows.
+    batch_size : int
+        Rows of each replica's share of a step; the plan's minibatches have
+        ``batch_size * world`` rows.
+    seed, n_groupings : int
+        The plan's (:func:`~fgscale.training.epoch_plan`).
+    start_epoch, max_epochs : int
+    learning_rate, weight_decay : float
+    step_size : LipschitzStep or None
+        The step of ``learning_rate="auto"``; None for the fixed ``learning_rate``.
+    """
+
+    path: str
+    key: str
+    bank_at: str
+    stats: str | None
+    stats_at: str
+    target: tuple[float, float] | None
+    n_clusters: int
+    rows: np.ndarray
+    batch_size: int
+    seed: int
+    n_groupings: int
+    start_epoch: int
+    max_epochs: int
+    learning_rate: float
+    weight_decay: float
+    step_size: LipschitzStep | None
+
+
+def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replicas: int,
+                 batch_size: int, max_epochs: int, seed: int, n_groupings: int,
+                 learning_rate: float = 0.01, weight_decay: float = 0.0,
+                 step_size: LipschitzStep | None = None, start_epoch: int = 0,
+                 timeout: float = 300.0) -> list[dict]:
+    """Train ``model`` with ``replicas`` data-parallel copies in worker processes of ``client``.
+
+    Equal, to float rounding, to :func:`~fgscale.training.fit` (no validation, no stopper) on
+    the batches of ``source`` planned with ``batch_size * replicas`` rows per minibatch.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        Its cluster needs ``replicas`` worker processes (not threads of one process: each
+        replica joins the process group once).
+    source : StoreSource
+        The store, its bank (required) and its standardization.
+    model : nn.Module
+        On the CPU, with a :class:`~fgscale.training.GroupedLinear` first layer (``model.first``);
+        trained in place: its weights are the replicas' after the last epoch.
+    rows : array-like of int of shape (n_rows,)
+        The training rows.
+    replicas : int
+    batch_size : int
+        Each replica's rows per step.
+    max_epochs, seed, n_groupings : int
+        The epochs to run and the plan's seed and bank size.
+    learning_rate, weight_decay : float
+    step_size : LipschitzStep, optional
+        ``learning_rate="auto"``: each step's size from its whole minibatch.
+    start_epoch : int, default=0
+    timeout : float, default=300.0
+        Seconds a replica waits for the others at a collective before it fails. When one
+        replica fails, the run fails at once; the others, cancelled, still hold their worker
+        thread until then (Dask cannot interrupt a running task).
+
+    Returns
+    -------
+    history : list of dict
+        Per epoch: epoch, train_loss (the mean over the epoch's rows) and seconds.
+    """
+    if not source.n_clusters or not source.bank_at:
+        raise ValueError("replicas need feature grouping: the source has no bank (with full "
+                         "rows each step would sum an h x p gradient across the replicas)")
+    if not isinstance(getattr(model, "first", None), GroupedLinear):
+        raise ValueError(f"replicas need a model whose first layer is a GroupedLinear, got "
+                         f"{type(model).__name__}")
+    workers = _replica_workers(client, replicas)
+    task = ReplicaTask(source.path, source.key, source.bank_at, source.stats, source.stats_at,
+                       source.target, source.n_clusters, np.asarray(rows, dtype=np.int64),
+                       int(batch_size), int(seed), int(n_groupings), int(start_epoch),
+                       int(max_epochs), float(learning_rate), float(weight_decay), step_size)
+    host = _address_host(workers[0])
+    # a port free on rank 0's machine, where the process group's store listens; a fresh one
+    # for every call, so that two phases never meet at the same address
+    port = task_result(client.submit(_free_port, workers=[workers[0]], pure=False))
+    init = f"tcp://{host}:{port}"
+    shipped = client.scatter(model, hash=False, broadcast=True)
+    futures = [client.submit(train_replica, rank, replicas, init, shipped, task, timeout,
+                             workers=[address], allow_other_workers=False, pure=False)
+               for rank, address in enumerate(workers)]
+    try:
+        _raise_first_error(client, futures)
+        state, history = task_result(futures[0])  # the others return None
+    finally:  # Ctrl-C or a failed replica: the others are cancelled
+        for future in futures:
+            future.cancel()
+        shipped.release()
+    model.load_state_dict(state)
+    return history
+
+
+class ReplicaLost(RuntimeError):
+    """A replica's collective failed: another replica left the run (its error, or its
+    process lost)."""
+
+
+_GRACE = 30.0  # seconds the run waits for the cause once a replica saw another one leave
+
+
+def _raise_first_error(client, futures: list) -> None:
+    """Wait for the replicas; raise the first error of one that failed on its own (reading
+    its rows, say) rather than the :class:`ReplicaLost` of those that saw it leave, which may
+    come first. A replica whose process was lost raises nothing: then, after a grace, the
+    :class:`ReplicaLost` is the error."""
+    lost = None
+    for future in as_completed(futures, loop=client.loop):
+        if future.status == "error":
+            if not isinstance(future.exception(), ReplicaLost):
+                task_result(future)
+            lost = future
+            break
+    if lost is None:
+        return
+    try:
+        for future in as_completed([f for f in futures if not f.done()], loop=client.loop,
+                                   timeout=_GRACE):
+            if future.status == "error" and not isinstance(future.exception(), ReplicaLost):
+                task_result(future)
+    except TimeoutError:
+        pass
+    task_result(lost)
+
+
+def _collective(op, *args) -> None:
+    """``op(*args)``, a collective of the process group, its failure a :class:`ReplicaLost`."""
+    try:
+        op(*args)
+    except RuntimeError as exc:
+        raise ReplicaLost(f"replica {dist.get_rank()} of {dist.get_world_size()}: another "
+                          f"replica left the run ({exc})") from None
+
+
+def _replica_workers(client, replicas: int) -> list[str]:
+    """``replicas`` addresses of workers in distinct processes, in a fixed order."""
+    if replicas < 1:
+        raise ValueError(f"replicas must be >= 1, got {replicas}")
+    pids = client.run(_pid)
+    by_process = {}
+    for address in sorted(pids):
+        by_process.setdefault(pids[address], address)
+    if len(by_process) < replicas:
+        raise ValueError(f"replicas={replicas} needs as many worker processes; the cluster has "
+                         f"{len(by_process)} (start it with processes=True and n_workers >= "
+                         f"{replicas})")
+    return sorted(by_process.values())[:replicas]
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _address_host(address: str) -> str:
+    from distributed.comm import get_address_host
+
+    return get_address_host(address)
+
+
+def _free_port() -> int:
+    """A TCP port free on this machine now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def train_replica(rank: int, world: int, init_method: str, model: nn.Module, task: ReplicaTask,
+                  timeout: float) -> tuple[dict, list[dict]] | None:
+    """Worker task: replica ``rank`` of ``world``; returns the state dict and the history
+    from rank 0, None from the others (their weights are the same)."""
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout))
+    try:
+        # dropout's masks: seeded per replica, so that a run is repeatable
+        torch.manual_seed(int(np.random.SeedSequence([task.seed, rank]).generate_state(1)[0]))
+        history = [_replica_epoch(model, task, epoch, rank, world)
+                   for epoch in range(task.start_epoch, task.max_epochs)]
+    finally:
+        dist.destroy_process_group()
+    if rank:
+        return None
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}, history
+
+
+def _replica_epoch(model: nn.Module, task: ReplicaTask, epoch: int, rank: int,
+                   world: int) -> dict:
+    """One epoch of this replica's steps; the epoch's mean loss over all the replicas' rows."""
+    started = time.perf_counter()
+    plan = epoch_plan(task.rows, batch_size=task.batch_size * world, epoch=epoch,
+                      seed=task.seed, n_groupings=task.n_groupings)
+    labels = _bank(task.path, task.key, task.bank_at)
+    optimizer = make_optimizer(model, task.learning_rate, task.weight_decay)
+    first = model.first
+    first.defer = "grouped"  # the reduced (h x k) gradient is what the replicas sum
+    decay = next(g for g in optimizer.param_groups if any(p is first.weight for p in g["params"]))
+    model.train()
+    total, count = 0.0, 0
+    try:
+        for rows, g in zip(plan.batches, plan.groupings, strict=True):
+            share = np.array_split(rows, world)[rank]
+            x, y = load_batch(task.path, share, int(g), task.n_clusters, task.key, task.stats,
+                              task.target, task.bank_at, task.stats_at)
+            x, y = torch.from_numpy(x), torch.from_numpy(y)
+            with torch_threads(x.numel()):
+                if task.step_size is not None:
+                    lr = task.step_size.of_constant(_lipschitz(x, len(rows), world))
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
+                total += _replica_step(model, optimizer, x, y,
+                                       torch.from_numpy(labels[int(g)]).long(), len(rows))
+            first.step_deferred(decay["lr"], decay["weight_decay"])
+            count += len(rows)
+    finally:
+        first.defer, first._pending = False, None
+    optimizer.zero_grad(set_to_none=True)
+    return {"epoch": epoch, "train_loss": total / max(count, 1),
+            "seconds": time.perf_counter() - started}
+
+
+def _replica_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
+                  grouping: torch.Tensor, m: int) -> float:
+    """This replica's share of one SGD step on a minibatch of ``m`` rows in all, the first
+    layer's deferred step left to the caller; returns the minibatch's summed loss."""
+    optimizer.zero_grad(set_to_none=True)
+    first = model.first
+    loss = batch_loss(model(x, grouping), y, reduction="sum")
+    (loss / m).backward()
+    if first._pending is None:  # no rows here: this replica adds nothing to W0_hat's gradient
+        k = x.shape[1]
+        first._pending = (grouping, None, torch.zeros(first.weight.shape[0], k))
+    rest = [p for p in model.parameters() if p is not first.weight]
+    for p in rest:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    reduced = first._pending[2]
+    # one collective per step: every gradient, and the loss, in one flat buffer
+    flat = torch.cat([reduced.reshape(-1), *(p.grad.reshape(-1) for p in rest),
+                      loss.detach().reshape(1)])
+    _collective(dist.all_reduce, flat)
+    reduced.copy_(flat[: reduced.numel()].view_as(reduced))
+    offset = reduced.numel()
+    for p in rest:
+        p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+        offset += p.numel()
+    optimizer.step()  # W0 has no .grad after a deferred forward: SGD leaves it alone
+    return float(flat[-1])
+
+
+def _lipschitz(x: torch.Tensor, m: int, world: int, n_iter: int = 8) -> float:
+    """:func:`~fgscale.training.lipschitz` of the whole minibatch of ``m`` rows whose share
+    ``x`` this replica holds: the same arithmetic, each product over the rows summed across
+    the replicas. Up to 64 rows, the rows themselves are gathered (at most 64 x k values) and
+    the Gram matrix's eigenvalues computed on every replica."""
+    if m <= _GRAM_ROWS:
+        sizes = [len(s) for s in np.array_split(np.arange(m), world)]
+        padded = torch.zeros(max(sizes), x.shape[1], dtype=x.dtype)
+        padded[: len(x)] = x
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        _collective(dist.all_gather, parts, padded)
+        return lipschitz(torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)]))
+    u = torch.full((x.shape[0],), 1.0 / np.sqrt(m), dtype=x.dtype)
+    lam = 0.0
+    for _ in range(n_iter):
+        xtu = torch.cat([x.T @ u, u.sum().reshape(1)])
+        _collective(dist.all_reduce, xtu)
+        v = x @ xtu[:-1] + xtu[-1]
+        sums = torch.stack([u @ v, v @ v])
+        _collective(dist.all_reduce, sums)
+        lam = float(sums[0])
+        norm = sums[1].sqrt()
+        if norm == 0:
+            break
+        u = v / norm
+    return 0.5 * lam / m

@@ -1,0 +1,91 @@
+"""Data-parallel replicas (gloo, in the worker processes of a real LocalCluster) against one
+process streaming minibatches of all their rows."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import smooth_cohort
+
+from fgscale.grouping import build_bank
+from fgscale.store import write_store
+from fgscale.training import LipschitzStep, StoreSource, build_model, epoch_plan, fit, make_optimizer
+from fgscale.training._replicas import fit_replicas
+
+
+@pytest.fixture(scope="module")
+def banked(tmp_path_factory, client):
+    """A SYNTHETIC store with a bank of 3 groupings at k = 10%: (path, k, key, training rows)."""
+    X, y, mask, split = smooth_cohort(n=150)  # over 64 training rows: a step of 80 rows
+    path = tmp_path_factory.mktemp("replicas") / "cohort.zarr"
+    write_store(path, X, y, mask, np.eye(4), split=split, block_rows=16,
+                attrs={"synthetic": True})
+    bank, info = build_bank(path, n_groupings=3, n_bootstrap=6, n_clusters=0.1, seed=0,
+                            client=client, progress=False, return_info=True)
+    return path, int(bank.max()) + 1, info["key"], np.flatnonzero(split == "train"), bank
+
+
+def one_process(client, banked, model, *, batch_size, epochs, step_size, learning_rate):
+    """The oracle: :func:`fit` on the source's batches, in this process."""
+    path, k, key, rows, bank = banked
+    source = StoreSource(client, path, n_clusters=k, bank_key=key, lipschitz=True)
+    optimizer = make_optimizer(model, learning_rate, 0.01)
+    return fit(model, optimizer, max_epochs=epochs, bank=torch.from_numpy(bank),
+               step_size=step_size,
+               epoch_batches=lambda e: source.batches(epoch_plan(
+                   rows, batch_size=batch_size, epoch=e, seed=4, n_groupings=len(bank))))
+
+
+# batch 40 (2 x 20): the step size's Gram matrix gathered; batch 80 (2 x 40): its power
+# iterations summed across the replicas; a fixed step: the gradients alone
+@pytest.mark.parametrize("batch_size, auto", [(20, True), (40, True), (20, False)],
+                         ids=["gram", "power-iterations", "fixed-step"])
+@pytest.mark.parametrize("kind", ["mlp", "logreg"])
+def test_two_replicas_equal_one_process_with_twice_the_batch(client, banked, kind, batch_size,
+                                                             auto):
+    path, k, key, rows, bank = banked
+    torch.manual_seed(0)
+    start = build_model(kind, int(bank.shape[1]), 3, hidden_layer_sizes=(12,))
+    oracle, replicated = (build_model(kind, int(bank.shape[1]), 3, hidden_layer_sizes=(12,))
+                          for _ in range(2))
+    oracle.load_state_dict(start.state_dict())
+    replicated.load_state_dict(start.state_dict())
+    step = LipschitzStep(1.0, 0.01) if auto else None
+    expected = one_process(client, banked, oracle, batch_size=2 * batch_size, epochs=3,
+                           step_size=step, learning_rate=0.05)
+    source = StoreSource(client, path, n_clusters=k, bank_key=key)
+    history = fit_replicas(client, source, replicated, rows, replicas=2, batch_size=batch_size,
+                           max_epochs=3, seed=4, n_groupings=len(bank), learning_rate=0.05,
+                           weight_decay=0.01, step_size=step)
+    for (name, got), want in zip(replicated.state_dict().items(), oracle.state_dict().values(),
+                                 strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
+    assert not torch.equal(replicated.first.weight, start.first.weight)  # it did train
+    np.testing.assert_allclose([h["train_loss"] for h in history],
+                               [h["train_loss"] for h in expected], rtol=1e-5)
+
+
+def test_replicas_need_worker_processes_and_a_bank(client, banked):
+    path, k, key, rows, bank = banked
+    model = build_model("mlp", int(bank.shape[1]), 3, hidden_layer_sizes=(4,))
+    source = StoreSource(client, path, n_clusters=k, bank_key=key)
+    with pytest.raises(ValueError, match="replicas=3 needs as many worker processes"):
+        fit_replicas(client, source, model, rows, replicas=3, batch_size=8, max_epochs=1,
+                     seed=0, n_groupings=len(bank))
+    with pytest.raises(ValueError, match="need feature grouping"):
+        fit_replicas(client, StoreSource(client, path), model, rows, replicas=2, batch_size=8,
+                     max_epochs=1, seed=0, n_groupings=0)
+
+
+def test_a_failing_replica_fails_the_run_without_waiting_for_the_others(client, banked):
+    path, k, key, rows, bank = banked
+    model = build_model("logreg", int(bank.shape[1]), 3)
+    source = StoreSource(client, path, n_clusters=k, bank_key=key)
+    # one row past the store's end: the replica whose share holds it fails its first read,
+    # while the other waits for it at the step's collective
+    bad = np.append(rows[:15], 10**6)
+    with pytest.raises(IndexError):
+        fit_replicas(client, source, model, bad, replicas=2, batch_size=8, max_epochs=1,
+                     seed=0, n_groupings=len(bank), timeout=600)
+    # the other replica left the collective too: each worker's thread takes tasks again
+    for address in client.scheduler_info()["workers"]:
+        assert client.submit(sum, [1, 2], workers=[address], pure=False).result(timeout=60) == 3
