@@ -94,7 +94,6 @@ its ``Method`` says ``takes_groups``) and a ``Method`` entry in ``METHODS``.
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import gzip
 import math
@@ -108,7 +107,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from benchlib import comma_list, path_list, proc_status_kib, read_csv_rows
+from benchlib import comma_list, csv_writer, path_list, proc_status_kib, read_csv_rows
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_PACKAGE = "dataset-fashion-mnist"
@@ -1009,13 +1008,8 @@ def main(argv=None) -> None:
                   for family, names in args.by_dataset.items()}
     records: list[Record] = []
     versions()  # the commit measured: read now, not when the run ends
-    csv_file = writer = None
-    if args.csv:
-        csv_file = open(args.csv, "w", newline="")  # closed in the finally below
-        writer = csv.DictWriter(csv_file, fieldnames=list(Record.__dataclass_fields__))
-        writer.writeheader()
     t_start = time.perf_counter()
-    try:
+    with csv_writer(args.csv, Record) as write_row:
         for split in splits(args, fashion):
             done: dict[str, Record] = {}  # fixed fgscale parameters -> this split's record
             for method in by_dataset[split.dataset.split(" ")[0]]:
@@ -1030,17 +1024,12 @@ def main(argv=None) -> None:
                     if key is not None:
                         done[key] = rec
                 records.append(rec)
-                if writer:
-                    writer.writerow(rec.__dict__)
-                    csv_file.flush()
+                write_row(rec)
                 print(f"[{time.perf_counter() - t_start:7.1f} s] {split.dataset} n_train="
                       f"{split.n_train} noise={split.noise} seed={split.seed} {method.name}: "
                       f"acc {100 * rec.accuracy:.2f}% in {rec.time_s:.1f} s (CPU {rec.cpu_s:.1f} s), "
                       f"+{rec.peak_mb:.0f} MB{' (reused)' if rec.note else ''}",
                       file=sys.stderr, flush=True)
-    finally:
-        if csv_file:
-            csv_file.close()
     text = report(records, [m.name for m in METHODS if m.name in args.methods],
                   fresh=args.fresh_process)
     total = time.perf_counter() - t_start

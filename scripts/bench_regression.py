@@ -78,7 +78,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import sys
@@ -101,7 +100,7 @@ from bench_accuracy import (  # noqa: E402
     smooth_cells,
     versions,
 )
-from benchlib import comma_list, path_list, read_csv_rows  # noqa: E402
+from benchlib import comma_list, csv_writer, path_list, read_csv_rows  # noqa: E402
 
 GRID = "4mm"
 SIGMA_NOISE = 1.5
@@ -448,28 +447,18 @@ def fit_cells(args, cells: list[str]) -> list[Fit]:
     seeds = range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds))
     versions()  # the commit measured: read now, not when the run ends
     fits: list[Fit] = []
-    csv_file = writer = None
-    if args.csv:
-        csv_file = open(args.csv, "w", newline="")  # closed in the finally below
-        writer = csv.DictWriter(csv_file, fieldnames=list(Fit.__dataclass_fields__))
-        writer.writeheader()
     start = time.perf_counter()
-    try:
+    with csv_writer(args.csv, Fit) as write_row:
         for cell in cells:
             for seed in seeds:
                 cohort = smooth_cohort(cell, seed, args.snr_db, args.grid)
                 for method in args.methods:
                     fit = run_fit(method, cohort)
                     fits.append(fit)
-                    if writer:
-                        writer.writerow(fit.__dict__)
-                        csv_file.flush()
+                    write_row(fit)
                     print(f"[{time.perf_counter() - start:7.1f} s] {cell} seed={seed} {method}: "
                           f"R² {fit.r2:.3f} in {fit.time_s:.1f} s (CPU {fit.cpu_s:.1f} s), "
                           f"+{fit.peak_mb:.0f} MB, {fit.chosen}", file=sys.stderr, flush=True)
-    finally:
-        if csv_file:
-            csv_file.close()
     return fits
 
 

@@ -84,6 +84,26 @@ def read_csv_rows(paths, row_type, key: tuple[str, ...], option: str = "--from-c
     return rows
 
 
+@contextlib.contextmanager
+def csv_writer(path, row_type) -> Iterator[Callable]:
+    """A function that writes one ``row_type`` dataclass as a row of the CSV at ``path`` as
+    each result comes (flushed, so that an interrupted run keeps what it measured; read back by
+    :func:`read_csv_rows`), or does nothing where ``path`` is None."""
+    import csv
+
+    if path is None:
+        yield lambda row: None
+        return
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row_type.__dataclass_fields__))
+        writer.writeheader()
+
+        def write(row) -> None:
+            writer.writerow(row.__dict__)
+            f.flush()
+        yield write
+
+
 # ------------------------------------------------------------------------------- timing
 
 
