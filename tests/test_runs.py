@@ -119,6 +119,30 @@ def test_a_search_killed_in_its_second_candidate_resumes_to_the_uninterrupted_re
     assert len((killed_run / "metrics-candidate-2.jsonl").read_text().splitlines()) == epochs
 
 
+def test_a_cv_search_killed_in_its_second_fold_resumes_to_the_uninterrupted_result(
+        tiny_store, client, tmp_path):
+    """With cv=, each fold of each candidate is a phase with its own checkpoint: the folds done
+    are read back, the killed one goes on from its last whole epoch."""
+    epochs = 30
+    killed_run, whole_run = tmp_path / "killed", tmp_path / "whole"
+    cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out",
+           str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", "--patience",
+           str(epochs), "--cv", "2", *ARGS]
+    metrics = killed_run / "metrics-fold-2.jsonl"
+    kill_once_written(cmd, metrics, 3)
+    assert 3 <= len(metrics.read_text().splitlines()) < epochs, "not killed mid-fold"
+    first = (killed_run / "metrics-fold-1.jsonl").read_text()
+    assert len(first.splitlines()) == epochs
+
+    params = dict(PARAMS, cv=2, max_epochs=epochs, patience=epochs)
+    summary = train_run(tiny_store.path, killed_run, params=params, resume=True, client=client)
+    whole = train_run(tiny_store.path, whole_run, params=params, client=client)
+    assert_same_model(killed_run, whole_run, rtol=1e-6, atol=1e-7)
+    assert summary["candidates"] == whole["candidates"] and summary["folds"] == 2
+    assert (killed_run / "metrics-fold-1.jsonl").read_text() == first  # read, not rerun
+    assert len(metrics.read_text().splitlines()) == epochs
+
+
 @pytest.mark.parametrize("params, match", [
     (dict(dropout=2.0), "'dropout' parameter of FeatureGroupingClassifier must be"),
     (dict(device="cuda:99"), "'cuda:99'"),  # a GPU this machine lacks: before the bank is built
