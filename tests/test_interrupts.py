@@ -339,3 +339,21 @@ def test_ctrl_c_during_the_demo_exits_130_and_the_same_command_finishes(tmp_path
     assert f"SYNTHETIC data; 2 runs in {out / 'runs'}" in again.stdout
     for regularizer in ("feature_grouping", "l2"):
         assert (out / "runs" / regularizer / "maps.nii.gz").exists()
+
+
+def test_ctrl_c_during_a_checkpoint_write_lands_after_it_whole(tmp_path):
+    """Ctrl-C inside torch.save's zip writer made it fail closing the archive with a
+    RuntimeError that hid the KeyboardInterrupt (a traceback, exit 1): the write now ends whole,
+    then the interrupt is raised."""
+    import torch
+
+    from fgscale._utils.files import atomic_path, signals_deferred
+
+    path = tmp_path / "checkpoint.pt"
+    state = {"w": torch.arange(1000.0)}
+    with pytest.raises(KeyboardInterrupt):
+        with signals_deferred(), atomic_path(path) as tmp, open(tmp, "wb") as f:
+            os.kill(os.getpid(), signal.SIGINT)  # delivered here, in the middle of the write
+            torch.save(state, f)
+    assert torch.equal(torch.load(path, weights_only=True)["w"], state["w"])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

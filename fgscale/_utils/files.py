@@ -6,7 +6,8 @@ one command at a time on a folder (:func:`exclusive`) or on a name that comes an
 a temporary file's writer, its machine when another, and whether that writer is gone
 (:func:`owner_tag`, :func:`owner_elsewhere`, :func:`owner_gone`); what was written made to
 survive a crash of the machine, not only of the process (:func:`fsync_file`, :func:`fsync_dir`,
-:func:`fsync_fd`, :func:`fsync_tree`)."""
+:func:`fsync_fd`, :func:`fsync_tree`); Ctrl-C and SIGTERM held back while a writer that cannot be
+interrupted cleanly runs (:func:`signals_deferred`)."""
 
 from __future__ import annotations
 
@@ -17,19 +18,51 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["atomic_path", "can_write", "check_writable", "exclusive", "exclusive_name",
            "fsync_dir", "fsync_fd", "fsync_file", "fsync_tree", "owner_elsewhere", "owner_gone", "owner_tag",
-           "pid_alive", "read_json", "replaced_folder"]
+           "pid_alive", "read_json", "replaced_folder", "signals_deferred"]
 
 log = logging.getLogger(__name__)
 # letters, digits and "_" only: a tag splits from the name around it at "-" or "."
 _HOST = re.sub(r"\W", "_", socket.gethostname()) or "localhost"
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs, then act on the first that came, as
+    its handler would have (Ctrl-C's KeyboardInterrupt, the command line's SIGTERM).
+
+    For writers that an exception raised mid-write turns into another error: torch.save,
+    interrupted inside its zip writer, fails closing the archive with a RuntimeError that hides
+    the KeyboardInterrupt, so Ctrl-C during a checkpoint ended a command with a traceback.
+    In a thread other than the main one (which receives no signal) the block simply runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[tuple[int, object]] = []
+    kept = {signum: signal.signal(signum, lambda n, frame: came.append((n, frame)))
+            for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in kept.items():
+            signal.signal(signum, handler)
+    if came:
+        signum, frame = came[0]
+        handler = kept[signum]
+        if callable(handler):
+            handler(signum, frame)
+        elif handler == signal.SIG_DFL:  # as the default would have: end the process
+            signal.raise_signal(signum)
 
 
 @contextmanager

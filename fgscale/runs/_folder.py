@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from fgscale._utils.files import atomic_path, read_json
+from fgscale._utils.files import atomic_path, read_json, signals_deferred
 from fgscale.estimators._params import RUNTIME_PARAMS, params_to_json
 from fgscale.estimators._persist import load_model, write_model
 from fgscale.runs._listing import check_finished_run
@@ -301,7 +301,7 @@ class _Checkpoints(History):
                  "params": self.estimator_params, "phase_params": self.phase_params}
         # into an open file: on a full disk that raises the OSError, which torch's own writer
         # of a path turns into a RuntimeError naming no file
-        with atomic_path(self.checkpoint_path) as tmp, open(tmp, "wb") as f:
+        with signals_deferred(), atomic_path(self.checkpoint_path) as tmp, open(tmp, "wb") as f:
             torch.save(state, f)
         with atomic_path(self.metrics_path) as tmp:
             tmp.write_text("".join(json.dumps(h) + "\n" for h in self.history))
