@@ -351,9 +351,15 @@ def test_ctrl_c_during_a_checkpoint_write_lands_after_it_whole(tmp_path):
 
     path = tmp_path / "checkpoint.pt"
     state = {"w": torch.arange(1000.0)}
-    with pytest.raises(KeyboardInterrupt):
-        with signals_deferred(), atomic_path(path) as tmp, open(tmp, "wb") as f:
-            os.kill(os.getpid(), signal.SIGINT)  # delivered here, in the middle of the write
-            torch.save(state, f)
+    # Python's own Ctrl-C handler: a module imported by another test (dask_jobqueue's runner)
+    # replaces it process-wide
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with signals_deferred(), atomic_path(path) as tmp, open(tmp, "wb") as f:
+                os.kill(os.getpid(), signal.SIGINT)  # delivered here, in the middle of the write
+                torch.save(state, f)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert torch.equal(torch.load(path, weights_only=True)["w"], state["w"])
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
