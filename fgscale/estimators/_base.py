@@ -372,7 +372,7 @@ class FeatureGroupingBase(BaseEstimator):
             self.alpha_, self.dropout_, self.n_clusters_ = (
                 chosen["alpha"], chosen["dropout"], chosen["n_clusters"])
             self.bank_ = sources[chosen["n_clusters"]][1]
-            self.n_iter_ = max(1, int(round(np.mean([f["epochs"] for f in folds]))))
+            self.n_iter_ = chosen["best_epoch"] + 1  # the folds' mean
             self._set_cv_attributes(chosen, folds)
             self.history_ = folds[0]["history"] if len(folds) == 1 else [
                 dict(h, fold=i + 1) for i, f in enumerate(folds) for h in f["history"]]

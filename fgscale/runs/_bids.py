@@ -28,7 +28,7 @@ from pathlib import Path
 
 from fgscale._utils.files import atomic_path, read_json
 from fgscale.images._bids_names import bids_label, bids_name, parse_bids_name
-from fgscale.runs._maps import read_maps
+from fgscale.runs._maps import numbered_apart, read_maps
 
 __all__ = ["BIDS_VERSION", "export_bids"]
 
@@ -65,15 +65,8 @@ def _shared_entities(store_path: str | None) -> dict:
 
 def _desc_labels(names) -> list[str]:
     """A BIDS label per output name, unique whatever the case (see the module's docstring)."""
-    labels, seen = [], set()
-    for name in names:
-        stem = bids_label(name) or "class"
-        label, i = stem, 2
-        while label.lower() in seen:
-            label, i = f"{stem}{i}", i + 1
-        seen.add(label.lower())
-        labels.append(label)
-    return labels
+    # BIDS labels are letters and digits only: the number follows with no separator
+    return numbered_apart([bids_label(name) or "class" for name in names], "")
 
 
 def _generated_by() -> dict:

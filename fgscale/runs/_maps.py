@@ -37,8 +37,8 @@ from torch import nn
 from fgscale._utils.files import atomic_path, read_json
 from fgscale.images._nifti import unmask
 
-__all__ = ["MAPS_IMAGE", "MAPS_JSON", "file_stems", "has_maps", "linearized_weights", "output_weights",
-           "read_maps", "write_maps"]
+__all__ = ["MAPS_IMAGE", "MAPS_JSON", "file_stems", "has_maps", "linearized_weights",
+           "numbered_apart", "output_weights", "read_maps", "write_maps"]
 
 MAPS_IMAGE, MAPS_JSON, MAPS_DIR = "maps.nii.gz", "maps.json", "maps"
 _FORMAT = "fgscale-maps"
@@ -140,15 +140,22 @@ def file_stems(names) -> list[str]:
     """File names (without suffix) for class names: letters, digits, ``.``, ``_`` and ``-``
     only, every other run of characters made ``_``; names that clash (case aside, for macOS
     and Windows) get ``_2``, ``_3``..."""
-    stems, seen = [], set()
-    for name in names:
-        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._")[:_MAX_STEM] or "class"
+    return numbered_apart(
+        [re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._")[:_MAX_STEM] or "class"
+         for name in names], "_")
+
+
+def numbered_apart(stems, sep: str) -> list[str]:
+    """``stems`` made unique whatever the case (for macOS and Windows file systems): the
+    second of a name becomes ``<stem><sep>2``, the third ``<stem><sep>3``..."""
+    out, seen = [], set()
+    for stem in stems:
         candidate, i = stem, 2
         while candidate.lower() in seen:
-            candidate, i = f"{stem}_{i}", i + 1
+            candidate, i = f"{stem}{sep}{i}", i + 1
         seen.add(candidate.lower())
-        stems.append(candidate)
-    return stems
+        out.append(candidate)
+    return out
 
 
 def write_maps(folder, estimator, mask: np.ndarray, affine: np.ndarray, codes=None) -> dict:

@@ -163,10 +163,12 @@ def changed(g, rows, targets, mask, resample, intersect_mask=None, block_rows=No
             return "on" if value else "off"
         return value
 
-    params = g.attrs.get("params", {})
+    # a store converted before smoothing existed was not smoothed; the other arguments, where
+    # a store did not record them, are not known
+    params = {"smoothing_fwhm": None, **g.attrs.get("params", {})}
     for name, now in (("mask", mask), ("resample", resample), ("intersect_mask", intersect_mask),
                       ("block_rows", block_rows), ("smoothing_fwhm", smoothing_fwhm)):
-        if (name in params or name == "smoothing_fwhm") and params.get(name) != now:
+        if name in params and params[name] != now:
             return (f" (--{name.replace('_', '-')} {word(name, params[name])} there, "
                     f"{word(name, now)} now)")
     if "block_rows" not in params and block_rows not in (None, g.attrs.get("block_rows")):
