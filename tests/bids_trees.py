@@ -1,6 +1,7 @@
 """SYNTHETIC BIDS datasets for the tests, laid out as the specification lays them out: real NIfTI
-files written with nibabel, JSON sidecars, ``participants.tsv`` and ``events.tsv`` (import
-them with ``from bids_trees import ...``; tests/conftest.py puts this folder on sys.path).
+files written with nibabel, JSON sidecars, ``participants.tsv``, ``sessions.tsv``,
+``scans.tsv`` and ``events.tsv`` (import them with ``from bids_trees import ...``;
+tests/conftest.py puts this folder on sys.path).
 
 Every image is a box of positive values (the computed mask is the box), a smooth pattern per
 class added, and noise: a decoder separates the classes.
@@ -80,6 +81,16 @@ def age(subject: str) -> float:
     return 20.0 + 5.5 * int(subject)
 
 
+def drug(session: str) -> str:
+    """A session's value in ``sessions.tsv``."""
+    return "placebo" if session == "1" else "drug"
+
+
+def condition(run: str) -> str:
+    """A run's value in ``scans.tsv``."""
+    return "open" if run == "1" else "closed"
+
+
 def participants(root: Path, n_subjects: int) -> Path:
     return write_tsv(root / "participants.tsv", ["participant_id", "diagnosis", "age", "sex"],
                      [[f"sub-{s}", diagnosis(s), age(s), "n/a"] for s in subjects(n_subjects)])
@@ -88,8 +99,10 @@ def participants(root: Path, n_subjects: int) -> Path:
 def statmap_dataset(root: Path, n_subjects: int = 8, seed: int = 0) -> Path:
     """A SYNTHETIC derivatives dataset of first-level 3D maps: per subject, 2 sessions x 2 runs
     of ``stat-effect`` maps in MNI space (the diagnosis' pattern, the age's), each with a JSON
-    sidecar; beside them what a query must leave out: the same maps in T1w space, a brain mask,
-    a file whose name breaks the rules, and a folder that ``.bidsignore`` lists."""
+    sidecar, a ``sessions.tsv`` (``drug``) and a ``scans.tsv`` per session listing every map
+    (``condition``, by run); beside them what a query must leave out: the same maps in T1w
+    space, a brain mask, a file whose name breaks the rules, and a folder that ``.bidsignore``
+    lists."""
     rng = np.random.default_rng(seed)
     write_json(root / "dataset_description.json", {
         "Name": "SYNTHETIC first-level maps", "BIDSVersion": "1.10.0",
@@ -97,8 +110,11 @@ def statmap_dataset(root: Path, n_subjects: int = 8, seed: int = 0) -> Path:
     participants(root, n_subjects)
     (root / ".bidsignore").write_text("extra/\n")
     for s in subjects(n_subjects):
+        write_tsv(root / f"sub-{s}" / f"sub-{s}_sessions.tsv", ["session_id", "drug", "dose"],
+                  [[f"ses-{ses}", drug(ses), "n/a"] for ses in ("1", "2")])
         for ses in ("1", "2"):
             func = root / f"sub-{s}" / f"ses-{ses}" / "func"
+            scans = []
             for run in ("1", "2"):
                 stem = f"sub-{s}_ses-{ses}_task-faces_run-{run}"
                 for space in (SPACE, "T1w"):
@@ -106,6 +122,9 @@ def statmap_dataset(root: Path, n_subjects: int = 8, seed: int = 0) -> Path:
                     klass = "face" if diagnosis(s) == "patient" else "house"
                     save(func / f"{name}.nii.gz", volume(rng, klass, age(s)))
                     write_json(func / f"{name}.json", {"Description": "SYNTHETIC effect size"})
+                    scans.append([f"func/{name}.nii.gz", condition(run)])
+            write_tsv(root / f"sub-{s}" / f"ses-{ses}" / f"sub-{s}_ses-{ses}_scans.tsv",
+                      ["filename", "condition"], scans)
             save(func / f"sub-{s}_ses-{ses}_task-faces_space-{SPACE}_desc-brain_mask.nii.gz",
                  _BOX.astype(np.uint8))
         save(root / f"sub-{s}" / "extra" / "not a bids name.nii.gz", volume(rng))
@@ -117,9 +136,10 @@ def statmap_dataset(root: Path, n_subjects: int = 8, seed: int = 0) -> Path:
 def series_dataset(raw: Path, n_subjects: int = 6, seed: int = 0) -> Path:
     """A SYNTHETIC raw dataset of block-design BOLD series (2 runs per subject, TR 2 s, the
     ``events.tsv`` of :data:`EVENTS`, ``RepetitionTime`` in a top-level sidecar by the
-    inheritance principle) and its fMRIPrep-like derivatives in ``raw/derivatives/prep``:
-    the series in MNI space with their sidecars, and brain masks. Returns the derivatives'
-    root, which has no events.tsv nor participants.tsv of its own."""
+    inheritance principle, a ``scans.tsv`` per subject with each run's ``condition``) and its
+    fMRIPrep-like derivatives in ``raw/derivatives/prep``: the series in MNI space with their
+    sidecars, and brain masks. Returns the derivatives' root, which has no events.tsv,
+    participants.tsv nor scans.tsv of its own."""
     rng = np.random.default_rng(seed)
     write_json(raw / "dataset_description.json", {"Name": "SYNTHETIC block design",
                                                    "BIDSVersion": "1.10.0"})
@@ -130,6 +150,9 @@ def series_dataset(raw: Path, n_subjects: int = 6, seed: int = 0) -> Path:
         "Name": "SYNTHETIC preprocessed", "BIDSVersion": "1.10.0", "DatasetType": "derivative",
         "GeneratedBy": [{"Name": "fgscale tests"}]})
     for s in subjects(n_subjects):
+        write_tsv(raw / f"sub-{s}" / f"sub-{s}_scans.tsv", ["filename", "condition"],
+                  [[f"func/sub-{s}_task-objects_run-{run}_bold.nii.gz", condition(run)]
+                   for run in ("1", "2")])
         for run in ("1", "2"):
             stem = f"sub-{s}_task-objects_run-{run}"
             series = np.stack([volume(rng, LABELLED.get(i)) for i in range(N_VOLUMES)], -1)

@@ -1,8 +1,9 @@
 """BIDS datasets through the command line: a derivatives dataset of 3D maps and one of 4D
 series (SYNTHETIC, written in the test) converted, trained with subject-grouped splits and
 evaluated end to end; the cohort table written beside the store converted again into the same
-store; each bad input one line and exit status 2; the run's maps exported as a BIDS
-derivatives dataset."""
+store; labels from sessions.tsv and scans.tsv, and from events.tsv with a hemodynamic delay,
+recorded beside the table; each bad input one line and exit status 2; the run's maps exported
+as a BIDS derivatives dataset."""
 
 import json
 import re
@@ -11,7 +12,16 @@ import shutil
 import nibabel as nib
 import numpy as np
 import pytest
-from bids_trees import LABELLED, SPACE, age, diagnosis, series_dataset, statmap_dataset
+from bids_trees import (
+    LABELLED,
+    SPACE,
+    age,
+    condition,
+    diagnosis,
+    drug,
+    series_dataset,
+    statmap_dataset,
+)
 from helpers import cohort_rows, refused
 
 from fgscale import __version__
@@ -151,12 +161,54 @@ def test_4d_series_labelled_by_their_events_convert_and_train(series, tmp_path, 
     assert re.search(r"test accuracy 1\.0000 on 32 rows", capsys.readouterr().out)
 
 
+def test_a_hemodynamic_delay_shifts_the_labels_and_is_recorded(series, tmp_path, capsys):
+    store_path = tmp_path / "series.zarr"
+    args = [str(series), "--out", str(store_path), "--bids-filter", "desc=preproc",
+            "suffix=bold", "sub=01,02", "--label", "events:trial_type", "--no-progress"]
+    assert main(["convert", *args, "--hrf-delay", "4"]) == 0
+    assert "(64 rows from 4 files of 2 subjects, events 4 s before each volume)" in (
+        capsys.readouterr().out)
+    store = open_store(store_path)
+    # each block's label 4 s (2 volumes) later
+    shifted = {v + 2: label for v, label in LABELLED.items()}
+    assert [store.classes[k] for k in store.y] == [shifted[v] for v in store.volume]
+    query = json.loads((tmp_path / "series.zarr.json").read_text())["bids_query"]
+    assert query["hrf_delay"] == 4.0 and query["label"] == "events:trial_type"
+    assert query["filters"] == {"desc": ["preproc"], "suffix": ["bold"], "sub": ["01", "02"]}
+    # the same query again: nothing to do; without the delay: other rows, refused
+    assert main(["convert", *args, "--hrf-delay", "4.0"]) == 0
+    assert "already complete, nothing to do" in capsys.readouterr().out
+    refused(["convert", *args], capsys, r"series.zarr.csv: exists with other rows \(the table "
+                                        r"of another query: --hrf-delay 4.0 there, 0.0 now\)")
+
+
+def test_labels_from_sessions_and_scans_tables(maps, series, tmp_path):
+    by_session, by_scan = tmp_path / "sessions.zarr", tmp_path / "scans.zarr"
+    assert main(["convert", str(maps), "--out", str(by_session), *MAPS, "sub=01,02", "--label",
+                 "sessions:drug", "--no-progress"]) == 0
+    store = open_store(by_session)
+    for source, klass in zip(store.source, store.y, strict=True):
+        session = parse_bids_name(str(source).rsplit("/", 1)[1]).entities["ses"]
+        assert store.classes[klass] == drug(session)
+    # a derivatives dataset's series by their raw files' rows in the raw dataset's scans.tsv
+    assert main(["convert", str(series), "--out", str(by_scan), "--bids-filter", "desc=preproc",
+                 "suffix=bold", "sub=01", "--label", "scans:condition", "--no-progress"]) == 0
+    store = open_store(by_scan)
+    assert sorted(set(store.classes)) == ["closed", "open"]
+    for source, klass in zip(store.source, store.y, strict=True):
+        run = parse_bids_name(str(source).rsplit("/", 1)[1]).entities["run"]
+        assert store.classes[klass] == condition(run)
+
+
 def test_help_shows_the_bids_options_with_an_example():
     text = build_parser()._subparsers._group_actions[0].choices["convert"].format_help()
-    for option in ("--bids-filter", "--label", "--target", "--bids-raw", "--test-subjects"):
+    for option in ("--bids-filter", "--label", "--target", "--hrf-delay", "--bids-raw",
+                   "--test-subjects", "sessions:COL", "scans:COL"):
         assert option in text
     assert "--bids-filter space=MNI152NLin2009cAsym desc=preproc suffix=bold" in text
-    assert "--label events:trial_type" in text and "--label participants:diagnosis" in text
+    assert "--label events:trial_type --hrf-delay 5" in text
+    assert "--label participants:diagnosis" in text
+    assert "--label sessions:drug" in text and "--label scans:condition" in text
 
 
 # ------------------------------------------------------------------------- bad input
@@ -189,12 +241,28 @@ def test_each_bad_input_is_one_line_and_exit_status_2(maps, series, tmp_path, ca
          "not a BIDS dataset .*expected the raw dataset"),
         ([str(maps / "sub-01"), "--label", "ses"],
          r"--label reads a BIDS dataset \(a folder with dataset_description.json\)"),
+        ([str(maps / "sub-01"), "--hrf-delay", "5"],
+         r"--hrf-delay reads a BIDS dataset \(a folder with dataset_description.json\)"),
+        ([str(series), "--label", "events:trial_type", "--hrf-delay", "-1"],
+         r"hrf_delay -1.0 \(--hrf-delay\); expected a finite number of seconds, 0 or more"),
+        ([str(series), "--label", "events:trial_type", "--hrf-delay", "nan"],
+         r"hrf_delay nan \(--hrf-delay\); expected a finite number of seconds"),
+        ([str(series), "--label", "events:trial_type", "--hrf-delay", "five"],
+         r"argument --hrf-delay: invalid float value: 'five'"),
+        ([str(maps), *MAPS, "--label", "ses", "--hrf-delay", "5"],
+         r"hrf_delay 5 \(--hrf-delay\) shifts the labels .*expected --label or --target "
+         r"events:COLUMN with it, got --label ses"),
+        ([str(maps), *MAPS, "--label", "sessions:dose"],
+         r"sub-01_sessions.tsv:2: 'dose' is 'n/a' for ses-1 \(--label sessions:dose\)"),
+        ([str(series), "--bids-filter", "desc=preproc", "suffix=bold", "--label",
+          "scans:acq_time"], r"sub-01_scans.tsv: no column 'acq_time' \(--label scans:acq_time\)"),
         ([str(shutil.copytree(series, tmp_path / "prep")), "--bids-filter", "desc=preproc",
           "suffix=bold", "--label", "events:trial_type"], "no events.tsv applies to it"),
     ]
     for argv, message in cases:
         refused(["convert", *argv, "--out", out, "--no-progress"], capsys, message)
         assert not (tmp_path / "s.zarr").exists() and not (tmp_path / "s.zarr.csv").exists()
+        assert not (tmp_path / "s.zarr.json").exists()
     # a table of other rows beside the store is not overwritten
     (tmp_path / "s.zarr.csv").write_text("path,label\nedited.nii.gz,a\n")
     refused(["convert", str(maps), *MAPS, "--label", "ses", "--out", out], capsys,

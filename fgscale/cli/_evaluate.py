@@ -1,5 +1,5 @@
 """``fgscale evaluate`` (a trained run scored on a store) and ``fgscale predict`` (images,
-a cohort table or a store predicted, without a cluster)."""
+a cohort table, a store or the images of a BIDS dataset predicted, without a cluster)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from fgscale.cli._options import (
     columns_of,
     worker_processes,
 )
+from fgscale.cli._store import _add_bids_args
 from fgscale.runs import check_finished_run
 
 
@@ -36,12 +37,14 @@ def register(sub) -> None:
     add_progress_arg(p)
     p.set_defaults(func=_cmd_evaluate)
 
-    p = sub.add_parser("predict", help="predict NIfTI images, a cohort table or a store with a "
-                                       "trained run (no cluster)")
+    p = sub.add_parser("predict", help="predict NIfTI images, a cohort table, a store or a BIDS "
+                                       "dataset with a trained run (no cluster)")
     p.add_argument("run", help="run folder (from fgscale train)")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="NIfTI files or a quoted pattern (3D or 4D: a line per volume), or one "
-                        "cohort table (.csv/.tsv: path[,label or target, copied][,split]), or one store")
+                        "cohort table (.csv/.tsv: path[,label or target, copied][,split]), or one "
+                        "store, or one BIDS dataset (its images' entities beside the "
+                        "predictions: subject, session, run...)")
     p.add_argument("--out", required=True, help="the predictions to write (CSV; .tsv: tabs; "
                    "-: the standard output)")
     p.add_argument("--rows", choices=["all", "train", "test"], default="all",
@@ -52,6 +55,7 @@ def register(sub) -> None:
     add_column_args(p, " (copied beside the predictions)")
     add_device_arg(p)
     add_progress_arg(p)
+    _add_bids_args(p, labels=False, inputs="INPUT")
     add_cluster_args(p, used=False)
     p.set_defaults(func=_cmd_predict)
 
@@ -78,10 +82,75 @@ def _cmd_evaluate(args) -> int:
 
 def _cmd_predict(args) -> int:
     check_finished_run(args.run)  # before torch is imported (seconds)
+    cohort = _bids_cohort(args)  # and the query's mistakes, before torch too
     from fgscale.runs import STDOUT, predict_line, predict_run
 
-    summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
-                          resample=args.resample, device=args.device, columns=columns_of(args),
-                          progress=not args.no_progress)
+    if cohort is None:
+        summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
+                              resample=args.resample, device=args.device,
+                              columns=columns_of(args), progress=not args.no_progress)
+    else:
+        summary = _predict_bids(args, cohort)
     print(predict_line(summary), file=sys.stderr if args.out == STDOUT else sys.stdout)
     return 0
+
+
+def _bids_cohort(args):
+    """With a BIDS dataset given as the one input, the images its ``--bids-filter`` selects (a
+    :class:`fgscale.images.BidsCohort` without labels); else None. ``--bids-filter`` without a
+    BIDS dataset, and the options of a store or a cohort table with one, are refused."""
+    from fgscale.images import is_bids_root, read_bids
+
+    if not (len(args.inputs) == 1 and is_bids_root(args.inputs[0])):
+        if args.bids_filter is not None:
+            raise ValueError(f"--bids-filter reads a BIDS dataset (a folder with "
+                             f"dataset_description.json), and {' '.join(args.inputs)} is none")
+        return None
+    root = args.inputs[0]
+    named = [f"--{k}-column" for k, v in columns_of(args).items() if v is not None]
+    if named:
+        raise ValueError(f"{named[0]} names a column of a cohort table to copy; a BIDS dataset "
+                         f"({root}) is predicted with its images' entities beside the "
+                         "predictions, and no labels")
+    if args.rows != "all":
+        raise ValueError(f"--rows {args.rows} selects a store's rows or a cohort table's files "
+                         f"by split; a BIDS dataset ({root}) has none: select its images with "
+                         "--bids-filter (sub=01,02)")
+    return read_bids(root, args.bids_filter)
+
+
+def _predict_bids(args, cohort) -> dict:
+    """Predict the images of a BIDS query into ``args.out``: ``path``, each image's entities
+    (:meth:`fgscale.images.BidsCohort.entity_table`; an entity whose name is a column of the
+    predictions, such as ``label``, as ``entity_<name>``), then the predictions' columns
+    (``volume`` for a 4D image, ``prediction``, ``proba_<class>``); returns the summary
+    :func:`fgscale.runs.predict_run` returns."""
+    import numpy as np
+
+    from fgscale._utils.files import check_writable
+    from fgscale.estimators import FeatureGroupingClassifier
+    from fgscale.runs import STDOUT, load_run
+    from fgscale.runs._folder import RunFolder
+    from fgscale.runs._reports import check_table_name, predict_inputs, write_table
+
+    clf = load_run(args.run, device=args.device)
+    check_table_name(args.out, "--out")
+    if str(args.out) != STDOUT:
+        check_writable(args.out, "; choose another --out; nothing predicted")
+    entities = cohort.entity_table()
+    paths = entities.pop("path")
+    table = predict_inputs(clf, paths, resample=args.resample, progress=not args.no_progress)
+    index = {path: i for i, path in enumerate(paths)}
+    rows = [index[str(path)] for path in table["path"]]
+    columns = {"path": table["path"]}
+    for name, values in entities.items():
+        columns[f"entity_{name}" if name in table else name] = [values[i] for i in rows]
+    columns.update((k, v) for k, v in table.items() if k != "path")
+    summary = {"out": str(write_table(columns, args.out))}
+    predicted = np.asarray(columns["prediction"])
+    summary["n"] = len(predicted)
+    if not isinstance(clf, FeatureGroupingClassifier):  # a regressor: the predictions' range
+        return {**summary, "target": RunFolder(args.run).target(),
+                **{f.__name__: float(f(predicted)) for f in (np.min, np.mean, np.max)}}
+    labels, counts = np.unique(predicted.astype(str), return_counts=True)
+    return {**summary, "counts": dict(zip(labels.tolist(), counts.tolist(), strict=True))}

@@ -22,16 +22,21 @@ examples:
   fgscale convert cohort.csv --out cohort.zarr
   fgscale convert maps/*.nii.gz --labels labels.txt --out cohort.zarr
 
-  # a BIDS derivatives dataset (fMRIPrep's): the volumes of each run labelled by its events
+  # a BIDS derivatives dataset (fMRIPrep's): the volumes of each run labelled by its events,
+  # each volume by the event on 5 s before it (the BOLD response's delay)
   fgscale convert ds000105/derivatives/fmriprep --out haxby.zarr \\
       --bids-filter space=MNI152NLin2009cAsym desc=preproc suffix=bold \\
-      --label events:trial_type --test-subjects 05,06
+      --label events:trial_type --hrf-delay 5 --test-subjects 05,06
   # first-level maps, labelled by a column of participants.tsv; filters from a JSON file
   fgscale convert glm/ --out maps.zarr --bids-filter filters.json \\
       --label participants:diagnosis
+  # a value per session (sub-<label>_sessions.tsv) or per file (..._scans.tsv)
+  fgscale convert glm/ --out maps.zarr --bids-filter suffix=statmap --label sessions:drug
+  fgscale convert glm/ --out maps.zarr --bids-filter suffix=statmap --label scans:condition
 
   A BIDS dataset's cohort table is written beside the store (haxby.zarr.csv: path, label or
-  target, group = the subject, session, run, split, volume), to read, edit and convert again.
+  target, group = the subject, session, run, split, volume), to read, edit and convert again,
+  with the query that selected its rows (haxby.zarr.json: filters, label, --hrf-delay...).
 """
 
 
@@ -39,28 +44,43 @@ class _ExamplesFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
     """The help formatter of ``convert``, keeping the line breaks of its examples."""
 
 
-def _add_bids_args(p) -> None:
+_SOURCES_METAVAR = "ENTITY|participants:COL|sessions:COL|scans:COL|events:COL"
+
+
+def _add_bids_args(p, *, labels: bool = True, inputs: str = "COHORT") -> None:
+    """The options of a BIDS dataset given as ``inputs`` (the positional argument's name):
+    ``--bids-filter``, and with ``labels`` those that label its images (``--label``,
+    ``--target``, ``--bids-raw``, ``--hrf-delay``, ``--test-subjects``)."""
     bids = p.add_argument_group(  # its description keeps its line breaks, as the examples'
-        "BIDS datasets", "COHORT a BIDS dataset, raw or derivatives (a folder with\n"
-        "dataset_description.json): the images its entities select, each subject a group")
+        "BIDS datasets", f"{inputs} a BIDS dataset, raw or derivatives (a folder with\n"
+        "dataset_description.json): the images its entities select"
+        + (", each subject a group" if labels else ""))
     bids.add_argument("--bids-filter", nargs="+", default=None, metavar="KEY=VALUE|FILE.json",
                       help="entities the images must have, such as space=MNI152NLin2009cAsym "
                            "desc=preproc suffix=bold (run=1,2: either), or a JSON file of "
                            "entity -> value as fMRIPrep's --bids-filter-file (default: every "
                            "NIfTI file, which must then be of one kind)")
-    bids.add_argument("--label", default=None, metavar="ENTITY|participants:COL|events:COL",
+    if not labels:
+        return
+    bids.add_argument("--label", default=None, metavar=_SOURCES_METAVAR,
                       help="each image's class: an entity of its name (task), a column of "
-                           "participants.tsv (participants:diagnosis), or of a 4D series' "
+                           "participants.tsv (participants:diagnosis), of the subject's "
+                           "sessions.tsv (sessions:COL, by session_id), of the scans.tsv "
+                           "listing the file (scans:COL, by filename), or of a 4D series' "
                            "events.tsv (events:trial_type: a sample per volume in an event, "
-                           "volume i at i x RepetitionTime; the others are left out) "
-                           "(default: none)")
-    bids.add_argument("--target", default=None, metavar="ENTITY|participants:COL|events:COL",
+                           "volume i at i x RepetitionTime less --hrf-delay; the others are "
+                           "left out) (default: none)")
+    bids.add_argument("--target", default=None, metavar=_SOURCES_METAVAR,
                       help="each image's regression target, as --label, such as "
                            "participants:age (default: none)")
+    bids.add_argument("--hrf-delay", type=float, default=None, metavar="SECONDS",
+                      help="with events:COL labels or targets: the hemodynamic delay, each "
+                           "volume labelled by the event on SECONDS before it (the BOLD "
+                           "response peaks some 4-6 s after the stimulus) (default: 0, none)")
     bids.add_argument("--bids-raw", default=None, metavar="RAW",
-                      help="the raw dataset whose participants.tsv and events.tsv a "
-                           "derivatives dataset lacks (default: the dataset two folders up of "
-                           "one in RAW/derivatives/NAME)")
+                      help="the raw dataset whose participants.tsv, sessions.tsv, scans.tsv "
+                           "and events.tsv a derivatives dataset lacks (default: the dataset "
+                           "two folders up of one in RAW/derivatives/NAME)")
     bids.add_argument("--test-subjects", default=None, metavar="S1,S2",
                       help="subjects (01 or sub-01) whose images make the test split, the "
                            "others' the training split (default: none, every row trains)")
@@ -144,12 +164,14 @@ def _complete_summary(path) -> dict | None:
 
 def _bids_table(args) -> str | None:
     """With a BIDS dataset given as the cohort, its cohort table, written beside the store
-    (``--out`` with ``.csv`` added), which is then converted; else None. BIDS options without a BIDS dataset,
-    and a table's options with one, are refused."""
+    (``--out`` with ``.csv`` added, the query recorded in ``--out`` with ``.json`` added),
+    which is then converted; else None. BIDS options without a BIDS dataset, and a table's
+    options with one, are refused."""
     from fgscale.images import is_bids_root, read_bids
 
     bids = {"--bids-filter": args.bids_filter, "--label": args.label, "--target": args.target,
-            "--bids-raw": args.bids_raw, "--test-subjects": args.test_subjects}
+            "--hrf-delay": args.hrf_delay, "--bids-raw": args.bids_raw,
+            "--test-subjects": args.test_subjects}
     given = [option for option, value in bids.items() if value is not None]
     if not (len(args.cohort) == 1 and is_bids_root(args.cohort[0])):
         if given:
@@ -161,19 +183,22 @@ def _bids_table(args) -> str | None:
         (f"--{k}-column", v) for k, v in columns_of(args).items())) if v is not None]
     if table_options:
         raise ValueError(f"{table_options[0]} reads a cohort table or files; a BIDS dataset "
-                         f"({root}) takes --label and --target (ENTITY, participants:COLUMN "
-                         "or events:COLUMN)")
+                         f"({root}) takes --label and --target (ENTITY, participants:COLUMN, "
+                         "sessions:COLUMN, scans:COLUMN or events:COLUMN)")
     if args.label is None and args.target is None:
         raise ValueError(f"{root}: a BIDS dataset is converted with --label or --target (an "
-                         "entity such as task, participants:COLUMN or events:COLUMN)")
+                         "entity such as task, participants:COLUMN, sessions:COLUMN, "
+                         "scans:COLUMN or events:COLUMN)")
     cohort = read_bids(root, args.bids_filter, label=args.label, target=args.target,
-                       raw=args.bids_raw, test_subjects=args.test_subjects)
+                       raw=args.bids_raw, test_subjects=args.test_subjects,
+                       hrf_delay=0.0 if args.hrf_delay is None else args.hrf_delay)
     out = Path(args.out).expanduser()
     # --append converts a grown dataset's query: its table replaces the one of the store's rows
     table = cohort.write_table(out.with_name(out.name + ".csv"), overwrite=args.append)
     files = len({r["path"] for r in cohort.rows})
+    delay = f", events {args.hrf_delay:g} s before each volume" if args.hrf_delay else ""
     print(f"{table}: the cohort table of {root} ({len(cohort.rows)} rows from {files} files of "
-          f"{len(cohort.subjects)} subjects)")
+          f"{len(cohort.subjects)} subjects{delay})")
     return str(table)
 
 

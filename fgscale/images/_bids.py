@@ -15,17 +15,22 @@ take.
    value); the files selected must agree on ``suffix``, ``space``, ``res``, ``den``, ``desc``,
    ``stat`` and ``hemi``, so that one kind of image makes a cohort;
 3. each file's label and target, from an entity of its name (``task``), a column of
-   ``participants.tsv`` (``participants:diagnosis``), or, for a 4D series, a column of its
-   ``events.tsv`` (``events:trial_type``), one sample per volume in an event
-   (:mod:`fgscale.images._bids_tables` says which volumes); a derivatives dataset without
-   these tables reads them from its raw dataset (``raw``, by default the dataset two folders
-   up when it sits in ``<raw>/derivatives/<name>``, as the specification lays it out);
+   ``participants.tsv`` (``participants:diagnosis``: a value per subject), of the subject's
+   ``sub-<label>_sessions.tsv`` (``sessions:condition``: per session, by ``session_id``), of
+   the ``sub-<label>[_ses-<label>]_scans.tsv`` that lists the file (``scans:condition``: per
+   file, by ``filename``), or, for a 4D series, a column of its ``events.tsv``
+   (``events:trial_type``), one sample per volume in an event, optionally shifted by a
+   hemodynamic delay (:mod:`fgscale.images._bids_tables` says which volumes); a derivatives
+   dataset without these tables reads them from its raw dataset (``raw``, by default the
+   dataset two folders up when it sits in ``<raw>/derivatives/<name>``, as the specification
+   lays it out), where a derivative file's row in ``scans.tsv`` is that of the raw file it was
+   made of;
 4. the subject (``sub-<label>``) as each row's group, so that validation splits and
    cross-validation folds never straddle a subject; the session and run as columns.
 
-The result, :class:`BidsCohort`, writes the cohort table ``fgscale convert`` reads
-(:meth:`BidsCohort.write_table`) and gives an estimator's ``fit`` its images, targets and
-groups (:meth:`BidsCohort.fit_inputs`).
+The result, :class:`BidsCohort`, writes the cohort table ``fgscale convert`` reads, with a
+JSON sidecar recording the query (:meth:`BidsCohort.write_table`), and gives an estimator's
+``fit`` its images, targets and groups (:meth:`BidsCohort.fit_inputs`).
 
 Why a reader of its own rather than pybids: pybids is the ecosystem's library for this, but it
 brings SQLAlchemy, formulaic, pandas and the BIDS validator's schema to a package whose image
@@ -48,6 +53,7 @@ import itertools
 import json
 import logging
 import math
+import numbers
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -57,14 +63,21 @@ import nibabel as nib
 import numpy as np
 
 from fgscale._utils.files import atomic_path
-from fgscale.images._bids_names import TEMPLATE, BidsName, entity_key, parse_bids_name
+from fgscale.images._bids_names import (
+    ENTITIES,
+    TEMPLATE,
+    BidsName,
+    entity_key,
+    parse_bids_name,
+)
 from fgscale.images._bids_tables import (
+    KeyedTable,
     events_of,
     folder_files,
     label_volumes,
-    participant_values,
     read_events,
     repetition_time,
+    scan_key,
     sidecar,
 )
 from fgscale.images._cohort import n_volumes
@@ -80,8 +93,10 @@ _IMAGES = (".nii", ".nii.gz")
 # what tells images of one kind from another: a cohort mixing them (bold with its mask, two
 # spaces) would not share a grid, or would count an image twice
 _ONE_KIND = ("suffix", "space", "res", "den", "desc", "stat", "hemi")
-_SOURCES = ("participants", "events")
-_SOURCE_HELP = "ENTITY, participants:COLUMN or events:COLUMN"
+_ORDER = {key: i for i, (key, _, _) in enumerate(ENTITIES)}
+_LONG = {key: name for key, name, _ in ENTITIES}
+_SOURCES = ("participants", "sessions", "scans", "events")
+_SOURCE_HELP = "ENTITY, participants:COLUMN, sessions:COLUMN, scans:COLUMN or events:COLUMN"
 
 
 def is_bids_root(path) -> bool:
@@ -168,12 +183,13 @@ def parse_filters(filters) -> dict:
 
 @dataclass(frozen=True)
 class Source:
-    """Where a label or target comes from: an entity of the file's name, a column of
-    ``participants.tsv``, or a column of its ``events.tsv``.
+    """Where a label or target comes from: an entity of the file's name, or a column of
+    ``participants.tsv``, of the subject's ``sessions.tsv``, of the ``scans.tsv`` that lists
+    the file, or of its ``events.tsv``.
 
     Attributes
     ----------
-    kind : {"entity", "participants", "events"}
+    kind : {"entity", "participants", "sessions", "scans", "events"}
     name : str
         The entity's key or the column.
     option : str
@@ -186,8 +202,9 @@ class Source:
 
 
 def parse_source(text: str | None, option: str) -> Source | None:
-    """``"task"``, ``"participants:diagnosis"`` or ``"events:trial_type"`` as a :class:`Source`
-    (``option``: ``"--label"`` or ``"--target"``, for messages); None stays None."""
+    """``"task"``, ``"participants:diagnosis"``, ``"sessions:condition"``,
+    ``"scans:condition"`` or ``"events:trial_type"`` as a :class:`Source` (``option``:
+    ``"--label"`` or ``"--target"``, for messages); None stays None."""
     if text is None:
         return None
     kind, colon, name = str(text).strip().partition(":")
@@ -195,7 +212,7 @@ def parse_source(text: str | None, option: str) -> Source | None:
         kind, name = "entity", entity_key(kind)
     if kind not in (*_SOURCES, "entity") or not name.strip():
         raise ValueError(f"{option} {text!r}; expected {_SOURCE_HELP} (such as task, "
-                         "participants:diagnosis, events:trial_type)")
+                         "participants:diagnosis, scans:condition, events:trial_type)")
     return Source(kind, name.strip(), f"{option} {text}")
 
 
@@ -379,29 +396,69 @@ def _raw_roots(root: Path, raw) -> list[Path]:
 @dataclass
 class _Reader:
     """What labelling the selected files needs, read once: the tables' roots, the folders'
-    listings, ``participants.tsv``'s columns."""
+    listings, the tables' columns, the hemodynamic delay of the events' labels."""
 
     root: Path
     roots: list[Path]
     selected: list[_Image]
+    hrf_delay: float = 0.0
     listing: object = field(default_factory=lambda: functools.cache(folder_files))
+    tables: dict = field(default_factory=dict)
 
-    @functools.cached_property
-    def subjects(self) -> dict[str, Path]:
-        out: dict[str, Path] = {}
-        for image in self.selected:
-            out.setdefault(image.name.subject, image.path)
-        return out
-
-    def participants(self, source: Source) -> dict[str, tuple]:
-        path = next((r / "participants.tsv" for r in self.roots
-                     if (r / "participants.tsv").is_file()), None)
+    def _table(self, relative: Path, source: Source, key: str, prefix: str, what: str,
+               expected: str) -> KeyedTable:
+        """The table at ``relative`` in the first of the roots that has it, read once."""
+        paths = [r / relative for r in self.roots]
+        path = next((p for p in paths if p.is_file()), None)
         if path is None:
             raise FileNotFoundError(
-                f"{' nor '.join(str(r / 'participants.tsv') for r in self.roots)}: no such file "
-                f"({source.option}); expected the dataset's table of participants (for a "
-                "derivatives dataset, --bids-raw RAW names the raw dataset that holds it)")
-        return participant_values(path, source.name, self.subjects, source.option)
+                f"{' nor '.join(map(str, paths))}: no such file ({source.option}); expected "
+                f"{expected} (for a derivatives dataset, --bids-raw RAW names the raw dataset "
+                "that holds it)")
+        if (path, source.name) not in self.tables:
+            self.tables[path, source.name] = KeyedTable.read(path, key, source.name,
+                                                             source.option, prefix=prefix,
+                                                             what=what)
+        return self.tables[path, source.name]
+
+    def table_values(self, source: Source) -> dict[Path, tuple[str, str]]:
+        """Each selected file's value in a column of ``participants.tsv``, ``sessions.tsv`` or
+        ``scans.tsv``, with the file and line it is on."""
+        if source.kind == "participants":
+            table = self._table(Path("participants.tsv"), source, "participant_id", "sub-",
+                                "subject", "the dataset's table of participants")
+            hint = "leave a subject out with --bids-filter sub=..."
+            return {i.path: table.value(i.name.subject, i.path, hint) for i in self.selected}
+        return {i.path: getattr(self, source.kind)(i, source) for i in self.selected}
+
+    def sessions(self, image: _Image, source: Source) -> tuple[str, str]:
+        subject, session = image.name.subject, image.name.entities.get("ses")
+        if session is None:
+            raise ValueError(f"{image.path}: no session in its name ({source.option}); "
+                             "sessions.tsv gives a value per session of a subject: for files "
+                             "without sessions, read participants:COLUMN or scans:COLUMN")
+        table = self._table(Path(f"sub-{subject}", f"sub-{subject}_sessions.tsv"), source,
+                            "session_id", "ses-", "session",
+                            f"the table of sub-{subject}'s sessions")
+        return table.value(session, image.path, "leave a session out with --bids-filter "
+                                                 "ses=...")
+
+    def scans(self, image: _Image, source: Source) -> tuple[str, str]:
+        # the table of the subject's folder, or of the session's where the file is in one
+        parts = image.relative.parts
+        folder = Path(*parts[:2]) if len(parts) > 1 and parts[1].startswith("ses-") else (
+            Path(parts[0]))
+        name = "_".join(folder.parts) + "_scans.tsv"
+        table = self._table(folder / name, source, "filename", "", "file",
+                            f"the table of the files of {folder.as_posix()}")
+        filename = (image.relative.relative_to(folder) / image.path.name).as_posix()
+        key = scan_key(table, filename, image.name)
+        if key is None:
+            raise ValueError(f"{table.path}: no row for filename {filename} ({source.option}); "
+                             f"expected a row per file, with its {source.name!r} (for a "
+                             "derivative file, the row of the raw file it was made of: one of "
+                             "its suffix whose entities are all its own)")
+        return table.value(key, image.path, "leave the file out with --bids-filter")
 
     def entity(self, image: _Image, source: Source) -> tuple[str, str]:
         value = image.value(source.name)
@@ -409,7 +466,7 @@ class _Reader:
             raise ValueError(f"{image.path}: no {source.name!r} entity in its name "
                              f"({source.option}); expected every file selected to have one, or "
                              f"{' or '.join(f'{k}:{source.name}' for k in _SOURCES)} for a column "
-                             "of participants.tsv or events.tsv")
+                             "of that table")
         return value, str(image.path)
 
     def events(self, image: _Image, sources: list[Source]) -> tuple[dict, int]:
@@ -426,7 +483,8 @@ class _Reader:
         path = events_of(image.path, image.relative, image.name, self.roots, self.listing)
         per_source = []
         for source in sources:
-            values, _ = label_volumes(read_events(path, source.name, source.option), n, tr)
+            values, _ = label_volumes(read_events(path, source.name, source.option), n, tr,
+                                      self.hrf_delay)
             per_source.append({i: (v, str(path)) for i, v in values.items()})
         kept = sorted(set.intersection(*(set(v) for v in per_source)))
         return {i: [v[i] for v in per_source] for i in kept}, n - len(kept)
@@ -448,7 +506,8 @@ def _rows(reader: _Reader, label: Source | None, target: Source | None) -> list[
     a series whose label or target comes from its events."""
     sources = {role: s for role, s in (("label", label), ("target", target)) if s is not None}
     by_events = [s for s in sources.values() if s.kind == "events"]
-    tables = {s: reader.participants(s) for s in sources.values() if s.kind == "participants"}
+    tables = {s: reader.table_values(s) for s in sources.values()
+              if s.kind not in ("entity", "events")}
     rows, left_out = [], 0
     for image in reader.selected:
         volumes: dict = {None: []}  # the whole file, unless its events label its volumes
@@ -457,7 +516,7 @@ def _rows(reader: _Reader, label: Source | None, target: Source | None) -> list[
             left_out += dropped
         for volume, values in volumes.items():
             found = dict(zip(by_events, values, strict=True)) | {
-                s: tables[s][image.name.subject] for s in tables}
+                s: tables[s][image.path] for s in tables}
             read = {role: found.get(s) or reader.entity(image, s) for role, s in sources.items()}
             value = read["label"][0] if label is not None else None
             number = _number(*read["target"], target.option) if target is not None else None
@@ -469,11 +528,14 @@ def _rows(reader: _Reader, label: Source | None, target: Source | None) -> list[
     if by_events and left_out:
         log.warning("%s: %d volume(s) of its %d series are in no event of one value (rest, "
                     "gaps, n/a, or events of different values at once) and are left out; "
-                    "volume i is taken at i x RepetitionTime", reader.root, left_out, n_series)
+                    "volume i is taken at i x RepetitionTime%s", reader.root, left_out,
+                    n_series, f" - {reader.hrf_delay:g} s (hrf_delay)" if reader.hrf_delay
+                    else "")
     if not rows:
+        delay = f" - {reader.hrf_delay:g} s (hrf_delay)" if reader.hrf_delay else ""
         raise ValueError(f"{reader.root}: no volume of the {n_series} series selected falls in "
                          "an event; expected events whose [onset, onset + duration) holds "
-                         "volumes (a block design), volume i taken at i x RepetitionTime")
+                         f"volumes (a block design), volume i taken at i x RepetitionTime{delay}")
     return rows
 
 
@@ -515,12 +577,19 @@ class BidsCohort:
         the name has none) and ``split`` (``"train"``, ``"test"`` or "").
     label, target : str or None
         Where the labels and the targets come from (as given to :func:`read_bids`).
+    query : dict
+        The query that selected the rows, as :meth:`write_table` records it beside the table:
+        ``root``, ``filters`` (entity -> the values accepted, null for the entity absent,
+        ``"*"`` for any), ``label``, ``target``, ``raw`` (the raw dataset whose tables were
+        looked in, or null), ``test_subjects`` (sorted, or null) and ``hrf_delay`` (seconds).
+        Default: empty (a cohort not made by :func:`read_bids`).
     """
 
     root: Path
     rows: list
     label: str | None = None
     target: str | None = None
+    query: dict = field(default_factory=dict)
 
     @property
     def subjects(self) -> list[str]:
@@ -566,6 +635,19 @@ class BidsCohort:
             groups += [r["group"] for r in per_row]
         return X, (values if column else None), groups
 
+    def entity_table(self) -> dict[str, list[str]]:
+        """Each file's path and BIDS entities, a row per file in the rows' order: ``path``,
+        then a column per entity that any file has, named as the specification names it
+        (``subject``, ``session``, ``task``, ``run``, ``space``, ``description``...; an entity
+        of a derivatives dataset's own, such as ``stat``, by its key), in the specification's
+        order; a value as the name writes it (``run`` ``"01"``), "" where a file has none."""
+        paths = list(dict.fromkeys(r["path"] for r in self.rows))
+        names = {p: parse_bids_name(Path(p).name).entities for p in paths}
+        keys = sorted({k for entities in names.values() for k in entities},
+                      key=lambda k: (_ORDER.get(k, len(_ORDER)), k))
+        return {"path": paths, **{_LONG.get(k, k): [names[p].get(k, "") for p in paths]
+                                  for k in keys}}
+
     def table(self) -> str:
         """The cohort table as CSV text, in the columns ``fgscale convert`` reads: ``path``,
         ``label`` and/or ``target``, ``group``, ``split``, ``volume``, and ``session`` and
@@ -582,8 +664,11 @@ class BidsCohort:
         return out.getvalue()
 
     def write_table(self, path, overwrite: bool = False) -> Path:
-        """Write :meth:`table` to ``path``, to read, edit and give back to ``fgscale convert``;
-        a file there already with these rows is kept as it is.
+        """Write :meth:`table` to ``path``, to read, edit and give back to ``fgscale convert``,
+        and beside it, under its name with ``.json`` for its suffix (``haxby.zarr.json`` for
+        ``haxby.zarr.csv``, as a BIDS sidecar is named), the query that selected its rows
+        (:attr:`query`, under ``"bids_query"``). A table there already with these rows is kept
+        as it is, and its sidecar records the latest query that gives them.
 
         Parameters
         ----------
@@ -600,29 +685,87 @@ class BidsCohort:
         ------
         FileExistsError
             Where ``path`` holds other rows (another query's table, or one edited since) and
-            ``overwrite`` is False.
+            ``overwrite`` is False, saying how the recorded query differs; or where the
+            sidecar's name holds a file that is not the record of a query.
         """
         path = Path(path).expanduser()
+        about = path.with_suffix(".json")
         text = self.table()
+        record = json.dumps({"bids_query": self.query}, indent=2) + "\n"
+        before = _recorded_query(about)
         if path.exists():
             try:
                 same = path.read_text(encoding="utf-8") == text
             except (OSError, UnicodeDecodeError):
                 same = False
-            if same:
-                return path
-            if not overwrite:
-                raise FileExistsError(f"{path}: exists with other rows (the table of another "
-                                      "query of the dataset, or edited since); remove it, or "
-                                      "write the table elsewhere (fgscale convert writes it "
-                                      "beside --out)")
-        with atomic_path(path) as tmp:
-            tmp.write_text(text, encoding="utf-8")
+            if not same and not overwrite:
+                raise FileExistsError(
+                    f"{path}: exists with other rows ({_query_change(before, self.query)}); "
+                    "remove it, or write the table elsewhere (fgscale convert writes it beside "
+                    "--out)")
+        else:
+            same = False
+        if before is None and about.exists():
+            raise FileExistsError(f"{about}: exists and is not the record of a BIDS query "
+                                  "(no \"bids_query\" in it); expected none there, or the "
+                                  f"sidecar of {path.name}: remove it, or write the table "
+                                  "elsewhere")
+        if not same:
+            with atomic_path(path) as tmp:
+                tmp.write_text(text, encoding="utf-8")
+        if before != self.query:
+            with atomic_path(about) as tmp:
+                tmp.write_text(record, encoding="utf-8")
         return path
 
 
+def _recorded_query(path: Path) -> dict | None:
+    """The query a table's JSON sidecar records; None where there is none, or it is not
+    one."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    query = value.get("bids_query") if isinstance(value, dict) else None
+    return query if isinstance(query, dict) else None
+
+
+def _query_change(before: dict | None, now: dict) -> str:
+    """How the query recorded beside a table differs from ``now``, in words."""
+    if before is None:
+        return "the table of another query of the dataset, or edited since"
+    for key, value in now.items():
+        if before.get(key) != value:
+            option = {"hrf_delay": "--hrf-delay", "filters": "--bids-filter", "raw": "--bids-raw",
+                      "test_subjects": "--test-subjects"}.get(key, f"--{key}")
+            return (f"the table of another query: {option} {json.dumps(before.get(key))} "
+                    f"there, {json.dumps(value)} now")
+    return "the same query recorded, the table edited since or the dataset changed"
+
+
+def _check_delay(hrf_delay, sources) -> float:
+    """The hemodynamic delay in seconds, a finite number >= 0, given only with labels or
+    targets read from events.tsv."""
+    if isinstance(hrf_delay, bool) or not isinstance(hrf_delay, numbers.Real) or not (
+            math.isfinite(hrf_delay) and hrf_delay >= 0):
+        raise ValueError(f"hrf_delay {hrf_delay!r} (--hrf-delay); expected a finite number of "
+                         "seconds, 0 or more (the BOLD response peaks some 4-6 s after the "
+                         "stimulus)")
+    if hrf_delay and not any(s is not None and s.kind == "events" for s in sources):
+        given = " and ".join(s.option for s in sources if s is not None) or "no --label nor --target"
+        raise ValueError(f"hrf_delay {hrf_delay:g} (--hrf-delay) shifts the labels that a "
+                         "series' events.tsv gives its volumes; expected --label or --target "
+                         f"events:COLUMN with it, got {given}")
+    return float(hrf_delay)
+
+
+def _jsonable(filters: dict) -> dict:
+    """Parsed filters as JSON writes them: each tuple of values a list."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in filters.items()}
+
+
 def read_bids(root, filters=None, *, label: str | None = None, target: str | None = None,
-              raw=None, test_subjects=None) -> BidsCohort:
+              raw=None, test_subjects=None, hrf_delay: float = 0.0) -> BidsCohort:
     """Select images of a BIDS dataset by their entities, with labels, targets and subjects.
 
     Parameters
@@ -634,19 +777,30 @@ def read_bids(root, filters=None, *, label: str | None = None, target: str | Non
         "desc": "preproc", "suffix": "bold"}``, or a JSON file of them. Default: every NIfTI
         file, which must then be of one kind (one suffix, space, desc...).
     label : str, optional
-        Where each sample's class comes from: an entity (``"task"``), a column of
-        ``participants.tsv`` (``"participants:diagnosis"``) or of a series' ``events.tsv``
-        (``"events:trial_type"``: a sample per volume in an event). Default: no labels.
+        Where each sample's class comes from: an entity (``"task"``); a column of
+        ``participants.tsv`` (``"participants:diagnosis"``), of the subject's
+        ``sub-<label>_sessions.tsv`` (``"sessions:condition"``, the row of the file's
+        session), of the ``sub-<label>[_ses-<label>]_scans.tsv`` that lists the file
+        (``"scans:condition"``, the row of its ``filename``; for a derivative file, of the raw
+        file it was made of); or of a series' ``events.tsv`` (``"events:trial_type"``: a
+        sample per volume in an event). Default: no labels.
     target : str, optional
         Where each sample's regression target comes from, as ``label``; a number. Default:
         no targets.
     raw : str or Path, optional
-        The raw dataset of a derivatives dataset, whose ``participants.tsv`` and
-        ``events.tsv`` are read where the derivatives lack them. Default: the dataset two
-        folders up when ``root`` is ``<raw>/derivatives/<name>``.
+        The raw dataset of a derivatives dataset, whose ``participants.tsv``,
+        ``sessions.tsv``, ``scans.tsv`` and ``events.tsv`` are read where the derivatives lack
+        them. Default: the dataset two folders up when ``root`` is
+        ``<raw>/derivatives/<name>``.
     test_subjects : list of str or str, optional
         Subjects (``"01"`` or ``"sub-01"``; comma-separated in a string) whose rows make the
         test split, the others' the training split. Default: no split (every row trains).
+    hrf_delay : float, default=0.0
+        The hemodynamic delay in seconds, for labels and targets read from ``events.tsv``:
+        volume ``i`` takes the value of the event that holds ``i * RepetitionTime -
+        hrf_delay`` (:mod:`fgscale.images._bids_tables`), such as 5.0 for the BOLD response's
+        peak some 4-6 s after the stimulus. A finite number, 0 or more; other than 0 only with
+        an ``events:`` label or target. Default: none.
 
     Returns
     -------
@@ -662,8 +816,15 @@ def read_bids(root, filters=None, *, label: str | None = None, target: str | Non
         raise FileNotFoundError(f"{root}: no {DESCRIPTION} there; expected the root of a BIDS "
                                 "dataset")
     sources = (parse_source(label, "--label"), parse_source(target, "--target"))
+    hrf_delay = _check_delay(hrf_delay, sources)
     derivative = _description(root)
-    selected = _select(root, derivative, parse_filters(filters), sources)
-    rows = _rows(_Reader(root, _raw_roots(root, raw), selected), *sources)
+    filters = parse_filters(filters)
+    selected = _select(root, derivative, filters, sources)
+    roots = _raw_roots(root, raw)
+    rows = _rows(_Reader(root, roots, selected, hrf_delay), *sources)
     _test_split(rows, test_subjects, root)
-    return BidsCohort(root=root, rows=rows, label=label, target=target)
+    tested = sorted({r["group"] for r in rows if r["split"] == "test"})
+    query = {"root": str(root), "filters": _jsonable(filters), "label": label, "target": target,
+             "raw": str(roots[1]) if len(roots) > 1 else None,
+             "test_subjects": tested or None, "hrf_delay": hrf_delay}
+    return BidsCohort(root=root, rows=rows, label=label, target=target, query=query)

@@ -1,14 +1,18 @@
 """The tables and sidecars of a BIDS dataset that label its images: ``participants.tsv`` (a
-value per subject), ``events.tsv`` (a value per volume of a series) and the JSON sidecars (a
-series' ``RepetitionTime``), each read with the file and line of every bad value.
+value per subject), ``sessions.tsv`` (a value per session of a subject), ``scans.tsv`` (a value
+per file), ``events.tsv`` (a value per volume of a series) and the JSON sidecars (a series'
+``RepetitionTime``), each read with the file and line of every bad value.
 
 How a series' volumes get the value of an event (the one rule for 4D images, kept simple on
 purpose): volume ``i`` is acquired at ``t_i = i * RepetitionTime`` seconds, counted, as BIDS
 counts an event's ``onset``, from the start of the series' first volume. A volume whose
-``t_i`` falls in ``[onset, onset + duration)`` of one event gets that event's value; a volume
-in no event (rest, fixation, the gaps of an event-related design), in events of ``n/a`` only,
-or in events of different values is left out, and the number left out is said. No
-hemodynamic delay is added: shift the onsets in the table for one.
+``t_i - delay`` falls in ``[onset, onset + duration)`` of one event gets that event's value; a
+volume in no event (rest, fixation, the gaps of an event-related design), in events of ``n/a``
+only, or in events of different values is left out, and the number left out is said. The
+``delay`` is the hemodynamic delay, in seconds: none by default (0), and given as
+``read_bids(..., hrf_delay=5.0)`` or ``fgscale convert --hrf-delay 5``, since the BOLD response
+peaks some 4-6 s after the stimulus (nilearn's Haxby examples shift the labels likewise): a
+volume then takes the label of the event that was on ``delay`` seconds before it.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import numpy as np
 from fgscale.images._bids_names import BidsName, parse_bids_name
 from fgscale.images._nifti import load_img
 
-__all__ = ["Event", "applicable_files", "events_of", "folder_files", "label_volumes",
-           "participant_values", "read_events", "read_tsv", "repetition_time", "sidecar"]
+__all__ = ["Event", "KeyedTable", "applicable_files", "events_of", "folder_files",
+           "label_volumes", "read_events", "read_tsv", "repetition_time",
+           "scan_key", "sidecar"]
 
 NA = "n/a"  # BIDS's missing value
 _EPSILON = 1e-6  # seconds: i * TR computed in floats meets an onset written in decimals
@@ -60,52 +65,130 @@ def read_tsv(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
     return header, rows
 
 
-def participant_values(path: Path, column: str, subjects, option: str) -> dict[str, tuple]:
-    """Each subject's value in ``column`` of ``participants.tsv``.
+@dataclass(frozen=True)
+class KeyedTable:
+    """A column of a BIDS table whose rows are keyed by a subject, session or file
+    (``participants.tsv`` by ``participant_id``, ``sub-<label>_sessions.tsv`` by
+    ``session_id``, ``..._scans.tsv`` by ``filename``), read with each row's line.
 
-    Parameters
+    Attributes
     ----------
     path : Path
-        The dataset's ``participants.tsv``.
+        The table.
+    key : str
+        The column that names each row (``participant_id``).
     column : str
-    subjects : dict of str to str
-        Each subject's label (``"01"``) and a file of theirs, which messages name.
+        The column read.
     option : str
         What asked for the column (``"--label participants:diagnosis"``), for messages.
+    prefix : str
+        Removed from each key (``"sub-"``: ``participant_id`` sub-01 is subject 01).
+    what : str
+        What a row stands for (``"subject"``), for messages.
+    rows : dict of str to (int, str)
+        Key (its prefix removed) -> the row's line and its value in ``column``.
+    """
 
-    Returns
-    -------
-    values : dict of str to (str, str)
-        Subject label -> its value, and the file and line it is on (for messages).
+    path: Path
+    key: str
+    column: str
+    option: str
+    prefix: str
+    what: str
+    rows: dict
+
+    @classmethod
+    def read(cls, path: Path, key: str, column: str, option: str, *, prefix: str = "",
+             what: str = "row") -> KeyedTable:
+        """Read ``column`` of the table at ``path`` by its ``key`` column (the attributes
+        say what each argument is; ``prefix`` default "", ``what`` default "row").
+
+        Raises
+        ------
+        ValueError
+            A column missing, or a key on two rows, naming the file (and line).
+        """
+        header, rows = read_tsv(path)
+        for name in (key, column):
+            if name not in header:
+                raise ValueError(f"{path}: no column {name!r} ({option}); its columns are "
+                                 f"{header}")
+        by_key: dict[str, tuple[int, str]] = {}
+        for line, row in rows:
+            value = row[key].removeprefix(prefix)
+            if value in by_key:
+                raise ValueError(f"{path}:{line}: {key} {prefix}{value} again (first at line "
+                                 f"{by_key[value][0]}); expected a row per {what}")
+            by_key[value] = (line, row[column])
+        return cls(path, key, column, option, prefix, what, by_key)
+
+    def value(self, key: str, file, hint: str = "") -> tuple[str, str]:
+        """The value of the row of ``key`` (its prefix removed), for the image ``file``.
+
+        Parameters
+        ----------
+        key : str
+        file : str or Path
+            The image the value is for, which messages name.
+        hint : str, default=""
+            How to leave the image out, said where its value is missing.
+
+        Returns
+        -------
+        (str, str)
+            The value and ``"<path>:<line>"``.
+
+        Raises
+        ------
+        ValueError
+            No row for ``key``, or ``n/a`` or an empty cell there.
+        """
+        if key not in self.rows:
+            raise ValueError(f"{self.path}: no row for {self.key} {self.prefix}{key} (the "
+                             f"{self.what} of {file}); expected a row per {self.what}, with its "
+                             f"{self.column!r} ({self.option})")
+        line, value = self.rows[key]
+        if value in ("", NA):
+            raise ValueError(f"{self.path}:{line}: {self.column!r} is {value or 'empty'!r} for "
+                             f"{self.prefix}{key} ({self.option}); expected a value for every "
+                             f"{self.what} selected" + (f" ({hint})" if hint else ""))
+        return value, f"{self.path}:{line}"
+
+
+def scan_key(table: KeyedTable, filename: str, name: BidsName) -> str | None:
+    """The key of the row of ``scans.tsv`` that lists a file: its own ``filename`` (relative to
+    the table's folder, such as ``func/sub-01_task-x_bold.nii.gz``), else, for a derivative
+    file read against its raw dataset's table, the row of the raw file it was made of: in its
+    folder, of its suffix, a NIfTI file whose entities are all the derivative's own (a
+    ``space`` or ``desc`` added), the most specific; None where no row is either.
 
     Raises
     ------
     ValueError
-        A column missing, a subject without a row or with ``n/a``, or a subject twice.
+        Where two raw files are equally the derivative's, naming both rows.
     """
-    header, rows = read_tsv(path)
-    for name in ("participant_id", column):
-        if name not in header:
-            raise ValueError(f"{path}: no column {name!r} ({option}); its columns are {header}")
-    by_subject: dict[str, tuple[int, str]] = {}
-    for line, row in rows:
-        subject = row["participant_id"].removeprefix("sub-")
-        if subject in by_subject:
-            raise ValueError(f"{path}:{line}: participant_id sub-{subject} again (first at line "
-                             f"{by_subject[subject][0]}); expected a row per subject")
-        by_subject[subject] = (line, row[column])
-    values = {}
-    for subject, file in subjects.items():
-        if subject not in by_subject:
-            raise ValueError(f"{path}: no row for participant_id sub-{subject} (the subject of "
-                             f"{file}); expected a row per subject, with its {column!r}")
-        line, value = by_subject[subject]
-        if value in ("", NA):
-            raise ValueError(f"{path}:{line}: {column!r} is {value or 'empty'!r} for sub-"
-                             f"{subject} ({option}); expected a value for every subject selected "
-                             "(leave a subject out with --bids-filter sub=...)")
-        values[subject] = (value, f"{path}:{line}")
-    return values
+    rows = table.rows
+    if filename in rows:
+        return filename
+    folder, _, _ = filename.rpartition("/")
+    found = []
+    for key in rows:
+        there, _, file = key.rpartition("/")
+        if there != folder:
+            continue
+        try:
+            other = parse_bids_name(file, derivative=False)
+        except ValueError:
+            continue
+        if other.suffix == name.suffix and other.extension in (".nii", ".nii.gz") and all(
+                name.entities.get(k) == v for k, v in other.entities.items()):
+            found.append((len(other.entities), key))
+    found.sort()
+    if len(found) > 1 and found[-1][0] == found[-2][0]:
+        (a, first), (b, second) = sorted((rows[k][0], k) for _, k in found[-2:])
+        raise ValueError(f"{table.path}: lines {a} and {b} ({first}, {second}) both list a "
+                         f"file {filename} may be made of; expected one")
+    return found[-1][1] if found else None
 
 
 @dataclass(frozen=True)
@@ -149,7 +232,8 @@ def read_events(path: Path, column: str, option: str) -> list[Event]:
             for line, row in rows]
 
 
-def label_volumes(events: list[Event], n_volumes: int, tr: float) -> tuple[dict[int, str], int]:
+def label_volumes(events: list[Event], n_volumes: int, tr: float,
+                  delay: float = 0.0) -> tuple[dict[int, str], int]:
     """The value of each volume of a series that falls in an event (the module's rule).
 
     Parameters
@@ -158,6 +242,9 @@ def label_volumes(events: list[Event], n_volumes: int, tr: float) -> tuple[dict[
     n_volumes : int
     tr : float
         Seconds between volumes.
+    delay : float, default=0.0
+        The hemodynamic delay in seconds: volume ``i`` takes the value of the event that holds
+        ``i * tr - delay``.
 
     Returns
     -------
@@ -166,7 +253,7 @@ def label_volumes(events: list[Event], n_volumes: int, tr: float) -> tuple[dict[
     left_out : int
         The volumes in no event, in events of ``n/a`` only, or in events of different values.
     """
-    times = np.arange(n_volumes) * tr
+    times = np.arange(n_volumes) * tr - delay
     found: list[set] = [set() for _ in range(n_volumes)]
     for event in events:
         if event.value is None:

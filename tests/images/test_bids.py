@@ -1,11 +1,13 @@
 """BIDS datasets in (fgscale.images._bids and _bids_tables): a query on SYNTHETIC datasets
-written in the test (real NIfTI files, JSON sidecars, participants.tsv, events.tsv), the
-labels of 3D maps and of the volumes of 4D series, the table written for ``fgscale convert``
-and the inputs given to an estimator's fit, checked against the store converted from that
+written in the test (real NIfTI files, JSON sidecars, participants.tsv, sessions.tsv,
+scans.tsv, events.tsv), the labels of 3D maps and of the volumes of 4D series (with a
+hemodynamic delay), the table written for ``fgscale convert`` with the query recorded beside
+it, and the inputs given to an estimator's fit, checked against the store converted from that
 table."""
 
 import json
 import logging
+import math
 import shutil
 
 import nibabel as nib
@@ -18,7 +20,9 @@ from bids_trees import (
     SPACE,
     TR,
     age,
+    condition,
     diagnosis,
+    drug,
     series_dataset,
     statmap_dataset,
     subjects,
@@ -262,3 +266,178 @@ def test_a_missing_participant_and_missing_events_are_named(maps, series, tmp_pa
         read_bids(broken / "derivatives" / "prep", SERIES, label="events:trial_type")
     assert json.loads((series / "dataset_description.json").read_text())["DatasetType"] == (
         "derivative")
+
+
+# ------------------------------------------------------------------------- the hemodynamic delay
+
+
+def test_a_hemodynamic_delay_labels_each_volume_by_the_event_before_it(series, tmp_path):
+    # volume i at i x TR - delay: an event over [4, 8) s labels the volumes at 8 and 10 s when
+    # the delay is 4 s, those at 10 and 12 s (taken at 5 and 7) when it is 5 s
+    events = [Event(4.0, 4.0, "a"), Event(12.0, 2.0, "b")]
+    assert label_volumes(events, 10, 2.0) == ({2: "a", 3: "a", 6: "b"}, 7)
+    assert label_volumes(events, 10, 2.0, 4.0) == ({4: "a", 5: "a", 8: "b"}, 7)
+    assert label_volumes(events, 10, 2.0, 5.0) == ({5: "a", 6: "a", 9: "b"}, 7)
+    # a longer delay: the response to the last event falls after the series' end
+    assert label_volumes(events, 10, 2.0, 8.0) == ({6: "a", 7: "a"}, 8)
+    # the series' blocks shifted by 4 s: 2 volumes of TR 2 s later
+    delay = 4.0
+    cohort = read_bids(series, {**SERIES, "sub": "01"}, label="events:trial_type",
+                       hrf_delay=delay)
+    shifted = {v + 2: label for v, label in LABELLED.items()}
+    for group in _by_file(cohort.rows).values():
+        assert {r["volume"]: r["label"] for r in group} == shifted
+    assert cohort.query["hrf_delay"] == delay
+    # a target from the events is shifted alike
+    raw = _copy(series.parent.parent, tmp_path)
+    for run in ("1", "2"):
+        write_tsv(raw / "sub-01" / "func" / f"sub-01_task-objects_run-{run}_events.tsv",
+                  ["onset", "duration", "trial_type", "rating"],
+                  [[*e, str(k)] for k, e in enumerate(EVENTS, start=1)])
+    rated = read_bids(raw / "derivatives" / "prep", {**SERIES, "sub": "01"},
+                      label="events:trial_type", target="events:rating", hrf_delay=delay)
+    assert {(r["volume"], r["label"], r["target"]) for r in rated.rows} == {
+        (v, label, 1.0 if label == "face" else 2.0) for v, label in shifted.items()}
+
+
+def test_a_bad_delay_or_one_without_events_is_refused(maps, series):
+    for bad in (-1.0, math.nan, math.inf, True, "5"):
+        with pytest.raises(ValueError, match=r"hrf_delay .* \(--hrf-delay\); expected a finite "
+                                              r"number of seconds, 0 or more"):
+            read_bids(series, SERIES, label="events:trial_type", hrf_delay=bad)
+    for label in ("participants:diagnosis", "ses"):
+        with pytest.raises(ValueError, match=rf"hrf_delay 5 \(--hrf-delay\) shifts the labels "
+                                             rf"that a series' events.tsv gives its volumes; "
+                                             rf"expected --label or --target events:COLUMN with "
+                                             rf"it, got --label {label}"):
+            read_bids(maps if label == "ses" else series, MAPS if label == "ses" else SERIES,
+                      label=label, hrf_delay=5)
+    # 0 is no delay: the default, given or not
+    assert read_bids(maps, MAPS, label="ses", hrf_delay=0).query["hrf_delay"] == 0.0
+
+
+def test_the_query_is_recorded_beside_the_table(series, tmp_path):
+    table = tmp_path / "s.zarr.csv"
+    query = dict(label="events:trial_type", test_subjects="sub-02")
+    first = read_bids(series, {**SERIES, "sub": "01,02"}, hrf_delay=4.0, **query)
+    assert first.write_table(table) == table
+    recorded = json.loads((tmp_path / "s.zarr.json").read_text())["bids_query"]
+    assert recorded == {"root": str(series), "filters": {"desc": ["preproc"], "suffix": ["bold"],
+                                                         "sub": ["01", "02"]},
+                        "label": "events:trial_type", "target": None,
+                        "raw": str(series.parent.parent), "test_subjects": ["sub-02"],
+                        "hrf_delay": 4.0}
+    # another delay labels other volumes: its table is refused, saying why
+    other = read_bids(series, {**SERIES, "sub": "01,02"}, **query)
+    with pytest.raises(FileExistsError, match=r"s.zarr.csv: exists with other rows \(the table "
+                                              r"of another query: --hrf-delay 4.0 there, 0.0 "
+                                              r"now\)"):
+        other.write_table(table)
+    assert json.loads((tmp_path / "s.zarr.json").read_text())["bids_query"] == recorded
+    # the same rows from a query written otherwise: the table kept, the latest query recorded
+    before = table.stat().st_mtime_ns
+    again = read_bids(series, [*(f"{k}={v}" for k, v in SERIES.items()), "sub=02,01"],
+                      hrf_delay=4, **query)
+    again.write_table(table)
+    assert table.stat().st_mtime_ns == before
+    assert json.loads((tmp_path / "s.zarr.json").read_text())["bids_query"]["filters"][
+        "sub"] == ["02", "01"]
+    # a file of the sidecar's name that is not one is not overwritten
+    (tmp_path / "t.json").write_text('{"synthetic": true}')
+    with pytest.raises(FileExistsError, match=r"t.json: exists and is not the record of a BIDS "
+                                              r"query"):
+        first.write_table(tmp_path / "t.csv")
+    assert not (tmp_path / "t.csv").exists()
+
+
+# ------------------------------------------------------------------------- sessions and scans
+
+
+def test_labels_from_the_sessions_and_scans_tables(maps, series):
+    cohort = read_bids(maps, MAPS, label="sessions:drug", target="participants:age")
+    assert len(cohort.rows) == 32
+    for r in cohort.rows:
+        assert r["label"] == drug(r["session"]) and r["target"] == age(r["group"][4:])
+    # scans.tsv by the file's name relative to its session's folder
+    cohort = read_bids(maps, MAPS, label="scans:condition")
+    assert [r["label"] for r in cohort.rows] == [condition(r["run"]) for r in cohort.rows]
+    # derivatives read the raw dataset's scans.tsv: each series takes its raw file's row
+    cohort = read_bids(series, SERIES, label="scans:condition")
+    assert len(cohort.rows) == 12 and all(r["volume"] is None for r in cohort.rows)
+    assert [r["label"] for r in cohort.rows] == [condition(r["run"]) for r in cohort.rows]
+
+
+def test_each_bad_sessions_or_scans_table_is_named(maps, series, tmp_path):
+    root = _copy(maps, tmp_path)
+    sessions = root / "sub-03" / "sub-03_sessions.tsv"
+    scans = root / "sub-03" / "ses-2" / "sub-03_ses-2_scans.tsv"
+    cases = [
+        ("sessions:group", lambda: None,
+         rf"{sessions.parent.parent / 'sub-01' / 'sub-01_sessions.tsv'}: no column 'group' "
+         r"\(--label sessions:group\); its columns are \['session_id', 'drug', 'dose'\]"),
+        ("sessions:dose", lambda: None,
+         r"sub-01_sessions.tsv:2: 'dose' is 'n/a' for ses-1 \(--label sessions:dose\); expected "
+         r"a value for every session selected \(leave a session out with --bids-filter ses="),
+        ("sessions:drug", lambda: write_tsv(sessions, ["session_id", "drug"],
+                                            [["ses-1", "placebo"]]),
+         rf"{sessions}: no row for session_id ses-2 \(the session of .*sub-03_ses-2_task-faces_"
+         r"run-1_.*\); expected a row per session, with its 'drug' \(--label sessions:drug\)"),
+        ("sessions:drug", lambda: write_tsv(sessions, ["session_id", "drug"],
+                                            [["ses-1", "a"], ["ses-2", "b"], ["ses-1", "c"]]),
+         rf"{sessions}:4: session_id ses-1 again \(first at line 2\); expected a row per "
+         "session"),
+        ("sessions:drug", lambda: sessions.unlink(),
+         rf"{sessions}: no such file \(--label sessions:drug\); expected the table of sub-03's "
+         r"sessions \(for a derivatives dataset, --bids-raw RAW"),
+        ("scans:condition", lambda: write_tsv(scans, ["filename", "condition"], []),
+         rf"{scans}: no row for filename func/sub-03_ses-2_task-faces_run-1_space-{SPACE}_"
+         r"stat-effect_statmap.nii.gz \(--label scans:condition\); expected a row per file"),
+        ("scans:condition", lambda: write_tsv(scans, ["filename", "cond"], []),
+         rf"{scans}: no column 'condition' \(--label scans:condition\); its columns are "
+         r"\['filename', 'cond'\]"),
+        ("scans:condition", lambda: scans.unlink(),
+         rf"{scans}: no such file \(--label scans:condition\); expected the table of the files "
+         r"of sub-03/ses-2"),
+    ]
+    for label, change, message in cases:
+        change()
+        error = FileNotFoundError if "no such file" in message else ValueError
+        with pytest.raises(error, match=message):
+            read_bids(root, MAPS, label=label)
+    # series without sessions have no sessions.tsv row to take
+    with pytest.raises(ValueError, match=r"_bold.nii.gz: no session in its name \(--label "
+                                         r"sessions:drug\); sessions.tsv gives a value per "
+                                         "session"):
+        read_bids(series, SERIES, label="sessions:drug")
+    # a derivative whose raw file is listed twice, by two names as specific: which is its own?
+    raw = _copy(series.parent.parent, tmp_path / "r")
+    listed = raw / "sub-01" / "sub-01_scans.tsv"
+    write_tsv(listed, ["filename", "condition"],
+              [["func/sub-01_task-objects_run-1_bold.nii.gz", "open"],
+               ["func/sub-01_task-objects_acq-a_bold.nii.gz", "x"],
+               ["func/sub-01_task-objects_acq-b_bold.nii.gz", "y"]])
+    with pytest.raises(ValueError, match=rf"{listed}: no row for filename func/sub-01_task-"
+                                         r"objects_run-2_space-.*\(for a derivative file, the "
+                                         "row of the raw file it was made of"):
+        read_bids(raw / "derivatives" / "prep", SERIES, label="scans:condition")
+    write_tsv(listed, ["filename", "condition"],
+              [["func/sub-01_task-objects_bold.nii.gz", "open"],
+               ["func/sub-01_run-1_bold.nii.gz", "closed"]])
+    with pytest.raises(ValueError, match=rf"{listed}: lines 2 and 3 \(func/.*, func/.*\) both "
+                                         r"list a file func/sub-01_task-objects_run-1_space-"):
+        read_bids(raw / "derivatives" / "prep", SERIES, label="scans:condition")
+
+
+def test_the_entities_of_each_file(maps, series):
+    table = read_bids(maps, {**MAPS, "sub": "01", "ses": "2"}).entity_table()
+    assert table == {
+        "path": [str(maps / "sub-01" / "ses-2" / "func" / f"sub-01_ses-2_task-faces_run-{run}_"
+                                                          f"space-{SPACE}_stat-effect_statmap.nii.gz")
+                 for run in ("1", "2")],
+        "subject": ["01", "01"], "session": ["2", "2"], "task": ["faces", "faces"],
+        "run": ["1", "2"], "space": [SPACE, SPACE], "stat": ["effect", "effect"]}
+    # a file's volumes, a row each in a cohort labelled by events, are one row here
+    cohort = read_bids(series, {**SERIES, "sub": "02"}, label="events:trial_type")
+    table = cohort.entity_table()
+    assert list(table) == ["path", "subject", "task", "run", "space", "description"]
+    assert table["run"] == ["1", "2"] and table["description"] == ["preproc", "preproc"]
