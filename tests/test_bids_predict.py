@@ -65,6 +65,46 @@ def test_new_subjects_of_a_bids_dataset_are_predicted_with_their_entities(maps, 
     assert [{k: r[k] for k in plain[0]} for r in rows] == plain
 
 
+def test_predict_run_reads_a_bids_dataset_as_the_cli_does(maps, run, tmp_path, capsys):
+    """fgscale.runs.predict_run on the dataset itself (bids_filter its query), and on the
+    BidsCohort read_bids selects: the CLI's columns and predictions, and its summary."""
+    from fgscale.images import read_bids
+    from fgscale.runs import predict_line, predict_run
+
+    cli = tmp_path / "cli.csv"
+    capsys.readouterr()
+    assert main(["predict", str(run), str(maps), *MAPS, "sub=07,08", "--out", str(cli),
+                 "--no-progress"]) == 0
+    said = capsys.readouterr().out.strip()
+    expected = _rows(cli)
+    query = {"space": SPACE, "suffix": "statmap", "sub": ["07", "08"]}
+    by_root, by_cohort = tmp_path / "root.csv", tmp_path / "cohort.csv"
+    summary = predict_run(run, maps, by_root, bids_filter=query)
+    assert predict_line(summary) == said.replace(str(cli), str(by_root))
+    assert summary["n"] == 8 and sum(summary["counts"].values()) == 8
+    assert _rows(by_root) == expected
+    assert list(expected[0])[:2] == ["path", "subject"]
+    assert predict_run(run, read_bids(maps, query), by_cohort) == {**summary,
+                                                                   "out": str(by_cohort)}
+    assert _rows(by_cohort) == expected
+    # the query as the CLI types it, and a one-element list of the dataset
+    assert predict_run(run, [str(maps)], by_root, bids_filter=[*MAPS[1:], "sub=07,08"])["n"] == 8
+    assert _rows(by_root) == expected
+    # what a BIDS dataset does not take is refused before anything is written
+    bad = tmp_path / "bad.csv"
+    for kwargs, message in [
+        ({"rows": "test"}, r"rows='test' selects a store's rows .* a BIDS dataset .* has none"),
+        ({"columns": {"label": "diagnosis"}}, r"columns names a cohort table's label column"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            predict_run(run, maps, bad, bids_filter=query, **kwargs)
+    with pytest.raises(ValueError, match=r"bids_filter reads a BIDS dataset"):
+        predict_run(run, [r["path"] for r in expected], bad, bids_filter=query)
+    with pytest.raises(ValueError, match=r"a BidsCohort given is already selected"):
+        predict_run(run, read_bids(maps, query), bad, bids_filter=query)
+    assert not bad.exists()
+
+
 def test_4d_series_are_predicted_a_line_per_volume_as_tsv(run, tmp_path_factory, tmp_path):
     """The series share the maps' grid and box: the maps' run predicts them (the classes mean
     nothing here; the layout is what is checked)."""

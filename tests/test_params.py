@@ -15,7 +15,7 @@ BAD = [
     ("dropout", 1.0), ("dropout", -0.1), ("n_clusters", 0), ("n_clusters", 1.5),
     ("n_clusters", True), ("n_groupings", 0), ("n_bootstrap", 0), ("n_bootstrap", 2.5),
     ("hidden_layer_sizes", ()), ("hidden_layer_sizes", (0,)), ("learning_rate", 0.0),
-    ("batch_size", 0), ("max_epochs", 0), ("early_stopping", "sometimes"),
+    ("batch_size", 0), ("max_epochs", 0), ("replicas", 0), ("replicas", 1.5), ("early_stopping", "sometimes"),
     ("validation_fraction", 1.0), ("patience", 0), ("device", "gpu-please"), ("prefetch", 0),
     ("verbose", -1), ("random_state", -3),
 ]

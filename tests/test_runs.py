@@ -229,6 +229,22 @@ def test_a_copied_finished_run_names_its_own_folder(tiny_store, client, tmp_path
     assert f"run folder: {copy} (maps: {copy / 'maps.nii.gz'}," in out and str(run) + " " not in out
 
 
+def test_a_run_saved_before_a_parameter_existed_resumes(tiny_store, client, tmp_path):
+    """A parameter added since a run was saved is absent from its config.json: it had its
+    default there, and --resume goes on rather than calling it changed."""
+    run = tmp_path / "run"
+    first = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), client=client)
+    config = json.loads((run / "config.json").read_text())
+    del config["params"]["replicas"]  # as a run saved before replicas= was written it
+    (run / "config.json").write_text(json.dumps(config))
+    again = train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2), resume=True,
+                      client=client)
+    assert again["already_complete"] and again["test"] == first["test"]
+    with pytest.raises(ValueError, match="replicas: saved 1, given 2"):
+        train_run(tiny_store.path, run, params=dict(PARAMS, max_epochs=2, replicas=2),
+                  resume=True, client=client)
+
+
 def test_an_early_stopped_run_is_not_restarted_by_a_larger_max_epochs(tiny_store, client, tmp_path):
     run = tmp_path / "run"
     params = dict(PARAMS, model="mlp", hidden_layer_sizes=(8,), early_stopping=True, patience=1,

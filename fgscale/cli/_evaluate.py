@@ -85,12 +85,10 @@ def _cmd_predict(args) -> int:
     cohort = _bids_cohort(args)  # and the query's mistakes, before torch too
     from fgscale.runs import STDOUT, predict_line, predict_run
 
-    if cohort is None:
-        summary = predict_run(args.run, args.inputs, args.out, rows=args.rows,
-                              resample=args.resample, device=args.device,
-                              columns=columns_of(args), progress=not args.no_progress)
-    else:
-        summary = _predict_bids(args, cohort)
+    # a BIDS dataset: the images of its query, read above, with their entities as columns
+    summary = predict_run(args.run, args.inputs if cohort is None else cohort, args.out,
+                          rows=args.rows, resample=args.resample, device=args.device,
+                          columns=columns_of(args), progress=not args.no_progress)
     print(predict_line(summary), file=sys.stderr if args.out == STDOUT else sys.stdout)
     return 0
 
@@ -117,40 +115,3 @@ def _bids_cohort(args):
                          f"by split; a BIDS dataset ({root}) has none: select its images with "
                          "--bids-filter (sub=01,02)")
     return read_bids(root, args.bids_filter)
-
-
-def _predict_bids(args, cohort) -> dict:
-    """Predict the images of a BIDS query into ``args.out``: ``path``, each image's entities
-    (:meth:`fgscale.images.BidsCohort.entity_table`; an entity whose name is a column of the
-    predictions, such as ``label``, as ``entity_<name>``), then the predictions' columns
-    (``volume`` for a 4D image, ``prediction``, ``proba_<class>``); returns the summary
-    :func:`fgscale.runs.predict_run` returns."""
-    import numpy as np
-
-    from fgscale._utils.files import check_writable
-    from fgscale.estimators import FeatureGroupingClassifier
-    from fgscale.runs import STDOUT, load_run
-    from fgscale.runs._folder import RunFolder
-    from fgscale.runs._reports import check_table_name, predict_inputs, write_table
-
-    clf = load_run(args.run, device=args.device)
-    check_table_name(args.out, "--out")
-    if str(args.out) != STDOUT:
-        check_writable(args.out, "; choose another --out; nothing predicted")
-    entities = cohort.entity_table()
-    paths = entities.pop("path")
-    table = predict_inputs(clf, paths, resample=args.resample, progress=not args.no_progress)
-    index = {path: i for i, path in enumerate(paths)}
-    rows = [index[str(path)] for path in table["path"]]
-    columns = {"path": table["path"]}
-    for name, values in entities.items():
-        columns[f"entity_{name}" if name in table else name] = [values[i] for i in rows]
-    columns.update((k, v) for k, v in table.items() if k != "path")
-    summary = {"out": str(write_table(columns, args.out))}
-    predicted = np.asarray(columns["prediction"])
-    summary["n"] = len(predicted)
-    if not isinstance(clf, FeatureGroupingClassifier):  # a regressor: the predictions' range
-        return {**summary, "target": RunFolder(args.run).target(),
-                **{f.__name__: float(f(predicted)) for f in (np.min, np.mean, np.max)}}
-    labels, counts = np.unique(predicted.astype(str), return_counts=True)
-    return {**summary, "counts": dict(zip(labels.tolist(), counts.tolist(), strict=True))}

@@ -41,15 +41,27 @@ def register(sub) -> None:
     p.set_defaults(func=_cmd_cv)
 
 
+def _processes(args, params: dict) -> bool:
+    """The LocalCluster's kind (:func:`worker_processes`), processes by default with
+    replicas: each replica needs a worker process of its own (``--worker-threads`` given is
+    then refused by the fit, before any work)."""
+    return worker_processes(args) or (args.worker_kind is None and params["replicas"] > 1)
+
+
 def _cmd_train(args) -> int:
+    from fgscale.cli._interrupt import _KEPT
     from fgscale.runs import summary_lines, train_run
+    from fgscale.training._replicas import ReplicaLost
 
     params = estimator_params(args)
     if args.resume:
         params = saved_unless_given(params, args.out, args.given)
-    with client_of(args, processes=worker_processes(args)) as client:
-        summary = train_run(args.store, args.out, params=params, resume=args.resume,
-                            client=client, task=args.task)
+    with client_of(args, processes=_processes(args, params)) as client:
+        try:
+            summary = train_run(args.store, args.out, params=params, resume=args.resume,
+                                client=client, task=args.task)
+        except ReplicaLost as exc:  # the run stops; its checkpoints are where it goes on
+            raise ReplicaLost(f"{exc}. {_KEPT['train']}") from None
     if summary.get("already_complete"):
         print(f"{summary['run']}: already complete with these parameters, nothing to do; "
               "its saved summary:")
@@ -63,7 +75,7 @@ def _cmd_cv(args) -> int:
     params, folds, task = estimator_params(args), args.folds, args.task
     if args.resume:
         params, folds, task = saved_cv_unless_given(params, args)
-    with client_of(args, processes=worker_processes(args)) as client:
+    with client_of(args, processes=_processes(args, params)) as client:
         scores = cross_validate(args.store, params=params, n_folds=folds, client=client,
                                 echo=print, task=task, out=args.out, resume=args.resume)
     print(summary_line(scores))

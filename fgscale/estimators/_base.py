@@ -111,8 +111,29 @@ class FeatureGroupingBase(BaseEstimator):
         # deep=False: a parameter's own parameters (an estimator given as mask=) are not ours
         validate_params(self.get_params(deep=False), type(self).__name__)
         check_cv(self)
+        self._check_replicas()
         if warn_level:
             warn_ignored(self, warn_level)
+
+    def _check_replicas(self) -> None:
+        """Refuse ``replicas > 1`` with what the replicas cannot train: full rows (no feature
+        grouping: each step would sum an h x p gradient across them), a CNN (no grouped first
+        layer) and a GPU (the replicas train on the workers' CPUs)."""
+        if self.replicas == 1:
+            return
+        said = f"replicas={self.replicas}"
+        if not regularizer_named(self.regularizer).grouping:
+            raise ValueError(f"{said} needs feature grouping, regularizer='feature_grouping': "
+                             f"with regularizer={self.regularizer!r} every step would sum an "
+                             "h x p gradient of full rows across the replicas; give "
+                             "replicas=1 to train it")
+        if self.model not in ("logreg", "mlp"):
+            raise ValueError(f"{said} needs model='logreg' or 'mlp', whose first layer feature "
+                             f"grouping reduces; give replicas=1 to train model={self.model!r}")
+        if self.device != "cpu":
+            raise ValueError(f"{said} trains on the CPUs of the cluster's worker processes: "
+                             f"device must be 'cpu', got {self.device!r}; give replicas=1 to "
+                             "train on it")
 
     def _seed(self) -> int:
         """The run's seed (:func:`resolve_seed` of ``random_state``)."""
@@ -150,6 +171,10 @@ class FeatureGroupingBase(BaseEstimator):
                 raise ValueError(f"{'rows' if rows is not None else 'checkpoint'} applies to a fit "
                                  "on a store (X a store's path or Store); with arrays or images, "
                                  "pass the rows to fit on as X")
+            if self.replicas > 1:
+                raise ValueError(f"replicas={self.replicas}: replicas apply to a fit streamed "
+                                 "from a store (X a store's path or Store); with arrays or "
+                                 "images, give replicas=1")
             warn_unused_client(client, stacklevel=4)  # the caller of the subclass's fit
             mask_img = None
             if is_images(X):
@@ -275,7 +300,12 @@ class FeatureGroupingBase(BaseEstimator):
         rows = self._store_rows(store, rows)
         specs = self._store_plan(store, rows, seed)
         targets = self._store_targets(store)
-        with get_client(client=client, processes="auto") as client:
+        # replicas each need a worker process of their own; else threads up to 4 workers
+        with get_client(client=client, processes=self.replicas > 1 or "auto") as client:
+            if self.replicas > 1:  # a cluster too small, refused before any work on it
+                from fgscale.training._replicas import replica_workers
+
+                replica_workers(client, self.replicas)
             self.mean_ = self.scale_ = None
             if self.standardize:
                 mean, std = compute_stats(store, rows, client=client, progress=bool(self.verbose))
@@ -308,8 +338,13 @@ class FeatureGroupingBase(BaseEstimator):
     # ------------------------------------------------------------------ training
 
     def _batch_size(self, n_rows: int) -> int:
+        """``batch_size_`` for ``n_rows`` training rows: each replica's rows of a step (all of
+        them with one). "auto" sizes the step, a tenth of the rows within
+        :data:`_BATCH_RANGE`, and the replicas share it (rounded up): more replicas read a
+        step's rows faster, they do not take fewer, larger steps."""
         if self.batch_size == "auto":
-            return int(np.clip(n_rows // 10, *_BATCH_RANGE))
+            step = int(np.clip(n_rows // 10, *_BATCH_RANGE))
+            return -(-step // self.replicas)
         return int(self.batch_size)
 
     def _is_classifier(self) -> bool:
@@ -473,7 +508,9 @@ class FeatureGroupingBase(BaseEstimator):
         weights, or None) on ``rows`` for up to ``max_epochs``; return its history hook (its
         stopper holds the best epoch and loss). ``phase`` names it for the hook: each phase
         of a run folder has its own checkpoint. ``rows_key`` names ``rows`` (a fold's index, or
-        "all"): the screening of a bank on them is computed once, in ``screens``."""
+        "all"): the screening of a bank on them is computed once, in ``screens``. With
+        ``replicas > 1`` each epoch's steps run on the replicas (:meth:`_replica_epochs`);
+        validation, the stopper and the hook's checkpoints stay here, as with one process."""
         alpha, dropout = params["alpha"], params["dropout"]
         self.model_ = build_model(self.model, self.n_features_in_, self._n_outputs(),
                                   **model_dropout(self.regularizer, dropout),
@@ -504,7 +541,12 @@ class FeatureGroupingBase(BaseEstimator):
                     sums, self.screening_percentile_, regression=regression,
                     one_vs_rest=self.model == "logreg"))  # a linear model: each class, as FREM
             keep = screens.get(key)
-            fit(self.model_, optimizer, epoch_batches=epoch_batches, max_epochs=max_epochs,
+            run_epoch = None
+            if self.replicas > 1:
+                run_epoch = self._replica_epochs(source, rows, seed, n_groupings, fixed, alpha,
+                                                 dropout, class_weight, keep)
+            fit(self.model_, optimizer, epoch_batches=epoch_batches if run_epoch is None else None,
+                run_epoch=run_epoch, max_epochs=max_epochs,
                 bank=bank_t, device=self.device, validation=validation,
                 stopper=stopper if stop else None, start_epoch=start_epoch,
                 on_epoch_end=run.epoch_end, progress=bool(self.verbose) and run.label,
@@ -518,6 +560,28 @@ class FeatureGroupingBase(BaseEstimator):
         # the model now holds the best epoch's weights: its snapshot (as large) is released
         stopper.best_state = None
         return run
+
+    def _replica_epochs(self, source, rows, seed, n_groupings, learning_rate, alpha, dropout,
+                        class_weight, keep):
+        """``run_epoch`` of :func:`~fgscale.training.fit` for ``replicas > 1``: each epoch
+        trains ``model_`` in place by :func:`~fgscale.training._replicas.fit_replicas`, each
+        replica on ``batch_size_`` rows of every step of the plan of ``replicas *
+        batch_size_`` rows, the bank, step size, screening and class weights of one process."""
+        from fgscale.training._replicas import fit_replicas
+
+        step_size = self._step_size(alpha, dropout)
+
+        def run_epoch(epoch: int) -> float:
+            history = fit_replicas(source.prefetcher.client, source, self.model_, rows,
+                                   replicas=self.replicas, batch_size=self.batch_size_,
+                                   max_epochs=epoch + 1, start_epoch=epoch, seed=seed,
+                                   n_groupings=n_groupings, learning_rate=learning_rate,
+                                   weight_decay=alpha, step_size=step_size,
+                                   regression=not self._is_classifier(),
+                                   class_weight=class_weight, keep=keep)
+            return history[0]["train_loss"]
+
+        return run_epoch
 
     # ------------------------------------------------------------------ data out
 

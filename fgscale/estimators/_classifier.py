@@ -75,7 +75,9 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
     batch_size_ : int
         The minibatch size, ``batch_size`` or the one "auto" chose. An epoch's last minibatch
         holds the rows left over, so a ``batch_size_`` of at least the training rows makes each
-        epoch one full-batch step.
+        epoch one full-batch step. With ``replicas``, each replica's rows of a step: a step
+        has ``replicas * batch_size_`` rows ("auto" sizes the step and shares it among the
+        replicas, rounded up).
     model_ : torch.nn.Module
     coef_ : ndarray of shape (n_classes, n_features), or (1, n_features) for two classes
         Logistic regression weights on the standardized features, in feature space

@@ -150,8 +150,9 @@ PARAMS: tuple[Param, ...] = (
           "(whatever the units, n and p); a float: the paper's plain SGD with that fixed step",
           'float or "auto"'),
     Param("batch_size", "auto", Union(Options("auto"), Interval(int, 1, None)),
-          "minibatch size m; 'auto': a tenth of the training rows, within [32, 200]",
-          'int or "auto"'),
+          "minibatch size m; 'auto': a tenth of the training rows, within [32, 200]; with "
+          "replicas, each replica's rows of a step, and 'auto' that tenth shared among them "
+          "(rounded up)", 'int or "auto"'),
     Param("max_epochs", 500, Interval(int, 1, None),
           "epochs at most; training stops earlier on the stopping criterion", "int",
           runtime=True),
@@ -196,6 +197,16 @@ PARAMS: tuple[Param, ...] = (
     Param("prefetch", "auto", PREFETCH,
           "with a store: minibatches in flight on the workers at most; 'auto': two per worker "
           "thread, within 1 GiB of blocks", 'int or "auto"', runtime=True),
+    Param("replicas", 1, Interval(int, 1, None),
+          "with a store: data-parallel copies of the model, each in a worker process of the "
+          "cluster, which reads and reduces batch_size rows of every step and sums its "
+          "gradients with the others' (torch.distributed, gloo): replicas=R with batch_size=m "
+          "trains as replicas=1 with batch_size=R*m (steps of R*m rows, read and reduced in R "
+          "shares at once); validation, early stopping and checkpoints are as "
+          "with one; needs feature grouping, model 'logreg' or 'mlp', device 'cpu' and R "
+          "worker processes (fgscale train starts its LocalCluster with processes for "
+          "replicas > 1; give --n-workers R or more); on an MLP with dropout, each replica "
+          "draws its own masks", "int"),
     Param("verbose", 0, Union(Bool(), Interval(int, 0, None)),
           "1 or more (or True): a progress bar over epochs", "int or bool", cli=False,
           runtime=True),

@@ -2,7 +2,9 @@
 the fitted model as data, weight maps, predictions), its scores and its HTML report.
 
 - :func:`train_run` trains an estimator on a store into a run folder (``fgscale train``);
-- :func:`load_run`, :func:`evaluate_run` and :func:`predict_run` use a finished run;
+- :func:`load_run`, :func:`evaluate_run` and :func:`predict_run` use a finished run
+  (:func:`predict_run` also predicts a BIDS dataset's images, ``bids_filter`` selecting
+  them, with their entities as columns, as ``fgscale predict`` does);
 - :func:`cross_validate` runs K-fold cross-validation on a store's training rows
   (``fgscale cv``);
 - :func:`runs_table` lists the run folders below a folder (``fgscale runs``),

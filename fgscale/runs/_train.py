@@ -85,7 +85,8 @@ def _train_run(store_path, out, *, params, resume, client, task) -> dict:
     try:
         # the fit refuses what it would refuse before it starts the cluster, which the
         # evaluation then uses too
-        with deferred_cluster(processes="auto"):
+        # replicas each need a worker process of their own (as the estimator's own cluster)
+        with deferred_cluster(processes=clf.replicas > 1 or "auto"):
             clf.fit(store, client=client, checkpoint=folder.checkpoints)
             with get_client(client, processes="auto") as client:
                 test, table = _evaluate(clf, store, client, progress=bool(clf.verbose))

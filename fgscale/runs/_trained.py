@@ -1,11 +1,13 @@
 """Using a trained run: :func:`load_run` (the fitted estimator, loaded as data),
 :func:`evaluate_run` (``fgscale evaluate``: scores on a store's rows) and :func:`predict_run`
-(``fgscale predict``: images, a cohort table or a store predicted, without a cluster).
+(``fgscale predict``: images, a cohort table, a store or a BIDS dataset's images predicted,
+without a cluster).
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 
@@ -13,6 +15,7 @@ from fgscale._dask.client import get_client
 from fgscale._utils.files import check_writable
 from fgscale.estimators import FeatureGroupingClassifier
 from fgscale.estimators._params import check_device
+from fgscale.images import BidsCohort, is_bids_root, read_bids
 from fgscale.runs._folder import RunFolder
 from fgscale.runs._reports import STDOUT, check_store, check_table_name, predict_inputs, write_table
 from fgscale.runs._train import _evaluate
@@ -117,21 +120,29 @@ def _check_target(trained: str | None, store) -> None:
 
 def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = False,
                 device: str | None = None, progress: bool = False,
-                columns: dict | None = None) -> dict:
-    """Predict NIfTI files, a cohort table's files or a store's rows with a trained run, into
-    a CSV; reads only the run folder and the inputs (no cluster).
+                columns: dict | None = None, bids_filter=None) -> dict:
+    """Predict NIfTI files, a cohort table's files, a store's rows or a BIDS dataset's images
+    with a trained run, into a CSV; reads only the run folder and the inputs (no cluster).
 
     Parameters
     ----------
     run_dir : str or Path
-    inputs : list of str or Path
+    inputs : list of str or Path, or BidsCohort
         NIfTI files (3D or 4D), or one cohort table, or one store
-        (:func:`fgscale.runs._reports.predict_inputs`).
+        (:func:`fgscale.runs._reports.predict_inputs`); or one BIDS dataset (a folder with
+        ``dataset_description.json``), the images ``bids_filter`` selects predicted, or the
+        images a :class:`fgscale.images.BidsCohort` of :func:`fgscale.images.read_bids` holds
+        (every volume of each of its files; its labels and targets are not used).
     out : str or Path
-        The CSV (``"-"``: the standard output): one line per volume or store row,
+        The CSV (``"-"``: the standard output; ``.tsv``: tabs): one line per volume or store
+        row, ``prediction`` and ``proba_<class>``. For a BIDS dataset, ``path`` and each
+        image's BIDS entities come first (:meth:`fgscale.images.BidsCohort.entity_table`:
+        ``subject``, ``session``, ``task``, ``run``...; an entity named as a column of the
+        predictions, such as ``label``, as ``entity_<name>``), then ``volume`` for a 4D image,
         ``prediction`` and ``proba_<class>``.
     rows : {"all", "train", "test"}, default="all"
-        A store's rows, or a cohort table's files, by split.
+        A store's rows, or a cohort table's files, by split; only "all" for a BIDS dataset
+        (select its images with ``bids_filter``).
     resample : bool, default=False
         Resample images on another grid to the run's mask's; by default they are refused.
     device : str, optional
@@ -140,7 +151,13 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         Show a progress bar over the rows (tqdm, on stderr).
     columns : dict, optional
         A cohort table's columns to copy as ``label`` and ``target``, such as
-        ``{"target": "age"}`` (:func:`fgscale.images.read_cohort`).
+        ``{"target": "age"}`` (:func:`fgscale.images.read_cohort`); none for a BIDS dataset.
+    bids_filter : dict, str, Path or list of str, optional
+        With a BIDS dataset as ``inputs``: the entities its images must have, as
+        :func:`fgscale.images.read_bids` takes them, such as ``{"space": "MNI152NLin2009cAsym",
+        "suffix": "statmap", "sub": ["07", "08"]}``, ``["suffix=statmap", "sub=07,08"]`` or a
+        JSON file of them (``fgscale predict --bids-filter``). Default: every NIfTI file of the
+        dataset, which must then be of one kind. Refused with any other ``inputs``.
 
     Returns
     -------
@@ -149,12 +166,20 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
         ``target`` (the name of its column) and ``min``, ``mean`` and ``max`` prediction
         (:func:`predict_line` says it).
     """
+    if not isinstance(inputs, (str, Path, BidsCohort)):
+        inputs = list(inputs)  # read twice (BIDS or not, then predicted): a generator too
+    cohort = _bids_inputs(inputs, bids_filter, rows, columns)  # its mistakes before the run's
     clf = load_run(run_dir, device=device)
     check_table_name(out, "--out")
     if str(out) != STDOUT:
         check_writable(out, "; choose another --out; nothing predicted")
-    table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress,
-                           columns=columns)
+    if cohort is None:
+        table = predict_inputs(clf, inputs, rows=rows, resample=resample, progress=progress,
+                               columns=columns)
+    else:
+        entities = cohort.entity_table()
+        table = _join_image_columns(entities, predict_inputs(
+            clf, entities["path"], resample=resample, progress=progress))
     summary, predicted = {"out": str(write_table(table, out))}, np.asarray(table["prediction"])
     summary["n"] = len(predicted)
     if not isinstance(clf, FeatureGroupingClassifier):
@@ -162,6 +187,53 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
                 **{f.__name__: float(f(predicted)) for f in (np.min, np.mean, np.max)}}
     labels, counts = np.unique(predicted.astype(str), return_counts=True)
     return {**summary, "counts": dict(zip(labels.tolist(), counts.tolist(), strict=True))}
+
+
+def _bids_inputs(inputs, bids_filter, rows: str, columns: dict | None) -> BidsCohort | None:
+    """The images :func:`predict_run` predicts with their entities: ``inputs`` itself where it
+    is a :class:`BidsCohort`, the query ``bids_filter`` of a BIDS dataset given as the one
+    input; else None (files, a cohort table or a store). A ``bids_filter`` without a BIDS
+    dataset, and the split or the columns of a store or a cohort table with one, are refused."""
+    if isinstance(inputs, BidsCohort):
+        if bids_filter is not None:
+            raise ValueError("bids_filter selects the images of a BIDS dataset given as inputs; "
+                             "a BidsCohort given is already selected: give its dataset, or "
+                             "read_bids() it with those filters")
+        where, cohort = inputs.root, inputs
+    else:
+        given = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
+        if not (len(given) == 1 and is_bids_root(given[0])):
+            if bids_filter is not None:
+                raise ValueError(f"bids_filter reads a BIDS dataset (a folder with "
+                                 f"dataset_description.json), and "
+                                 f"{' '.join(map(str, given))} is none")
+            return None
+        where, cohort = given[0], None
+    if rows != "all":
+        raise ValueError(f"rows={rows!r} selects a store's rows or a cohort table's files by "
+                         f"split; a BIDS dataset ({where}) has none: select its images with "
+                         "bids_filter (such as {'sub': ['01', '02']})")
+    named = [k for k, v in (columns or {}).items() if v is not None]
+    if named:
+        raise ValueError(f"columns names a cohort table's {named[0]} column to copy; a BIDS "
+                         f"dataset ({where}) is predicted with its images' entities beside "
+                         "the predictions, and no labels")
+    return cohort if cohort is not None else read_bids(where, bids_filter)
+
+
+def _join_image_columns(image_columns: dict, table: dict) -> dict:
+    """The predictions ``table`` (a line per volume, its ``path`` as predicted) with each
+    image's columns (``path``, then others: a value per image) after its ``path``, repeated
+    for each of the image's volumes; a column named as one of the predictions' as
+    ``entity_<name>``."""
+    index = {str(path): i for i, path in enumerate(image_columns["path"])}
+    lines = [index[str(path)] for path in table["path"]]
+    joined = {"path": table["path"]}
+    for name, values in image_columns.items():
+        if name != "path":
+            joined[f"entity_{name}" if name in table else name] = [values[i] for i in lines]
+    joined.update((k, v) for k, v in table.items() if k != "path")
+    return joined
 
 
 def predict_line(summary: dict) -> str:

@@ -1,8 +1,8 @@
 """Training: seeded minibatch plans, torch models with a grouped first layer, the training
 loop fed by any batch source, and the streamed source (Dask workers read and project rows).
 ``_replicas.fit_replicas`` trains R copies of a model on Dask worker processes with
-torch.distributed (gloo), each on its share of every step's rows; not yet exposed by the
-estimators (no validation, checkpoints or class weights there yet).
+torch.distributed (gloo), each on its share of every step's rows: the estimators'
+``replicas=R``, one epoch at a time between the central loop's validation and checkpoints.
 """
 
 from fgscale.training._loop import (

@@ -363,21 +363,24 @@ def _snapshot(state: dict, into: dict | None) -> dict:
     return into
 
 
-def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[Batch]],
+def fit(model: nn.Module, optimizer, *,
+        epoch_batches: Callable[[int], Iterable[Batch]] | None = None,
         max_epochs: int, bank=None, device="cpu",
         validation: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None,
         stopper: EarlyStopping | None = None, start_epoch: int = 0,
         on_epoch_end: Callable[[dict], None] | None = None, progress: bool | str = False,
         step_size: Callable[..., float] | None = None,
         monitor: str = "loss", regression: bool = False,
-        class_weight: torch.Tensor | None = None, keep: torch.Tensor | None = None) -> list[dict]:
+        class_weight: torch.Tensor | None = None, keep: torch.Tensor | None = None,
+        run_epoch: Callable[[int], float] | None = None) -> list[dict]:
     """Train for up to ``max_epochs`` epochs; return one metrics dict per epoch (epoch,
     train_loss, val_loss and val_accuracy or val_r2 with validation, seconds).
 
     Parameters
     ----------
-    epoch_batches : callable
-        ``epoch_batches(epoch)`` returns the batches of that epoch, in plan order.
+    epoch_batches : callable, optional
+        ``epoch_batches(epoch)`` returns the batches of that epoch, in plan order; required
+        unless ``run_epoch`` trains the epochs.
     validation : callable, optional
         Returns ``(x, y)`` blocks of full validation rows; evaluated after each epoch.
     stopper : EarlyStopping, optional
@@ -402,7 +405,17 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
         Each class's weight in the training and validation losses and accuracy.
     keep : Tensor of shape (n_groupings, [h,] n_clusters), optional
         The clusters each grouping keeps (see :func:`train_epoch`).
+    run_epoch : callable, optional
+        ``run_epoch(epoch)`` trains ``model`` in place for that epoch and returns its mean
+        training loss, instead of :func:`train_epoch` on ``epoch_batches(epoch)``: the
+        data-parallel replicas of :func:`~fgscale.training._replicas.fit_replicas`.
+        Validation, the stopper and ``on_epoch_end`` follow each epoch as they do
+        :func:`train_epoch`'s; ``optimizer``, ``bank``, ``step_size`` and ``keep`` are then
+        ``run_epoch``'s to use.
     """
+    if (epoch_batches is None) == (run_epoch is None):
+        raise ValueError("fit trains on epoch_batches or with run_epoch: give one of them, not "
+                         f"{'both' if run_epoch is not None else 'neither'}")
     if class_weight is not None:
         class_weight = torch.as_tensor(class_weight, dtype=torch.float32, device=device)
     history = []
@@ -410,11 +423,13 @@ def fit(model: nn.Module, optimizer, *, epoch_batches: Callable[[int], Iterable[
                desc=progress if isinstance(progress, str) else "epochs")
     for epoch in range(start_epoch, max_epochs):
         started = time.perf_counter()
-        metrics = {"epoch": epoch,
-                   "train_loss": train_epoch(model, optimizer, epoch_batches(epoch),
-                                             bank=bank, device=device, step_size=step_size,
-                                             regression=regression, class_weight=class_weight,
-                                             keep=keep)}
+        if run_epoch is not None:
+            train_loss = float(run_epoch(epoch))
+        else:
+            train_loss = train_epoch(model, optimizer, epoch_batches(epoch), bank=bank,
+                                     device=device, step_size=step_size, regression=regression,
+                                     class_weight=class_weight, keep=keep)
+        metrics = {"epoch": epoch, "train_loss": train_loss}
         monitored = metrics["train_loss"]
         if validation is not None:
             with phase("validation"):

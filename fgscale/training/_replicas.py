@@ -12,16 +12,22 @@ of the whole minibatch, computed across the replicas (:func:`_lipschitz`). R rep
 minibatches of m rows then take the steps of one process with minibatches of R·m rows, to float
 rounding (``tests/training/test_replicas.py``).
 
-What a single process does and this does not yet: feature grouping is required (full rows, L2,
-would sum an h x p gradient per step), there is no validation nor early stopping, no
-checkpoints, class weights or regression averaging, and dropout draws its own masks on each
-replica (the same distribution as one process's, not the same masks).
+Screening (each grouping's kept clusters), class weights (the loss's, and the rows' weights in
+the step size) and regression (half the squared error, and the average of the epoch's iterates
+that :func:`~fgscale.training.train_epoch` ends a regression epoch with, taken on every
+replica from the same parameters) are those of one process. Feature grouping is required (full
+rows, L2, would sum an h x p gradient per step), and dropout draws its own masks on each
+replica, seeded by the run's seed, the replica and the epoch (the same distribution as one
+process's, not the same masks). Validation, early stopping and checkpoints are the caller's:
+the estimators call :func:`fit_replicas` for one epoch at a time from their training loop
+(:func:`~fgscale.training.fit`'s ``run_epoch``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -40,7 +46,7 @@ from fgscale.training._plan import epoch_plan
 from fgscale.training._sgd import _GRAM_ROWS, LipschitzStep, lipschitz
 from fgscale.training._stream import StoreSource, _bank, load_batch
 
-__all__ = ["ReplicaLost", "ReplicaTask", "fit_replicas"]
+__all__ = ["ReplicaLost", "ReplicaTask", "fit_replicas", "replica_workers"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +72,13 @@ class ReplicaTask:
     learning_rate, weight_decay : float
     step_size : LipschitzStep or None
         The step of ``learning_rate="auto"``; None for the fixed ``learning_rate``.
+    regression : bool, default=False
+        Half the squared error on float targets, and each epoch ends at the average of its
+        iterates, instead of the cross-entropy of class indices.
+    class_weight : ndarray of float32 of shape (n_classes,) or None, default=None
+        Each class's weight in the loss and in the step size's rows.
+    keep : ndarray of bool of shape (n_groupings, [h,] n_clusters) or None, default=None
+        Screening: the clusters each grouping keeps, its row given to the model's forward.
     """
 
     path: str
@@ -84,17 +97,22 @@ class ReplicaTask:
     learning_rate: float
     weight_decay: float
     step_size: LipschitzStep | None
+    regression: bool = False
+    class_weight: np.ndarray | None = None
+    keep: np.ndarray | None = None
 
 
 def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replicas: int,
                  batch_size: int, max_epochs: int, seed: int, n_groupings: int,
                  learning_rate: float = 0.01, weight_decay: float = 0.0,
                  step_size: LipschitzStep | None = None, start_epoch: int = 0,
+                 regression: bool = False, class_weight=None, keep=None,
                  timeout: float = 300.0) -> list[dict]:
     """Train ``model`` with ``replicas`` data-parallel copies in worker processes of ``client``.
 
     Equal, to float rounding, to :func:`~fgscale.training.fit` (no validation, no stopper) on
-    the batches of ``source`` planned with ``batch_size * replicas`` rows per minibatch.
+    the batches of ``source`` planned with ``batch_size * replicas`` rows per minibatch, with
+    the same ``regression``, ``class_weight`` and ``keep``.
 
     Parameters
     ----------
@@ -117,6 +135,14 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
     step_size : LipschitzStep, optional
         ``learning_rate="auto"``: each step's size from its whole minibatch.
     start_epoch : int, default=0
+    regression : bool, default=False
+        Squared error on the source's float targets, each epoch ending at the average of its
+        iterates (see :func:`~fgscale.training.train_epoch`).
+    class_weight : array-like of shape (n_classes,), optional
+        Each class's weight in the loss (:func:`~fgscale.training._loop.batch_loss`) and in
+        the step size of ``step_size``.
+    keep : array-like or Tensor of bool of shape (n_groupings, [h,] n_clusters), optional
+        Screening: the clusters each grouping keeps (see :func:`~fgscale.training.train_epoch`).
     timeout : float, default=300.0
         Seconds a replica waits for the others at a collective before it fails. When one
         replica fails, the run fails at once; the others, cancelled, still hold their worker
@@ -133,11 +159,16 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
     if not isinstance(getattr(model, "first", None), GroupedLinear):
         raise ValueError(f"replicas need a model whose first layer is a GroupedLinear, got "
                          f"{type(model).__name__}")
-    workers = _replica_workers(client, replicas)
+    if class_weight is not None and regression:
+        raise ValueError("class_weight weighs classes: it must be None with regression=True")
+    workers = replica_workers(client, replicas)
     task = ReplicaTask(source.path, source.key, source.bank_at, source.stats, source.stats_at,
                        source.target, source.n_clusters, np.asarray(rows, dtype=np.int64),
                        int(batch_size), int(seed), int(n_groupings), int(start_epoch),
-                       int(max_epochs), float(learning_rate), float(weight_decay), step_size)
+                       int(max_epochs), float(learning_rate), float(weight_decay), step_size,
+                       bool(regression),
+                       None if class_weight is None else _as_numpy(class_weight, np.float32),
+                       None if keep is None else _as_numpy(keep, bool))
     host = _address_host(workers[0])
     # a port free on rank 0's machine, where the process group's store listens; a fresh one
     # for every call, so that two phases never meet at the same address
@@ -158,9 +189,17 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
     return history
 
 
-class ReplicaLost(RuntimeError):
+def _as_numpy(values, dtype) -> np.ndarray:
+    """``values`` (a Tensor, on any device, or array-like) as a numpy array of ``dtype``."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    return np.asarray(values, dtype=dtype)
+
+
+class ReplicaLost(ConnectionError):
     """A replica's collective failed: another replica left the run (its error, or its
-    process lost)."""
+    process lost). A ConnectionError: the command line reports it in one line, as it does a
+    lost cluster."""
 
 
 _GRACE = 30.0  # seconds the run waits for the cause once a replica saw another one leave
@@ -195,12 +234,18 @@ def _collective(op, *args) -> None:
     try:
         op(*args)
     except RuntimeError as exc:
+        # gloo's first sentence says what failed, after the source line that raised it; the
+        # rest is advice on debugging gloo and, where torch adds it, its C++ stack
+        first = (str(exc).splitlines() or [""])[0]
+        reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0].rstrip(".")[:200]
         raise ReplicaLost(f"replica {dist.get_rank()} of {dist.get_world_size()}: another "
-                          f"replica left the run ({exc})") from None
+                          f"replica left the run ({reason})") from None
 
 
-def _replica_workers(client, replicas: int) -> list[str]:
-    """``replicas`` addresses of workers in distinct processes, in a fixed order."""
+def replica_workers(client, replicas: int) -> list[str]:
+    """``replicas`` addresses of workers in distinct processes of ``client``'s cluster, in a
+    fixed order; a ValueError when it has fewer worker processes. What an estimator calls
+    before any work, to refuse a cluster too small for its replicas."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     pids = client.run(_pid)
@@ -209,8 +254,9 @@ def _replica_workers(client, replicas: int) -> list[str]:
         by_process.setdefault(pids[address], address)
     if len(by_process) < replicas:
         raise ValueError(f"replicas={replicas} needs as many worker processes; the cluster has "
-                         f"{len(by_process)} (start it with processes=True and n_workers >= "
-                         f"{replicas})")
+                         f"{len(by_process)} (a LocalCluster of processes=True and n_workers >= "
+                         f"{replicas}; on the command line, --n-workers {replicas} or more, not "
+                         "--worker-threads)")
     return sorted(by_process.values())[:replicas]
 
 
@@ -238,10 +284,14 @@ def train_replica(rank: int, world: int, init_method: str, model: nn.Module, tas
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                             timeout=timedelta(seconds=timeout))
     try:
-        # dropout's masks: seeded per replica, so that a run is repeatable
-        torch.manual_seed(int(np.random.SeedSequence([task.seed, rank]).generate_state(1)[0]))
-        history = [_replica_epoch(model, task, epoch, rank, world)
-                   for epoch in range(task.start_epoch, task.max_epochs)]
+        history = []
+        for epoch in range(task.start_epoch, task.max_epochs):
+            # dropout's masks: seeded per replica and epoch, so that a run is repeatable, and
+            # an epoch draws the same masks whether its call trains it alone (an estimator's,
+            # or a resumed run's) or after others
+            torch.manual_seed(int(np.random.SeedSequence([task.seed, rank, epoch])
+                                  .generate_state(1)[0]))
+            history.append(_replica_epoch(model, task, epoch, rank, world))
     finally:
         dist.destroy_process_group()
     if rank:
@@ -260,37 +310,59 @@ def _replica_epoch(model: nn.Module, task: ReplicaTask, epoch: int, rank: int,
     first = model.first
     first.defer = "grouped"  # the reduced (h x k) gradient is what the replicas sum
     decay = next(g for g in optimizer.param_groups if any(p is first.weight for p in g["params"]))
+    class_weight = None if task.class_weight is None else torch.from_numpy(task.class_weight)
+    keep = None if task.keep is None else torch.from_numpy(task.keep)
+    # regression: the epoch ends at the mean of its iterates, as train_epoch's; every replica
+    # holds the same iterates, so each averages its own
+    average = [torch.zeros_like(p) for p in model.parameters()] if task.regression else None
     model.train()
-    total, count = 0.0, 0
+    total, count, steps = 0.0, 0, 0
     try:
         for rows, g in zip(plan.batches, plan.groupings, strict=True):
             share = np.array_split(rows, world)[rank]
             x, y = load_batch(task.path, share, int(g), task.n_clusters, task.key, task.stats,
                               task.target, task.bank_at, task.stats_at)
             x, y = torch.from_numpy(x), torch.from_numpy(y)
+            weights = None if class_weight is None else class_weight[y.long()]
             with torch_threads(x.numel()):
                 if task.step_size is not None:
-                    lr = task.step_size.of_constant(_lipschitz(x, len(rows), world))
+                    lr = task.step_size.of_constant(_lipschitz(x, len(rows), world, weights))
                     for group in optimizer.param_groups:
                         group["lr"] = lr
                 total += _replica_step(model, optimizer, x, y,
-                                       torch.from_numpy(labels[int(g)]).long(), len(rows))
+                                       torch.from_numpy(labels[int(g)]).long(), len(rows),
+                                       regression=task.regression, class_weight=class_weight,
+                                       keep=None if keep is None else keep[int(g)])
             first.step_deferred(decay["lr"], decay["weight_decay"])
             count += len(rows)
+            steps += 1
+            if average is not None:
+                with torch.no_grad():
+                    for a, p in zip(average, model.parameters(), strict=True):
+                        a.add_(p.detach() - a, alpha=1.0 / steps)
     finally:
         first.defer, first._pending = False, None
+    if average is not None and steps:
+        with torch.no_grad():
+            for a, p in zip(average, model.parameters(), strict=True):
+                p.copy_(a)
     optimizer.zero_grad(set_to_none=True)
     return {"epoch": epoch, "train_loss": total / max(count, 1),
             "seconds": time.perf_counter() - started}
 
 
 def _replica_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
-                  grouping: torch.Tensor, m: int) -> float:
+                  grouping: torch.Tensor, m: int, *, regression: bool = False,
+                  class_weight: torch.Tensor | None = None,
+                  keep: torch.Tensor | None = None) -> float:
     """This replica's share of one SGD step on a minibatch of ``m`` rows in all, the first
-    layer's deferred step left to the caller; returns the minibatch's summed loss."""
+    layer's deferred step left to the caller; returns the minibatch's summed loss (weighted
+    by ``class_weight``; over the rows, as :func:`~fgscale.training._loop.batch_loss`'s mean
+    divides by the rows)."""
     optimizer.zero_grad(set_to_none=True)
     first = model.first
-    loss = batch_loss(model(x, grouping), y, reduction="sum")
+    loss = batch_loss(model(x, grouping, keep), y, regression, reduction="sum",
+                      class_weight=class_weight)
     (loss / m).backward()
     if first._pending is None:  # no rows here: this replica adds nothing to W0_hat's gradient
         k = x.shape[1]
@@ -313,24 +385,34 @@ def _replica_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
     return float(flat[-1])
 
 
-def _lipschitz(x: torch.Tensor, m: int, world: int, n_iter: int = 8) -> float:
+def _lipschitz(x: torch.Tensor, m: int, world: int, weights: torch.Tensor | None = None,
+               n_iter: int = 8) -> float:
     """:func:`~fgscale.training.lipschitz` of the whole minibatch of ``m`` rows whose share
-    ``x`` this replica holds: the same arithmetic, each product over the rows summed across
-    the replicas. Up to 64 rows, the rows themselves are gathered (at most 64 x k values) and
-    the Gram matrix's eigenvalues computed on every replica."""
+    ``x`` (and its rows' ``weights``, with class weights) this replica holds: the same
+    arithmetic, each product over the rows summed across the replicas. Up to 64 rows, the rows
+    themselves are gathered (at most 64 x k values, and their weights) and the Gram matrix's
+    eigenvalues computed on every replica."""
     if m <= _GRAM_ROWS:
         sizes = [len(s) for s in np.array_split(np.arange(m), world)]
-        padded = torch.zeros(max(sizes), x.shape[1], dtype=x.dtype)
-        padded[: len(x)] = x
+        # the weights travel as one more column of the rows
+        block = x if weights is None else torch.cat([x, weights.to(x.dtype)[:, None]], dim=1)
+        padded = torch.zeros(max(sizes), block.shape[1], dtype=x.dtype)
+        padded[: len(x)] = block
         parts = [torch.empty_like(padded) for _ in range(world)]
         _collective(dist.all_gather, parts, padded)
-        return lipschitz(torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)]))
+        whole = torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)])
+        if weights is None:
+            return lipschitz(whole)
+        return lipschitz(whole[:, :-1].contiguous(), weights=whole[:, -1].contiguous())
+    root = None if weights is None else weights.to(x.dtype).sqrt()
+    if root is not None:  # the rows, and the intercept's column, scaled by sqrt(w_i)
+        x = x * root[:, None]
     u = torch.full((x.shape[0],), 1.0 / np.sqrt(m), dtype=x.dtype)
     lam = 0.0
     for _ in range(n_iter):
-        xtu = torch.cat([x.T @ u, u.sum().reshape(1)])
+        xtu = torch.cat([x.T @ u, (u.sum() if root is None else root @ u).reshape(1)])
         _collective(dist.all_reduce, xtu)
-        v = x @ xtu[:-1] + xtu[-1]
+        v = x @ xtu[:-1] + (xtu[-1] if root is None else root * xtu[-1])
         sums = torch.stack([u @ v, v @ v])
         _collective(dist.all_reduce, sums)
         lam = float(sums[0])

@@ -14,25 +14,50 @@ from fgscale.training._replicas import fit_replicas
 
 @pytest.fixture(scope="module")
 def banked(tmp_path_factory, client):
-    """A SYNTHETIC store with a bank of 3 groupings at k = 10%: (path, k, key, training rows)."""
+    """A SYNTHETIC store with a bank of 3 groupings at k = 10%, its rows with labels and a
+    numeric target: (path, k, key, training rows, bank)."""
     X, y, mask, split = smooth_cohort(n=150)  # over 64 training rows: a step of 80 rows
+    target = X[:, :40].mean(axis=1) * 3.0 + 5.0
     path = tmp_path_factory.mktemp("replicas") / "cohort.zarr"
-    write_store(path, X, y, mask, np.eye(4), split=split, block_rows=16,
+    write_store(path, X, y, mask, np.eye(4), target=target, split=split, block_rows=16,
                 attrs={"synthetic": True})
     bank, info = build_bank(path, n_groupings=3, n_bootstrap=6, n_clusters=0.1, seed=0,
                             client=client, progress=False, return_info=True)
     return path, int(bank.max()) + 1, info["key"], np.flatnonzero(split == "train"), bank
 
 
-def one_process(client, banked, model, *, batch_size, epochs, step_size, learning_rate):
-    """The oracle: :func:`fit` on the source's batches, in this process."""
+def one_process(client, banked, model, *, batch_size, epochs, step_size, learning_rate,
+                source_kw=None, **fit_kw):
+    """The oracle: :func:`fit` on the source's batches, in this process (``source_kw`` to
+    :class:`StoreSource`, ``fit_kw`` to :func:`fit`)."""
     path, k, key, rows, bank = banked
-    source = StoreSource(client, path, n_clusters=k, bank_key=key, lipschitz=True)
+    source = StoreSource(client, path, n_clusters=k, bank_key=key, lipschitz=True,
+                         **(source_kw or {}))
     optimizer = make_optimizer(model, learning_rate, 0.01)
     return fit(model, optimizer, max_epochs=epochs, bank=torch.from_numpy(bank),
                step_size=step_size,
                epoch_batches=lambda e: source.batches(epoch_plan(
-                   rows, batch_size=batch_size, epoch=e, seed=4, n_groupings=len(bank))))
+                   rows, batch_size=batch_size, epoch=e, seed=4, n_groupings=len(bank))),
+               **fit_kw)
+
+
+def twins(kind, p, n_outputs):
+    """Two models of the same initial weights, and a copy of those weights."""
+    torch.manual_seed(0)
+    start = build_model(kind, p, n_outputs, hidden_layer_sizes=(12,))
+    models = [build_model(kind, p, n_outputs, hidden_layer_sizes=(12,)) for _ in range(2)]
+    for model in models:
+        model.load_state_dict(start.state_dict())
+    return (*models, start)
+
+
+def assert_same_training(replicated, oracle, start, history, expected):
+    for (name, got), want in zip(replicated.state_dict().items(), oracle.state_dict().values(),
+                                 strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
+    assert not torch.equal(replicated.first.weight, start.first.weight)  # it did train
+    np.testing.assert_allclose([h["train_loss"] for h in history],
+                               [h["train_loss"] for h in expected], rtol=1e-5)
 
 
 # batch 40 (2 x 20): the step size's Gram matrix gathered; batch 80 (2 x 40): its power
@@ -89,3 +114,58 @@ def test_a_failing_replica_fails_the_run_without_waiting_for_the_others(client, 
     # the other replica left the collective too: each worker's thread takes tasks again
     for address in client.scheduler_info()["workers"]:
         assert client.submit(sum, [1, 2], workers=[address], pure=False).result(timeout=60) == 3
+
+
+# class weights enter the loss and the step size's rows: the Gram matrix's path (2 x 20 rows)
+# gathers the rows' weights with them, the power iterations' (2 x 40) sum weighted products
+@pytest.mark.parametrize("batch_size", [20, 40], ids=["gram", "power-iterations"])
+def test_replicas_screen_and_weigh_classes_as_one_process(client, banked, batch_size):
+    path, k, key, rows, bank = banked
+    replicated, oracle, start = twins("logreg", int(bank.shape[1]), 3)
+    # screening's mask of each grouping, for each of the 3 outputs (a linear model's, as FREM)
+    keep = torch.from_numpy(np.random.default_rng(1).random((len(bank), 3, k)) < 0.6)
+    weights = torch.tensor([0.5, 1.0, 2.5])
+    step = LipschitzStep(1.0, 0.01)
+    expected = one_process(client, banked, oracle, batch_size=2 * batch_size, epochs=3,
+                           step_size=step, learning_rate=0.0, keep=keep, class_weight=weights)
+    source = StoreSource(client, path, n_clusters=k, bank_key=key)
+    history = fit_replicas(client, source, replicated, rows, replicas=2, batch_size=batch_size,
+                           max_epochs=3, seed=4, n_groupings=len(bank), weight_decay=0.01,
+                           step_size=step, keep=keep, class_weight=weights)
+    assert_same_training(replicated, oracle, start, history, expected)
+
+
+def test_replicas_regress_with_the_average_of_their_iterates_as_one_process(client, banked):
+    path, k, key, rows, bank = banked
+    replicated, oracle, start = twins("mlp", int(bank.shape[1]), 1)
+    keep = torch.from_numpy(np.random.default_rng(2).random((len(bank), k)) < 0.6)
+    target = {"targets": "target", "target_mean": 5.0, "target_scale": 0.5}
+    step = LipschitzStep(2.0, 0.01)  # half the squared error: twice the cross-entropy's
+    expected = one_process(client, banked, oracle, batch_size=80, epochs=3, step_size=step,
+                           learning_rate=0.0, source_kw=target, keep=keep, regression=True)
+    source = StoreSource(client, path, n_clusters=k, bank_key=key, **target)
+    history = fit_replicas(client, source, replicated, rows, replicas=2, batch_size=40,
+                           max_epochs=3, seed=4, n_groupings=len(bank), weight_decay=0.01,
+                           step_size=step, keep=keep, regression=True)
+    assert_same_training(replicated, oracle, start, history, expected)
+
+
+def test_an_epoch_at_a_time_trains_as_the_epochs_in_one_call(client, banked):
+    """What the estimators do: one call per epoch (between them, validation and checkpoints)
+    gives the weights of one call for all the epochs, dropout's masks included."""
+    path, k, key, rows, bank = banked
+    torch.manual_seed(0)
+    whole = build_model("mlp", int(bank.shape[1]), 3, hidden_layer_sizes=(12,),
+                        hidden_dropout=0.5)
+    by_epoch = build_model("mlp", int(bank.shape[1]), 3, hidden_layer_sizes=(12,),
+                           hidden_dropout=0.5)
+    by_epoch.load_state_dict(whole.state_dict())
+    source = StoreSource(client, path, n_clusters=k, bank_key=key)
+    common = dict(replicas=2, batch_size=20, seed=4, n_groupings=len(bank), learning_rate=0.05)
+    history = fit_replicas(client, source, whole, rows, max_epochs=2, **common)
+    losses = [fit_replicas(client, source, by_epoch, rows, start_epoch=e, max_epochs=e + 1,
+                           **common)[0]["train_loss"] for e in range(2)]
+    for (name, got), want in zip(by_epoch.state_dict().items(), whole.state_dict().values(),
+                                 strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
+    assert losses == [h["train_loss"] for h in history]
