@@ -16,6 +16,10 @@ import numpy as np
 GRID = (10, 11, 9)
 AFFINE = np.array([[4.0, 0, 0, -20], [0, 4.0, 0, -22], [0, 0, 4.0, -18], [0, 0, 0, 1]])
 SPACE = "MNI152NLin2009cAsym"
+# what the CLI tests train with (small and quick) and select the statistical maps with
+TRAIN = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size",
+         "16", "--seed", "0", "--max-epochs", "4", "--n-workers", "1", "--no-progress"]
+MAPS = ["--bids-filter", f"space={SPACE}", "suffix=statmap"]
 TR = 2.0
 N_VOLUMES = 30
 # two blocks per run (volume i at i x TR): face over volumes 2-9, house over 14-21; an n/a

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from bids_trees import (
     LABELLED,
+    MAPS,
     SPACE,
+    TRAIN,
     age,
     condition,
     diagnosis,
@@ -29,10 +31,6 @@ from fgscale.cli import build_parser, main
 from fgscale.images import parse_bids_name
 from fgscale.runs._maps import read_maps
 from fgscale.store import open_store
-
-TRAIN = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size",
-         "16", "--seed", "0", "--max-epochs", "4", "--n-workers", "1", "--no-progress"]
-MAPS = ["--bids-filter", f"space={SPACE}", "suffix=statmap"]
 
 
 @pytest.fixture(scope="module")

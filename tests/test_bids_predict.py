@@ -6,15 +6,11 @@ given by name; each bad input one line and exit status 2."""
 import csv
 
 import pytest
-from bids_trees import SPACE, diagnosis, series_dataset, statmap_dataset
+from bids_trees import MAPS, SPACE, TRAIN, diagnosis, series_dataset, statmap_dataset
 from helpers import refused
 
 from fgscale.cli import main
 from fgscale.images import parse_bids_name
-
-TRAIN = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size",
-         "16", "--seed", "0", "--max-epochs", "4", "--n-workers", "1", "--no-progress"]
-MAPS = ["--bids-filter", f"space={SPACE}", "suffix=statmap"]
 
 
 @pytest.fixture(scope="module")

@@ -81,12 +81,7 @@ def test_two_replicas_equal_one_process_with_twice_the_batch(client, banked, kin
     history = fit_replicas(client, source, replicated, rows, replicas=2, batch_size=batch_size,
                            max_epochs=3, seed=4, n_groupings=len(bank), learning_rate=0.05,
                            weight_decay=0.01, step_size=step)
-    for (name, got), want in zip(replicated.state_dict().items(), oracle.state_dict().values(),
-                                 strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
-    assert not torch.equal(replicated.first.weight, start.first.weight)  # it did train
-    np.testing.assert_allclose([h["train_loss"] for h in history],
-                               [h["train_loss"] for h in expected], rtol=1e-5)
+    assert_same_training(replicated, oracle, start, history, expected)
 
 
 def test_replicas_need_worker_processes_and_a_bank(client, banked):
