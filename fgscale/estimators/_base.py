@@ -175,7 +175,6 @@ class FeatureGroupingBase(BaseEstimator):
                 raise ValueError(f"replicas={self.replicas}: replicas apply to a fit streamed "
                                  "from a store (X a store's path or Store); with arrays or "
                                  "images, give replicas=1")
-            warn_unused_client(client, stacklevel=4)  # the caller of the subclass's fit
             mask_img = None
             if is_images(X):
                 X, mask_img = self._images_in(X)
@@ -187,7 +186,7 @@ class FeatureGroupingBase(BaseEstimator):
             X, y = validate_data(self, X, y, dtype=np.float32, order="C",
                                  y_numeric=not self._is_classifier())
             return self._fit_arrays(X, self._encode_targets(y), mask_img,
-                                    check_groups(groups, len(X)))
+                                    check_groups(groups, len(X)), client=client)
         except BaseException:
             self.__dict__.clear()
             self.__dict__.update(fitted)
@@ -204,10 +203,12 @@ class FeatureGroupingBase(BaseEstimator):
         return rows_of(X, getattr(self, "mask_img_", None), type(self).__name__,
                        bool(self.resample), getattr(self, "smoothing_fwhm_", None))
 
-    def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray, mask_img=None, groups=None):
+    def _fit_arrays(self, X: np.ndarray, y_idx: np.ndarray, mask_img=None, groups=None,
+                    client=None):
         """Fit on in-memory rows ``X`` (float32) with target indices ``y_idx``; ``mask_img``:
         the mask the rows came through, when they came as images; ``groups``: the rows'
-        subjects, which the validation split keeps on one side."""
+        subjects, which the validation split keeps on one side; ``client``: the cluster that
+        trains the phases of a search (the folds of ``cv``, the candidates), if several."""
         self.mask_img_ = mask_img if mask_img is not None else mask_image_of(self.mask)
         self.smoothing_fwhm_ = self.smoothing_fwhm or None
         graph = resolve_graph(self.mask if self.mask_img_ is None else self.mask_img_, X.shape[1])
@@ -226,7 +227,7 @@ class FeatureGroupingBase(BaseEstimator):
                 bank = make_bank(X, graph, k, n_groupings=self.n_groupings,
                                  n_bootstrap=self.n_bootstrap, rows=rows, seed=seed)
             sources[k] = (rows_source.with_bank(bank), bank)
-        return self._train(sources, y_idx, rows, seed, groups=groups)
+        return self._train(sources, y_idx, rows, seed, groups=groups, client=client)
 
     def _cluster_counts(self, y_idx: np.ndarray) -> list:
         """The distinct k (ints) of the candidates for training targets ``y_idx``; [None]
@@ -371,7 +372,8 @@ class FeatureGroupingBase(BaseEstimator):
         attribute by the classifier; None here."""
         return None
 
-    def _train(self, sources: dict, y_idx, rows, seed, history=History, groups=None):
+    def _train(self, sources: dict, y_idx, rows, seed, history=History, groups=None,
+               client=None):
         """Train on ``sources`` (k -> (in-memory or streamed source, bank)) over ``rows``.
 
         With validation rows (one split, or the folds of ``cv``), each candidate
@@ -383,6 +385,11 @@ class FeatureGroupingBase(BaseEstimator):
         average; without, the model is the chosen candidate's (with ``cv``, its fold models'
         weights averaged). Without validation rows (a single candidate), one phase on all rows
         stops on the training loss.
+
+        ``client`` (in-memory sources only): the phases of the search (each candidate on each
+        fold) train as tasks on its workers, when there are several and the device is the
+        CPU (:mod:`fgscale.estimators._parallel`); the refit trains here. Else it is unused,
+        and said so.
         """
         validation = use_validation(self, y_idx[rows], warn=True)
         grid = candidates(self, self.n_features_in_, validation)
@@ -395,14 +402,16 @@ class FeatureGroupingBase(BaseEstimator):
         self.batch_size_ = self._batch_size(min(len(fit_rows) for fit_rows, _ in splits))
         gpu = cuda_device(self.device)
         widths = [self.n_features_in_ if k is None else k for k in sources]
+        client = self._search_client(client, len(grid) * len(splits))
         # the caller's generators are left as they were, the GPU's too (dropout draws there)
         with torch.random.fork_rng(devices=[] if gpu is None else [gpu]), \
                 torch_threads(self.batch_size_ * max(widths)):
             validated = splits[0][1] is not None
             refit = validated and self.refit
             screens = {}
-            chosen, folds = self._search(grid, sources, y_idx, splits, seed, history, weights,
-                                         screens, keep_models=not refit)
+            chosen, folds = self._search(grid, sources, splits, seed, history, weights, screens,
+                                         keep_models=not refit, client=client,
+                                         batch_values=self.batch_size_ * max(widths))
             warn_not_converged(self, all(f["stopped"] for f in folds), validated)
             self.alpha_, self.dropout_, self.n_clusters_ = (
                 chosen["alpha"], chosen["dropout"], chosen["n_clusters"])
@@ -426,41 +435,90 @@ class FeatureGroupingBase(BaseEstimator):
         self._set_outputs()
         return self
 
-    def _search(self, grid, sources, y_idx, splits, seed, history, weights, screens, *,
-                keep_models: bool):
+    def _search_client(self, client, n_phases: int):
+        """The cluster that trains the ``n_phases`` phases of an in-memory search: ``client``
+        when there are several on the CPU; else None, with a warning that ``client`` is unused
+        (given to a fit that trains in this process)."""
+        if client is None:
+            return None
+        on_cpu = torch.device(self.device).type == "cpu"
+        if n_phases > 1 and on_cpu:
+            return client
+        # the caller of the subclass's fit: fit, _fit_arrays, _train, here, the warning's
+        warn_unused_client(client, stacklevel=7, device=None if on_cpu else self.device)
+        return None
+
+    def _search(self, grid, sources, splits, seed, history, weights, screens, *,
+                keep_models: bool, client=None, batch_values: int = 0):
         """Train every candidate of ``grid`` on every fold of ``splits``; return the chosen
         candidate's row of ``cv_results_`` (set here) and its folds (a dict each: epochs,
         validation loss and score, history, whether it stopped early, and with
-        ``keep_models`` its model)."""
-        results, best, best_value = [], None, None
-        by_score = self.scoring is not None
+        ``keep_models`` its model). With ``client``, the phases train as tasks on its workers
+        (their torch threads as ``batch_values`` values a batch set them, as here), and only
+        the chosen candidate's models come back."""
+        if client is None:
+            return self._choose(self._trained_folds(grid, sources, splits, seed, history,
+                                                    weights, screens, keep_models))
+        from fgscale.estimators._parallel import parallel_phases
+
+        self.model_ = None  # a previous fit's, not kept while the phases train
+        with parallel_phases(self, client, grid, sources, splits, seed, weights, batch_values,
+                             keep_states=keep_models) as phases:
+            chosen, folds = self._choose(zip(grid, phases.folds(len(grid)), strict=True))
+            for fold in folds:
+                fold["model"] = self._new_model(chosen["dropout"], phases.state(fold["key"])) \
+                    if keep_models else None
+        return chosen, folds
+
+    @staticmethod
+    def _phase_name(candidate: int, fold: int, n_candidates: int, n_folds: int) -> str:
+        """A phase's name in a search (its checkpoint's, its progress bar's)."""
+        return "-".join(([f"candidate-{candidate + 1}"] if n_candidates > 1 else [])
+                        + ([f"fold-{fold + 1}"] if n_folds > 1 else []))
+
+    def _trained_folds(self, grid, sources, splits, seed, history, weights, screens,
+                       keep_models: bool):
+        """Each candidate of ``grid`` with its folds, trained here one after the other."""
         for i, params in enumerate(grid):
             source, bank = sources[params["n_clusters"]]
             folds = []
             for f, (fit_rows, val_rows) in enumerate(splits):
                 torch.manual_seed(seed)
-                phase = "-".join(([f"candidate-{i + 1}"] if len(grid) > 1 else [])
-                                 + ([f"fold-{f + 1}"] if len(splits) > 1 else []))
+                phase = self._phase_name(i, f, len(grid), len(splits))
                 # the last phase's model is released before the next one is built: only the
                 # folds of the best candidate so far are kept, and none with a refit
                 self.model_ = None
                 run = self._phase(source, bank, fit_rows, val_rows, seed, history,
                                   self.max_epochs, params, weights, phase=phase,
                                   screens=screens, rows_key=f)
-                stopper = run.stopper
-                folds.append({
-                    "epochs": stopper.best_epoch + 1 if stopper.best_epoch >= 0 else len(run.history),
-                    "loss": stopper.best_loss if val_rows is not None else None,
-                    "score": None if val_rows is None else self._fold_score(source, val_rows),
-                    "history": run.history, "stopped": run.stopped_early,
-                    "model": self.model_ if keep_models else None})
+                folds.append(dict(self._fold_result(run, source, val_rows),
+                                  model=self.model_ if keep_models else None))
                 run = None  # its optimizer holds the model's parameters: not kept past the phase
+            yield params, folds
+
+    def _fold_result(self, run, source, val_rows) -> dict:
+        """A trained phase's fold: the epochs it kept, its validation loss and ``model_``'s
+        score on ``val_rows`` (None without), its history and whether it stopped early."""
+        stopper = run.stopper
+        return {"epochs": stopper.best_epoch + 1 if stopper.best_epoch >= 0 else len(run.history),
+                "loss": stopper.best_loss if val_rows is not None else None,
+                "score": None if val_rows is None else self._fold_score(source, val_rows),
+                "history": run.history, "stopped": run.stopped_early}
+
+    def _choose(self, trained) -> tuple[dict, list[dict]]:
+        """The best of ``trained`` (each candidate's parameters and folds, in the grid's
+        order): its ``cv_results_`` row (all rows set here) and its folds."""
+        results, best, best_value = [], None, None
+        by_score = self.scoring is not None
+        for params, folds in trained:
             row = self._result_row(params, folds)
             results.append(row)
             value = row.get("val_score") if by_score else row.get(self._loss_key())
             if best is None or (value is not None and (
                     value > best_value if by_score else value < best_value)):
                 best, best_value = (row, folds), value
+            # released while the next candidate trains, unless the best (its models, if kept)
+            params = folds = row = None
         self.cv_results_ = results
         return best
 
@@ -512,10 +570,7 @@ class FeatureGroupingBase(BaseEstimator):
         ``replicas > 1`` each epoch's steps run on the replicas (:meth:`_replica_epochs`);
         validation, the stopper and the hook's checkpoints stay here, as with one process."""
         alpha, dropout = params["alpha"], params["dropout"]
-        self.model_ = build_model(self.model, self.n_features_in_, self._n_outputs(),
-                                  **model_dropout(self.regularizer, dropout),
-                                  hidden_layer_sizes=self.hidden_layer_sizes,
-                                  grid=cnn_grid(self)).to(self.device)
+        self.model_ = self._new_model(dropout)
         fixed = 0.0 if self.learning_rate == "auto" else self.learning_rate
         optimizer = make_optimizer(self.model_, fixed, alpha)
         stopper = EarlyStopping(self.patience if stop else max_epochs + 1, self.tol)
@@ -560,6 +615,16 @@ class FeatureGroupingBase(BaseEstimator):
         # the model now holds the best epoch's weights: its snapshot (as large) is released
         stopper.best_state = None
         return run
+
+    def _new_model(self, dropout: float, state: dict | None = None) -> torch.nn.Module:
+        """A fresh model of the parameters and ``dropout``, on ``device``; with ``state``, its
+        weights those (a state dict)."""
+        model = build_model(self.model, self.n_features_in_, self._n_outputs(),
+                            **model_dropout(self.regularizer, dropout),
+                            hidden_layer_sizes=self.hidden_layer_sizes, grid=cnn_grid(self))
+        if state is not None:
+            model.load_state_dict(state)
+        return model.to(self.device)
 
     def _replica_epochs(self, source, rows, seed, n_groupings, learning_rate, alpha, dropout,
                         class_weight, keep):

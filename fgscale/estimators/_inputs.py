@@ -98,13 +98,19 @@ def refuse_multioutput(estimator, y) -> None:
                          f"{wrapper} to fit one per column")
 
 
-def warn_unused_client(client, stacklevel: int) -> None:
-    """Warn that ``client`` has no effect on a fit on arrays or images, which trains in this
-    process: only a store's rows are read by the cluster's workers."""
-    if client is not None:
-        warnings.warn("client is used by a fit on a store; arrays and images are fitted in this "
-                      "process (fgscale.store.convert them to a store to train on the cluster)",
-                      UserWarning, stacklevel=stacklevel)
+def warn_unused_client(client, stacklevel: int, device=None) -> None:
+    """Warn that ``client`` has no effect on a fit on arrays or images that trains in this
+    process: one with a single phase to train (no ``cv`` folds, one candidate), or one on a GPU.
+    A store's rows are read by the cluster's workers; the phases of an in-memory search (the
+    folds of ``cv``, several candidates) train on them, on the CPU. ``device``: the fit's, when
+    it is not the CPU."""
+    if client is None:
+        return
+    trains = "one phase" if device is None else f"on device={device!r}"
+    warnings.warn("client is used by a fit on a store, and by a fit on arrays or images with "
+                  "several phases to train on the CPU (the folds of cv=, several candidate "
+                  f"values), which its workers train; this fit trains {trains}, in this process",
+                  UserWarning, stacklevel=stacklevel)
 
 
 def warn_unused_mask(mask, store, stacklevel: int) -> None:

@@ -105,7 +105,9 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
             The subject of each sample, kept on one side of the validation split, as
             :meth:`FeatureGroupingClassifier.fit`.
         client : distributed.Client, optional
-            With a store, as :meth:`FeatureGroupingClassifier.fit`.
+            With a store the cluster to use, with arrays or images the one that trains the
+            phases of a search (the folds of ``cv``, the candidates), as
+            :meth:`FeatureGroupingClassifier.fit`.
         rows, checkpoint : optional
             With a store, as :meth:`FeatureGroupingClassifier.fit`.
 
