@@ -201,7 +201,7 @@ def test_small_convert_imports_no_dask(tmp_path):
 
 
 def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path, capsys):
-    from fgscale.estimators._auto import AUTO_GRIDS
+    from fgscale.estimators._auto import searched_values
     from fgscale.grouping._bank import resolve_n_clusters
     from fgscale.store._banks import list_banks
 
@@ -212,7 +212,8 @@ def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path
     assert out.count("2 groupings built") == 3
     assert err.count(DASHBOARD) == 1  # one cluster for the three banks
     assert sorted(b["n_clusters"] for b in list_banks(store.path)) == [
-        resolve_n_clusters(k, store.n_features) for k in AUTO_GRIDS["n_clusters"]]
+        resolve_n_clusters(k, store.n_features)
+        for k in searched_values("n_clusters", "auto", n_features=store.n_features)]
 
 
 def test_cluster_options_that_a_command_will_not_use_are_said(tiny_store, client, capsys):

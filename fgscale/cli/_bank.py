@@ -150,13 +150,16 @@ def _cmd_bank(args) -> int:
         return 0
     from fgscale.estimators._auto import searched_values
     from fgscale.grouping._dask_bank import build_bank
+    from fgscale.store import open_store
 
     # "auto" or a list of n_clusters: a bank for each k that training will choose among
+    ks = searched_values("n_clusters", args.n_clusters,
+                         n_features=open_store(args.store).n_features)
     with client_of(args, processes=True) as client:  # a cluster only if a grouping is left
         infos = [build_bank(args.store, n_groupings=args.n_groupings,
                             n_bootstrap=args.n_bootstrap, n_clusters=k, seed=args.seed,
                             client=client, overwrite=args.overwrite, return_info=True,
                             progress=not args.no_progress)[1]
-                 for k in searched_values("n_clusters", args.n_clusters)]
+                 for k in ks]
     print("\n".join(built_line(info, args.store) for info in infos))
     return 0

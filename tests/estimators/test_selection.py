@@ -85,6 +85,10 @@ def test_lists_and_auto_of_several_parameters_are_combined(rng):
 def test_default_k_is_chosen_among_three_fractions_tried_once_each():
     clf = FeatureGroupingClassifier()
     assert [c["n_clusters"] for c in candidates(clf, 1000)] == [50, 100, 200]
+    # 2% joins where it leaves 256 clusters or more: a brain image's voxels, not 12,799 of them
+    assert [c["n_clusters"] for c in candidates(clf, 33854)] == [677, 1693, 3385, 6771]
+    assert [c["n_clusters"] for c in candidates(clf, 12799)] == [640, 1280, 2560]
+    assert [c["n_clusters"] for c in candidates(clf, 12800)] == [256, 640, 1280, 2560]
     # no validation split: 10%, the fallback
     assert [c["n_clusters"] for c in candidates(clf, 1000, validation=False)] == [100]
     # 5%, 10% and 20% of 12 features are 1 (then 2: the least), 1 and 2 clusters: one fit
