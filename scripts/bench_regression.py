@@ -224,22 +224,22 @@ def smooth_cohort(cell: str, seed: int, snr_db: float = SMOOTH_SNR_DB, grid=GRID
 
 # Methods: fit_predict(cohort) -> (predictions on the test rows, what it chose)
 
-def fgscale_default(c: Cohort):
-    from fgscale import FeatureGroupingRegressor
-
-    model = FeatureGroupingRegressor(mask=c.mask_img, random_state=c.seed)
-    model.fit(c.X_tr, c.t_tr, groups=c.groups_tr)
-    return model.predict(c.X_te), f"k={model.n_clusters_}"
-
-
-def _fgscale_cv(**params):
+def _fgscale(**params):
+    """The regressor's defaults with ``params``, given the subjects as groups."""
     def fit_predict(c: Cohort):
         from fgscale import FeatureGroupingRegressor
 
-        model = FeatureGroupingRegressor(mask=c.mask_img, random_state=c.seed, cv=5, **params)
+        model = FeatureGroupingRegressor(mask=c.mask_img, random_state=c.seed, **params)
         model.fit(c.X_tr, c.t_tr, groups=c.groups_tr)
         return model.predict(c.X_te), f"k={model.n_clusters_}"
     return fit_predict
+
+
+fgscale_default = _fgscale()
+
+
+def _fgscale_cv(**params):
+    return _fgscale(cv=5, **params)
 
 
 def sklearn_ridgecv(c: Cohort):
@@ -271,6 +271,9 @@ def nilearn_decoder(c: Cohort):
 SMOOTH_METHODS: dict[str, tuple[str, Callable]] = {
     "fgscale-default": ("fgscale defaults (FeatureGroupingRegressor, subjects as groups)",
                         fgscale_default),
+    # "auto"'s grid before 2% joined it (results/accuracy_k_grid_dev.md)
+    "fgscale-k5": ("fgscale defaults, n_clusters 5, 10 or 20% (no 2%)",
+                   _fgscale(n_clusters=[0.05, 0.1, 0.2])),
     "fgscale-cv5": ("fgscale defaults, cv=5 by subject, refit", _fgscale_cv()),
     "fgscale-cv5-mean": ("fgscale defaults, cv=5 by subject, fold models averaged",
                          _fgscale_cv(refit=False)),
