@@ -153,8 +153,9 @@ def _cmd_bank(args) -> int:
     from fgscale.store import open_store
 
     # "auto" or a list of n_clusters: a bank for each k that training will choose among
-    ks = searched_values("n_clusters", args.n_clusters,
-                         n_features=open_store(args.store).n_features)
+    store = open_store(args.store)
+    ks = searched_values("n_clusters", args.n_clusters, n_features=store.n_features,
+                         regression=store.target is not None)
     with client_of(args, processes=True) as client:  # a cluster only if a grouping is left
         infos = [build_bank(args.store, n_groupings=args.n_groupings,
                             n_bootstrap=args.n_bootstrap, n_clusters=k, seed=args.seed,

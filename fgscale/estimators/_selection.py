@@ -300,7 +300,8 @@ def candidates(estimator, n_features: int, validation: bool = True) -> list[dict
     ``validation``: whether the rows leave a validation split to choose on."""
     params = resolved(estimator)
     names = list(params)
-    grids = [searched_values(name, params[name], validation, n_features) for name in names]
+    grids = [searched_values(name, params[name], validation, n_features,
+                             regression=not is_classifier(estimator)) for name in names]
     out = []
     for combo in itertools.product(*grids):
         candidate = dict(zip(names, combo, strict=True))

@@ -89,6 +89,9 @@ def test_default_k_is_chosen_among_three_fractions_tried_once_each():
     assert [c["n_clusters"] for c in candidates(clf, 33854)] == [677, 1693, 3385, 6771]
     assert [c["n_clusters"] for c in candidates(clf, 12799)] == [640, 1280, 2560]
     assert [c["n_clusters"] for c in candidates(clf, 12800)] == [256, 640, 1280, 2560]
+    # not in regression, where it gained nothing on the dev seeds
+    assert [c["n_clusters"] for c in candidates(FeatureGroupingRegressor(), 33854)] == [
+        1693, 3385, 6771]
     # no validation split: 10%, the fallback
     assert [c["n_clusters"] for c in candidates(clf, 1000, validation=False)] == [100]
     # 5%, 10% and 20% of 12 features are 1 (then 2: the least), 1 and 2 clusters: one fit
