@@ -32,12 +32,17 @@ throughput and memory are measured), a small bank, then reports:
    worker process, and by R data-parallel replicas in R worker processes
    (:mod:`fgscale.training._replicas`), each taking ``batch_size / R`` rows of every step, so
    that all train on the same minibatches; with the CPU seconds per row of the central process
-   and of the workers. Only these runs are made.
+   and of the workers. Only these runs are made. With ``--through-estimator`` as well, the
+   same through ``FeatureGroupingClassifier(model="mlp", replicas=R)`` fitted on the store
+   (R = 1: its one centre), which calls ``fit_replicas`` once per epoch: each epoch's seconds
+   split into the replicas' own and the rest of the call (process group, model out, state
+   back).
 
     .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench] [--quick]
     .venv/bin/python scripts/bench_stream.py --n-workers 4,8,15 --device cuda   # 16 cores, a GPU
     .venv/bin/python scripts/bench_stream.py --feed --rows 1600 --baseline DIR --repeat 3
     .venv/bin/python scripts/bench_stream.py --replicas 1,2 --rows 1600 --repeat 3
+    .venv/bin/python scripts/bench_stream.py --replicas 1,2 --through-estimator --rows 1600
 
 Writes ~rows x p x 4 bytes to --dir (6 GB by default); reuses the store if present.
 """
@@ -382,22 +387,86 @@ def replica_run(store_path: str, replicas: int, epochs: int, batch_size: int,
     return {**spent, "call": spent["wall"], "wall": wall, "rows": train.size * epochs}
 
 
+def estimator_run(store_path: str, replicas: int, epochs: int, batch_size: int,
+                  n_groupings: int) -> dict:
+    """``epochs`` epochs of ``FeatureGroupingClassifier(model="mlp", replicas=replicas)``
+    fitted on the store with 2 worker processes (run in a fresh process), after a fit of one
+    epoch that warms up (the bank, the statistics, the cluster); each replica on ``batch_size
+    // replicas`` rows of every step, no validation. Per epoch: the estimator's seconds
+    (``history_``) and, with ``replicas > 1``, its call to ``fit_replicas`` (timed here by a
+    wrapper; the library is unchanged): the whole call, the replicas' own epoch (their history's
+    ``seconds``) and, of the rest, sending the model out (``client.scatter``)."""
+    import fgscale.training._replicas as replicas_module
+    from fgscale import FeatureGroupingClassifier
+    from fgscale._dask.client import get_client
+
+    calls: list[dict] = []
+    scatters: list[float] = []
+    fit_replicas = replicas_module.fit_replicas
+
+    def timed_fit_replicas(*args, **kwargs):  # the estimator imports it at each fit
+        scattered, start = len(scatters), time.perf_counter()
+        history = fit_replicas(*args, **kwargs)
+        calls.append({"call": time.perf_counter() - start,
+                      "replicas": sum(h["seconds"] for h in history),
+                      "scatter": sum(scatters[scattered:])})
+        return history
+
+    replicas_module.fit_replicas = timed_fit_replicas
+    store = open_store(store_path)
+    params = dict(model="mlp", hidden_layer_sizes=(256,), n_clusters=BANK["n_clusters"],
+                  n_groupings=n_groupings, n_bootstrap=BANK["n_bootstrap"],
+                  random_state=BANK["seed"], early_stopping=False,
+                  batch_size=batch_size // replicas, replicas=replicas)
+    with get_client(n_workers=2, processes=True) as client:
+        scatter = client.scatter
+
+        def timed_scatter(*args, **kwargs):
+            start = time.perf_counter()
+            out = scatter(*args, **kwargs)
+            scatters.append(time.perf_counter() - start)
+            return out
+
+        client.scatter = timed_scatter
+        FeatureGroupingClassifier(**params, max_epochs=1).fit(store, client=client)
+        calls.clear()
+        before = cpu_now(client)
+        clf = FeatureGroupingClassifier(**params, max_epochs=epochs).fit(store, client=client)
+        after = cpu_now(client)
+    spent = {key: after[key] - before[key] for key in before}
+    seconds = [h["seconds"] for h in clf.history_]
+    return {**spent, "fit": spent["wall"], "wall": sum(seconds), "epochs": seconds,
+            "calls": calls, "rows": len(store.train_rows()) * len(seconds)}
+
+
 def replica_runs(args) -> dict:
-    """Every replica run (:func:`replica_run`, each in a fresh process), keyed by R (0: one
-    central process), each a list over ``--repeat``, the settings alternating."""
+    """Every replica run (:func:`replica_run`, or :func:`estimator_run` with
+    ``--through-estimator``, each in a fresh process), keyed by R (0: one central process),
+    each a list over ``--repeat``, the settings alternating."""
     runs: dict = {}
+    settings = args.replicas if args.through_estimator else [0, *args.replicas]
     for _ in range(args.repeat):
-        for replicas in [0, *args.replicas]:
+        for replicas in settings:
             cmd = [sys.executable, __file__, "--replica-child", str(replicas),
                    "--dir", str(args.dir), "--rows", str(args.rows), "--p", str(args.p),
                    "--batch-size", str(args.batch_size), "--feed-rows", str(args.feed_rows),
-                   "--feed-epochs", str(args.feed_epochs)]
+                   "--feed-epochs", str(args.feed_epochs), "--n-groupings",
+                   str(args.n_groupings), *(["--through-estimator"] if args.through_estimator
+                                            else [])]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             run = json.loads(out.strip().splitlines()[-1])
             runs.setdefault(replicas, []).append(run)
-            print(f"replicas {replicas or 'none (one centre)'}: "
+            print(f"{replica_name(replicas, args.through_estimator)}: "
                   f"{run['rows'] / run['wall']:.0f} samples/s", flush=True)
     return runs
+
+
+def replica_name(replicas: int, estimator: bool = False) -> str:
+    """A setting's name in the tables: R replicas, or one central process (``replicas`` 0, or
+    1 through the estimator)."""
+    if replicas == 0 or (estimator and replicas == 1):
+        return "one centre"
+    return f"{replicas} replica{'s' if replicas > 1 else ''}"
 
 
 def replica_table(args, runs: dict) -> None:
@@ -409,10 +478,39 @@ def replica_table(args, runs: dict) -> None:
     markdown_table("training", "worker processes", "samples/s", "samples/s (whole call)",
                    "centre CPU ms/row", "workers CPU ms/row")
     for replicas, rs in sorted(runs.items()):
-        name = f"{replicas} replica{'s' if replicas > 1 else ''}" if replicas else "one centre"
-        markdown_row(name, max(replicas, 1),
+        markdown_row(replica_name(replicas), max(replicas, 1),
                      median_range([r["rows"] / r["wall"] for r in rs]),
                      median_range([r["rows"] / r["call"] for r in rs]),
+                     median_range([r["centre"] / r["rows"] for r in rs], 1e3),
+                     median_range([r["workers"] / r["rows"] for r in rs], 1e3))
+
+
+def estimator_table(args, runs: dict) -> None:
+    """Print, per R, the samples/s of the estimator's measured epochs and of its whole fit, and
+    the median epoch's seconds: the estimator's, and of its ``fit_replicas`` call the replicas'
+    own epoch, the rest (process group, model out, state back), of which the model out, and
+    the rest's share of the epoch; with the CPU per row (medians over all the epochs of all
+    the runs, ranges in brackets)."""
+    print(f"\nThrough the estimator: FeatureGroupingClassifier(model='mlp', replicas=R), "
+          f"{args.feed_epochs} epochs after a fit of one to warm up, batch {args.batch_size} per "
+          f"step, 2 worker processes, {os.cpu_count()} cores, {args.repeat} run(s) each "
+          "(median [range]); seconds per epoch")
+    markdown_table("training", "R", "samples/s", "samples/s (whole fit)", "epoch s",
+                   "replicas' own s", "rest of the call s", "of which model out s",
+                   "rest / epoch", "centre CPU ms/row", "workers CPU ms/row")
+    for replicas, rs in sorted(runs.items()):
+        epochs = [s for r in rs for s in r["epochs"]]
+        calls = [c for r in rs for c in r["calls"]]
+        split = ([median_range([c["replicas"] for c in calls]),
+                  median_range([c["call"] - c["replicas"] for c in calls]),
+                  median_range([c["scatter"] for c in calls]),
+                  median_range([(c["call"] - c["replicas"]) / s
+                                for c, s in zip(calls, epochs, strict=True)])]
+                 if calls else ["-"] * 4)
+        markdown_row(replica_name(replicas, estimator=True), replicas,
+                     median_range([r["rows"] / r["wall"] for r in rs]),
+                     median_range([r["rows"] / r["fit"] for r in rs]),
+                     median_range(epochs), *split,
                      median_range([r["centre"] / r["rows"] for r in rs], 1e3),
                      median_range([r["workers"] / r["rows"] for r in rs], 1e3))
 
@@ -535,12 +633,17 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--feed-centre-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--replicas", type=worker_counts, default=None,
                         help="replica counts R, e.g. 1,2: only the replicas' runs (point 5)")
+    parser.add_argument("--through-estimator", action="store_true",
+                        help="with --replicas: fit the estimator with replicas=R instead "
+                             "(R = 1: its one centre), one fit_replicas call per epoch")
     parser.add_argument("--replica-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parse_args(parser, quick=dict(rows=64, p=5_000, n_groupings=2, batch_size=16,
                                          feed_rows=64))
     args.feed_rows = min(args.feed_rows, args.rows)
     if args.baseline is not None and not (args.baseline / "fgscale").is_dir():
         parser.error(f"--baseline {args.baseline}: no fgscale/ folder there")
+    if args.through_estimator and not (args.replicas or args.replica_child is not None):
+        parser.error("--through-estimator needs --replicas")
     return args
 
 
@@ -730,13 +833,17 @@ def main() -> None:
                                   args.feed_centre_only)))
         return
     if args.replica_child is not None:
-        print(json.dumps(replica_run(str(store_path), args.replica_child, args.feed_epochs,
+        print(json.dumps(estimator_run(str(store_path), args.replica_child, args.feed_epochs,
+                                       args.batch_size, args.n_groupings)
+                         if args.through_estimator else
+                         replica_run(str(store_path), args.replica_child, args.feed_epochs,
                                      args.batch_size, args.feed_rows)))
         return
 
     store, size_gb = prepare(args, store_path)
     if args.replicas:
-        replica_table(args, replica_runs(args))
+        runs = replica_runs(args)
+        (estimator_table if args.through_estimator else replica_table)(args, runs)
         return
     if not args.feed:
         streaming(args, store, store_path, size_gb)
