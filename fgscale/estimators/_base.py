@@ -502,7 +502,8 @@ class FeatureGroupingBase(BaseEstimator):
         stopper = run.stopper
         return {"epochs": stopper.best_epoch + 1 if stopper.best_epoch >= 0 else len(run.history),
                 "loss": stopper.best_loss if val_rows is not None else None,
-                "score": None if val_rows is None else self._fold_score(source, val_rows),
+                "score": None if val_rows is None else self._fold_score(
+                    source, val_rows, run.history, stopper.best_epoch),
                 "history": run.history, "stopped": run.stopped_early}
 
     def _choose(self, trained) -> tuple[dict, list[dict]]:
@@ -539,10 +540,19 @@ class FeatureGroupingBase(BaseEstimator):
             row["fold_val_score"] = [f["score"] for f in folds]
         return row
 
-    def _fold_score(self, source, val_rows) -> float:
-        """The score (``scoring``'s, else accuracy or R²) of ``model_`` on ``val_rows``."""
+    def _fold_score(self, source, val_rows, history=(), best_epoch: int = -1) -> float:
+        """The score (``scoring``'s, else accuracy or R²) of ``model_`` on ``val_rows``.
+
+        Without ``scoring`` or class weights, it is the accuracy or R² that validation
+        recorded in ``history`` at ``best_epoch``, whose weights ``model_`` holds: a streamed
+        fit's validation rows are not read, nor brought to this process, once more."""
         from fgscale.training._loop import predict_logits
 
+        if self.scoring is None and getattr(self, "class_weight", None) is None:
+            name = "val_accuracy" if self._is_classifier() else "val_r2"
+            recorded = [h[name] for h in history if h.get("epoch") == best_epoch and name in h]
+            if recorded:
+                return float(recorded[-1])
         blocks = list(source.blocks(val_rows))
         outputs = predict_logits(self.model_, (x for x, _ in blocks), device=self.device)
         if not np.isfinite(outputs).all():  # diverged: check_finite says so once chosen

@@ -53,6 +53,26 @@ def test_int_cv_folds_keep_subjects_apart_or_stratify(problem):
                                    share, atol=1.5 / len(val_rows))
 
 
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_a_folds_score_is_its_models_score_on_its_validation_rows(problem, task):
+    """The fold score (taken from validation's record at the kept epoch) is the fold model's
+    accuracy or R² on the fold's validation rows, as scikit-learn computes it."""
+    from sklearn.metrics import r2_score
+
+    X, y, mask, _ = problem
+    val = np.arange(len(y)) % 4 == 0
+    one_fold = Folds([(np.flatnonzero(~val), np.flatnonzero(val))])
+    if task == "classification":
+        est, target, metric = FeatureGroupingClassifier, y, accuracy_score
+    else:  # a target that follows the rows
+        est, target, metric = FeatureGroupingRegressor, X[:, :50].mean(axis=1), r2_score
+    # refit=False: the model is the fold's (the average of one)
+    model = est(mask=mask, cv=one_fold, refit=False, n_clusters=0.1, **SMALL).fit(X, target)
+    (row,) = model.cv_results_
+    assert row["val_score"] == pytest.approx(metric(target[val], model.predict(X[val])),
+                                             rel=1e-5, abs=1e-6)
+
+
 def test_cv_chooses_on_the_mean_over_folds_and_refits_for_their_mean_epochs(problem):
     X, y, mask, groups = problem
     clf = FeatureGroupingClassifier(mask=mask, n_clusters=[0.05, 0.2], cv=3, **SMALL)
