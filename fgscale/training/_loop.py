@@ -28,9 +28,9 @@ from fgscale.training._models import GroupedLinear, predict_forward
 from fgscale.training._profile import phase
 from fgscale.training._sgd import SGD, LipschitzStep
 
-__all__ = ["Batch", "EarlyStopping", "batch_loss", "check_finite", "cuda_device", "evaluate",
-           "evaluation_sums", "fit", "make_optimizer", "predict_logits", "torch_threads",
-           "train_epoch"]
+__all__ = ["Batch", "EarlyStopping", "IterateAverage", "batch_loss", "check_finite",
+           "cuda_device", "evaluate", "evaluation_sums", "fit", "make_optimizer",
+           "predict_logits", "torch_threads", "train_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,29 @@ def batch_loss(out: torch.Tensor, y: torch.Tensor, regression: bool = False,
     return losses.mean() if reduction == "mean" else losses.sum()
 
 
+class IterateAverage:
+    """The running mean of a model's parameters over an epoch's steps (Polyak-Ruppert
+    averaging, :func:`train_epoch` in regression): :meth:`update` after each step,
+    :meth:`finish` loads the mean into the model."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.mean = [torch.zeros_like(p) for p in model.parameters()]
+        self.steps = 0
+
+    @torch.no_grad()
+    def update(self) -> None:
+        self.steps += 1
+        for a, p in zip(self.mean, self.model.parameters(), strict=True):
+            a.add_(p.detach() - a, alpha=1.0 / self.steps)
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        if self.steps:
+            for a, p in zip(self.mean, self.model.parameters(), strict=True):
+                p.copy_(a)
+
+
 def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=None,
                 device="cpu", step_size: Callable[..., float] | None = None,
                 regression: bool = False, class_weight: torch.Tensor | None = None,
@@ -112,8 +135,7 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
     """
     model.train()
     total, count = 0.0, 0
-    average = [torch.zeros_like(p) for p in model.parameters()] if regression else None
-    steps = 0
+    average = IterateAverage(model) if regression else None
     first, first_group = _deferred_layer(model, optimizer)
     batches = iter(batches)
     try:
@@ -146,18 +168,13 @@ def train_epoch(model: nn.Module, optimizer, batches: Iterable[Batch], *, bank=N
                 if first is not None:
                     first.step_deferred(first_group["lr"], first_group["weight_decay"])
                 count += len(y)
-                steps += 1
                 if average is not None:
-                    with torch.no_grad():
-                        for a, p in zip(average, model.parameters(), strict=True):
-                            a.add_(p.detach() - a, alpha=1.0 / steps)
+                    average.update()
     finally:  # an interrupted epoch leaves no layer deferring, nor a step half taken
         if first is not None:
             first.defer, first._pending = False, None
-    if average is not None and steps:
-        with torch.no_grad():
-            for a, p in zip(average, model.parameters(), strict=True):
-                p.copy_(a)
+    if average is not None:
+        average.finish()
     # The last step's gradients are not kept past the epoch: a first layer on a 1 mm grid
     # weighs as much as its weights, and validation and the best-epoch snapshot come next.
     optimizer.zero_grad(set_to_none=True)

@@ -40,7 +40,7 @@ from distributed import as_completed
 from torch import nn
 
 from fgscale._dask.client import task_result
-from fgscale.training._loop import batch_loss, make_optimizer, torch_threads
+from fgscale.training._loop import IterateAverage, batch_loss, make_optimizer, torch_threads
 from fgscale.training._models import GroupedLinear
 from fgscale.training._plan import epoch_plan
 from fgscale.training._sgd import _GRAM_ROWS, LipschitzStep, lipschitz
@@ -314,9 +314,9 @@ def _replica_epoch(model: nn.Module, task: ReplicaTask, epoch: int, rank: int,
     keep = None if task.keep is None else torch.from_numpy(task.keep)
     # regression: the epoch ends at the mean of its iterates, as train_epoch's; every replica
     # holds the same iterates, so each averages its own
-    average = [torch.zeros_like(p) for p in model.parameters()] if task.regression else None
+    average = IterateAverage(model) if task.regression else None
     model.train()
-    total, count, steps = 0.0, 0, 0
+    total, count = 0.0, 0
     try:
         for rows, g in zip(plan.batches, plan.groupings, strict=True):
             share = np.array_split(rows, world)[rank]
@@ -335,17 +335,12 @@ def _replica_epoch(model: nn.Module, task: ReplicaTask, epoch: int, rank: int,
                                        keep=None if keep is None else keep[int(g)])
             first.step_deferred(decay["lr"], decay["weight_decay"])
             count += len(rows)
-            steps += 1
             if average is not None:
-                with torch.no_grad():
-                    for a, p in zip(average, model.parameters(), strict=True):
-                        a.add_(p.detach() - a, alpha=1.0 / steps)
+                average.update()
     finally:
         first.defer, first._pending = False, None
-    if average is not None and steps:
-        with torch.no_grad():
-            for a, p in zip(average, model.parameters(), strict=True):
-                p.copy_(a)
+    if average is not None:
+        average.finish()
     optimizer.zero_grad(set_to_none=True)
     return {"epoch": epoch, "train_loss": total / max(count, 1),
             "seconds": time.perf_counter() - started}
