@@ -207,6 +207,24 @@ def test_resume_refuses_other_parameters_folds_or_store_and_leaves_the_file(
         assert full.read_bytes() == before
 
 
+def test_a_file_saved_before_a_parameter_existed_resumes(full_run, grouped_store, tmp_path,
+                                                         monkeypatch):
+    """A parameter added since the results file was saved is absent from it: it had its
+    default there, and --resume reads the file as complete rather than as other parameters."""
+    scores, full, _ = full_run
+    old = _read(full)
+    for name in ("replicas", "scoring"):  # as a file saved before they were written it
+        del old["params"][name]
+    out = tmp_path / "old_cv.json"
+    out.write_text(json.dumps(old))
+    monkeypatch.setattr("fgscale.runs._crossval.get_client", None)  # nothing left to train
+    again = cross_validate(grouped_store.path, params=QUICK, n_folds=3, out=out, resume=True)
+    assert again["already_complete"] and again["folds"] == scores["folds"]
+    with pytest.raises(ValueError, match=r"parameters \(scoring: saved None, given 'accuracy'\)"):
+        cross_validate(grouped_store.path, params={**QUICK, "scoring": "accuracy"}, n_folds=3,
+                       out=out, resume=True)
+
+
 def test_an_existing_file_is_refused_without_resume(full_run, grouped_store, monkeypatch):
     _, full, _ = full_run
     before = full.read_bytes()

@@ -264,6 +264,18 @@ def param_named(name: str) -> Param:
     return _BY_NAME[name]
 
 
+def saved_param(saved: dict, name: str):
+    """Parameter ``name`` as a run or a cross-validation saved it (``params_to_json``'s
+    values): a parameter added since, absent from an older file, had its default there; None
+    for a name that is no parameter of the table."""
+    if name in saved:
+        return saved[name]
+    try:
+        return params_to_json({name: param_named(name).default})[name]
+    except KeyError:
+        return None
+
+
 def params_of(task: str) -> tuple[Param, ...]:
     """The parameters of the estimator of ``task`` ("classification" or "regression")."""
     return tuple(p for p in PARAMS if p.task in (None, task))

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from fgscale._utils.files import atomic_path, read_json
+from fgscale.estimators._params import saved_param
 from fgscale.runs._folder import UNSEEN_PARAMS
 
 __all__ = ["ERRORS", "KIND", "POOLED", "SHARED", "check_fold_folders", "fold_folder",
@@ -140,10 +141,12 @@ def _field_differs(field: str, saved: dict, given: dict) -> str:
     error; "" when nothing does."""
     if field == "params":  # bar those that change how folds are shown or fed, not their results
         old, new = saved["params"], given["params"]
+        # a parameter added since the file was saved had its default there
         changed = sorted(k for k in old.keys() | new.keys()
-                         if k not in UNSEEN_PARAMS and old.get(k) != new.get(k))
-        return "parameters (" + "; ".join(f"{k}: saved {old.get(k)!r}, given {new.get(k)!r}"
-                                          for k in changed) + ")" if changed else ""
+                         if k not in UNSEEN_PARAMS and saved_param(old, k) != new.get(k))
+        return "parameters (" + "; ".join(
+            f"{k}: saved {saved_param(old, k)!r}, given {new.get(k)!r}"
+            for k in changed) + ")" if changed else ""
     if saved[field] == given[field]:
         return ""
     if field == "store_id":

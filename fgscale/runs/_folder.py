@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from fgscale._utils.files import atomic_path, read_json, signals_deferred
-from fgscale.estimators._params import RUNTIME_PARAMS, param_named, params_to_json
+from fgscale.estimators._params import RUNTIME_PARAMS, params_to_json, saved_param
 from fgscale.estimators._persist import load_model, write_model
 from fgscale.runs._listing import check_finished_run
 from fgscale.runs._maps import MAPS_IMAGE, write_maps
@@ -127,7 +127,7 @@ class RunFolder:
             saved = saved_run["params"]
             changed = _changed(params, saved)
             if changed:  # saved and given, as cv's --resume says them
-                detail = "; ".join(f"{k}: saved {_saved(saved, k)!r}, given {params[k]!r}"
+                detail = "; ".join(f"{k}: saved {saved_param(saved, k)!r}, given {params[k]!r}"
                                    for k in changed)
                 raise ValueError(f"{self.path}: --resume with other parameters than the saved "
                                  f"run ({detail}; see {config})")
@@ -140,7 +140,7 @@ class RunFolder:
                                  "--max-epochs out, give at least that, or train into another "
                                  "--out")
             final = self / "final.json"
-            if final.exists() and all(_saved(saved, k) == params[k] for k in params
+            if final.exists() and all(saved_param(saved, k) == params[k] for k in params
                                       if k not in UNSEEN_PARAMS):
                 summary = read_json(final, "run summary")
                 # its files where they are now: a run folder copied or moved since names the
@@ -232,18 +232,7 @@ class RunFolder:
 
 
 def _changed(params: dict, saved: dict) -> list[str]:
-    return sorted(k for k in params if k not in RUNTIME_PARAMS and _saved(saved, k) != params[k])
-
-
-def _saved(saved: dict, name: str):
-    """Parameter ``name`` as a run saved it: a parameter added since, absent from an older
-    run's configuration, had its default there (as JSON, as ``params`` hold it)."""
-    if name in saved:
-        return saved[name]
-    try:
-        return params_to_json({name: param_named(name).default})[name]
-    except KeyError:  # no parameter of the table: nothing to compare it with
-        return None
+    return sorted(k for k in params if k not in RUNTIME_PARAMS and saved_param(saved, k) != params[k])
 
 
 class _Checkpoints(History):
