@@ -100,7 +100,7 @@ def test_the_cycle_finder_finds_cycles():
                                     "fgscale.grouping._dask_bank", "fgscale.store._convert",
                                     "fgscale._dask.client", "fgscale._dask.worker_signals",
                                     "fgscale._utils.checks", "fgscale.estimators._params",
-                                    "fgscale.runs._listing"])
+                                    "fgscale.runs._listing", "fgscale.runs._bids_inputs"])
 def test_worker_modules_import_no_torch_nor_sklearn(module):
     code = (f"import sys, {module}; "
             "print(sorted(m for m in ('torch', 'sklearn') if m in sys.modules))")

@@ -96,22 +96,10 @@ def _cmd_predict(args) -> int:
 def _bids_cohort(args):
     """With a BIDS dataset given as the one input, the images its ``--bids-filter`` selects (a
     :class:`fgscale.images.BidsCohort` without labels); else None. ``--bids-filter`` without a
-    BIDS dataset, and the options of a store or a cohort table with one, are refused."""
-    from fgscale.images import is_bids_root, read_bids
+    BIDS dataset, and the options of a store or a cohort table with one, are refused, as
+    :func:`fgscale.runs.predict_run` refuses them, in the words of the command's options."""
+    from fgscale.runs._bids_inputs import OptionNames, bids_inputs
 
-    if not (len(args.inputs) == 1 and is_bids_root(args.inputs[0])):
-        if args.bids_filter is not None:
-            raise ValueError(f"--bids-filter reads a BIDS dataset (a folder with "
-                             f"dataset_description.json), and {' '.join(args.inputs)} is none")
-        return None
-    root = args.inputs[0]
-    named = [f"--{k}-column" for k, v in columns_of(args).items() if v is not None]
-    if named:
-        raise ValueError(f"{named[0]} names a column of a cohort table to copy; a BIDS dataset "
-                         f"({root}) is predicted with its images' entities beside the "
-                         "predictions, and no labels")
-    if args.rows != "all":
-        raise ValueError(f"--rows {args.rows} selects a store's rows or a cohort table's files "
-                         f"by split; a BIDS dataset ({root}) has none: select its images with "
-                         "--bids-filter (sub=01,02)")
-    return read_bids(root, args.bids_filter)
+    names = OptionNames(bids_filter="--bids-filter", query_example="(sub=01,02)",
+                        rows="--rows {}", column="--{}-column names a column of a cohort table")
+    return bids_inputs(args.inputs, args.bids_filter, args.rows, columns_of(args), names=names)

@@ -15,7 +15,8 @@ from fgscale._dask.client import get_client
 from fgscale._utils.files import check_writable
 from fgscale.estimators import FeatureGroupingClassifier
 from fgscale.estimators._params import check_device
-from fgscale.images import BidsCohort, is_bids_root, read_bids
+from fgscale.images import BidsCohort
+from fgscale.runs._bids_inputs import bids_inputs
 from fgscale.runs._folder import RunFolder
 from fgscale.runs._reports import STDOUT, check_store, check_table_name, predict_inputs, write_table
 from fgscale.runs._train import _evaluate
@@ -168,7 +169,7 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
     """
     if not isinstance(inputs, (str, Path, BidsCohort)):
         inputs = list(inputs)  # read twice (BIDS or not, then predicted): a generator too
-    cohort = _bids_inputs(inputs, bids_filter, rows, columns)  # its mistakes before the run's
+    cohort = bids_inputs(inputs, bids_filter, rows, columns)  # its mistakes before the run's
     clf = load_run(run_dir, device=device)
     check_table_name(out, "--out")
     if str(out) != STDOUT:
@@ -187,38 +188,6 @@ def predict_run(run_dir, inputs, out, *, rows: str = "all", resample: bool = Fal
                 **{f.__name__: float(f(predicted)) for f in (np.min, np.mean, np.max)}}
     labels, counts = np.unique(predicted.astype(str), return_counts=True)
     return {**summary, "counts": dict(zip(labels.tolist(), counts.tolist(), strict=True))}
-
-
-def _bids_inputs(inputs, bids_filter, rows: str, columns: dict | None) -> BidsCohort | None:
-    """The images :func:`predict_run` predicts with their entities: ``inputs`` itself where it
-    is a :class:`BidsCohort`, the query ``bids_filter`` of a BIDS dataset given as the one
-    input; else None (files, a cohort table or a store). A ``bids_filter`` without a BIDS
-    dataset, and the split or the columns of a store or a cohort table with one, are refused."""
-    if isinstance(inputs, BidsCohort):
-        if bids_filter is not None:
-            raise ValueError("bids_filter selects the images of a BIDS dataset given as inputs; "
-                             "a BidsCohort given is already selected: give its dataset, or "
-                             "read_bids() it with those filters")
-        where, cohort = inputs.root, inputs
-    else:
-        given = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
-        if not (len(given) == 1 and is_bids_root(given[0])):
-            if bids_filter is not None:
-                raise ValueError(f"bids_filter reads a BIDS dataset (a folder with "
-                                 f"dataset_description.json), and "
-                                 f"{' '.join(map(str, given))} is none")
-            return None
-        where, cohort = given[0], None
-    if rows != "all":
-        raise ValueError(f"rows={rows!r} selects a store's rows or a cohort table's files by "
-                         f"split; a BIDS dataset ({where}) has none: select its images with "
-                         "bids_filter (such as {'sub': ['01', '02']})")
-    named = [k for k, v in (columns or {}).items() if v is not None]
-    if named:
-        raise ValueError(f"columns names a cohort table's {named[0]} column to copy; a BIDS "
-                         f"dataset ({where}) is predicted with its images' entities beside "
-                         "the predictions, and no labels")
-    return cohort if cohort is not None else read_bids(where, bids_filter)
 
 
 def _join_image_columns(image_columns: dict, table: dict) -> dict:
