@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["SchedulerLost", "ThreadTasks", "active_client", "check_count", "connect", "cpu_count",
-           "dashboard_link", "deferred_cluster", "get_client", "run_tasks", "task_result"]
+           "dashboard_link", "deferred_cluster", "get_client", "run_tasks", "task_result", "worker_info"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
@@ -131,12 +131,18 @@ def get_client(client: Client | None = None, *, n_workers: int | None = None,
         yield local
 
 
-def _worker_addresses(client: Client) -> set[str]:
+def worker_info(client: Client) -> dict[str, dict]:
+    """Every worker of ``client``'s cluster, by address, as the scheduler describes it
+    (``memory_limit``, ``nthreads``, ...)."""
     try:
         info = client.scheduler_info(n_workers=-1)  # every worker, not the first few
     except TypeError:  # a distributed that lists them all without being asked
         info = client.scheduler_info()
-    return set(info["workers"])
+    return info["workers"]
+
+
+def _worker_addresses(client: Client) -> set[str]:
+    return set(worker_info(client))
 
 
 @contextmanager

@@ -330,7 +330,8 @@ class FeatureGroupingBase(BaseEstimator):
                                           standardize=bool(self.standardize), stats_rows=rows,
                                           lipschitz=self._steps_on_workers(),
                                           **self._store_source_kwargs()), bank)
-            return self._train(sources, targets, rows, seed, history, groups=groups)
+            return self._train(sources, targets, rows, seed, history, groups=groups,
+                               client=client, streamed=True)
 
     def _store_source_kwargs(self) -> dict:
         """What the streamed source carries as targets (class indices by default)."""
@@ -373,7 +374,7 @@ class FeatureGroupingBase(BaseEstimator):
         return None
 
     def _train(self, sources: dict, y_idx, rows, seed, history=History, groups=None,
-               client=None):
+               client=None, streamed: bool = False):
         """Train on ``sources`` (k -> (in-memory or streamed source, bank)) over ``rows``.
 
         With validation rows (one split, or the folds of ``cv``), each candidate
@@ -386,10 +387,12 @@ class FeatureGroupingBase(BaseEstimator):
         weights averaged). Without validation rows (a single candidate), one phase on all rows
         stops on the training loss.
 
-        ``client`` (in-memory sources only): the phases of the search (each candidate on each
-        fold) train as tasks on its workers, when there are several and the device is the
-        CPU (:mod:`fgscale.estimators._parallel`); the refit trains here. Else it is unused,
-        and said so.
+        ``client``: the phases of the search (each candidate on each fold) train as tasks on
+        its workers, when there are several and the device is the CPU
+        (:mod:`fgscale.estimators._parallel`); the refit trains here. Else, in memory, it is
+        unused, and said so. ``streamed``: ``sources`` are a store's, streamed from
+        ``client``, whose workers then train the phases only where :meth:`_search_client`
+        finds room; else the phases train here, their batches streamed as ever.
         """
         validation = use_validation(self, y_idx[rows], warn=True)
         grid = candidates(self, self.n_features_in_, validation)
@@ -402,7 +405,7 @@ class FeatureGroupingBase(BaseEstimator):
         self.batch_size_ = self._batch_size(min(len(fit_rows) for fit_rows, _ in splits))
         gpu = cuda_device(self.device)
         widths = [self.n_features_in_ if k is None else k for k in sources]
-        client = self._search_client(client, len(grid) * len(splits))
+        client = self._search_client(client, len(grid) * len(splits), history, streamed)
         # the caller's generators are left as they were, the GPU's too (dropout draws there)
         with torch.random.fork_rng(devices=[] if gpu is None else [gpu]), \
                 torch_threads(self.batch_size_ * max(widths)):
@@ -435,13 +438,35 @@ class FeatureGroupingBase(BaseEstimator):
         self._set_outputs()
         return self
 
-    def _search_client(self, client, n_phases: int):
-        """The cluster that trains the ``n_phases`` phases of an in-memory search: ``client``
-        when there are several on the CPU; else None, with a warning that ``client`` is unused
-        (given to a fit that trains in this process)."""
+    def _first_layer_bytes(self) -> int:
+        """The bytes of the model's first layer, all of its weights but a CNN's (p x width
+        float32): what sizes a phase's memory."""
+        width = self.hidden_layer_sizes[0] if self.model == "mlp" else self._n_outputs()
+        return 4 * self.n_features_in_ * int(width)
+
+    def _search_client(self, client, n_phases: int, history=History, streamed: bool = False):
+        """The cluster that trains the ``n_phases`` phases of a search as tasks, or None: they
+        train here, one after the other.
+
+        In memory: ``client`` when there are several phases on the CPU; else None, with a
+        warning that ``client`` is unused (given to a fit that trains in this process).
+        Streamed from a store (``streamed``), the phases also need room: two worker processes
+        or more (a phase on a worker reads its own blocks, and thread workers share this
+        process), each with the memory for a phase's model (:data:`PHASE_COPIES` copies of
+        its first layer, within half the worker's memory limit), ``replicas=1`` (the replicas
+        take the worker processes), and ``history`` History itself (a run folder's
+        checkpoints are written by this process). Else None, silently: the store's batches
+        still stream from ``client``, and the model is this process's."""
         if client is None:
             return None
         on_cpu = torch.device(self.device).type == "cpu"
+        if streamed:
+            from fgscale.estimators._parallel import PHASE_COPIES, fits_on_workers, worker_processes
+
+            room = (n_phases > 1 and on_cpu and self.replicas == 1 and history is History
+                    and worker_processes(client) > 1
+                    and fits_on_workers(client, PHASE_COPIES * self._first_layer_bytes()))
+            return client if room else None
         if n_phases > 1 and on_cpu:
             return client
         # the caller of the subclass's fit: fit, _fit_arrays, _train, here, the warning's

@@ -145,14 +145,19 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         client : distributed.Client, optional
             With a store: the cluster to use; default the active ``distributed`` client, else
             an embedded LocalCluster: threads up to 4 workers, processes beyond
-            (``processes="auto"`` of :func:`fgscale._dask.client.get_client`). With arrays or
-            images: the cluster that trains the phases of a search (each candidate on each
-            fold of ``cv``) as tasks on its workers, the rows sent to each worker once, with
-            the numbers of a fit without it; tasks that share a worker process take turns
-            (torch's random generator is the process's), so give workers as processes
-            (``threads_per_worker=1``). None (the default): they train one after the other in
-            this process, and no cluster starts. Unused, and warned of, with a single phase
-            (no ``cv``, one candidate) or a GPU ``device``; the refit trains in this process.
+            (``processes="auto"`` of :func:`fgscale._dask.client.get_client`). Its workers
+            also train the phases of a search (each candidate on each fold of ``cv``) as
+            tasks, each reading its fold's rows from the store itself, where it has room: two
+            worker processes or more, with memory for four copies of the model's first layer
+            within half their limit, ``replicas=1``, the CPU and no ``checkpoint``; else the
+            phases train here, their minibatches streamed from the workers. With arrays or
+            images: the cluster that trains the phases of a search as tasks on its workers,
+            the rows sent to each worker once, with the numbers of a fit without it; tasks
+            that share a worker process take turns (torch's random generator is the
+            process's), so give workers as processes (``threads_per_worker=1``). None (the
+            default): they train one after the other in this process, and no cluster starts.
+            Unused, and warned of, with a single phase (no ``cv``, one candidate) or a GPU
+            ``device``. The refit trains in this process.
         rows : array-like of int, optional
             With a store: the rows to train on (a fold of a cross-validation); default the
             store's training rows. Statistics and banks are those of these rows.

@@ -196,8 +196,11 @@ class Prefetcher:
 
     Parameters
     ----------
-    client : distributed.Client
-    size : int
+    client : distributed.Client or None
+        None: each task runs in this process when its result is asked for, one at a time
+        (a phase of a search trained on a worker, which reads its own blocks:
+        :meth:`StoreSource.in_process`).
+    size : int, default=4
         The bound on in-flight tasks; ``max_seen`` records the largest window reached.
     """
 
@@ -209,8 +212,12 @@ class Prefetcher:
         self.max_seen = 0
 
     def map(self, func: Callable, args: Iterable[tuple], size: int | None = None) -> Iterator:
-        """Yield ``func(*a)`` for each ``a`` in ``args``, in order, computed on the cluster,
-        with at most ``size`` tasks in flight (default ``self.size``)."""
+        """Yield ``func(*a)`` for each ``a`` in ``args``, in order, computed on the cluster
+        (in this process without a client), with at most ``size`` tasks in flight (default
+        ``self.size``)."""
+        if self.client is None:
+            yield from self._here(func, args)
+            return
         size = self.size if size is None else size
         args = iter(args)
         window: deque = deque()
@@ -234,6 +241,12 @@ class Prefetcher:
                     future.cancel()
                 except (RuntimeError, OSError):  # the client closed first (Ctrl-C, shutdown)
                     break
+
+    def _here(self, func: Callable, args: Iterable[tuple]) -> Iterator:
+        """:meth:`map` without a client: lazily, so that one block at a time is in memory."""
+        for a in args:
+            self.max_seen = max(self.max_seen, 1)
+            yield func(*a)
 
 
 def auto_window(client, block_bytes: int) -> int:
@@ -354,6 +367,27 @@ class StoreSource:
         self.lipschitz = lipschitz
         self.prefetcher = Prefetcher(client)  # each pass sets its window: _window
         self._handoff: Slots | bool | None = None  # shared memory for blocks: _slots
+
+    def in_process(self) -> StoreSource:
+        """A copy of this source whose tasks run in the process that iterates it, in order and
+        one block at a time, rather than on the cluster; it pickles without the client.
+
+        A phase of a search trained as a task on a worker streams its fold from such a copy
+        (:mod:`fgscale.estimators._parallel`): the worker reads and projects its blocks itself,
+        with the store, bank and statistics it caches, so that the blocks never cross the
+        cluster and the phases of the search train side by side. Validation then evaluates the
+        blocks where they are read, in that process.
+        """
+        local = copy.copy(self)
+        local.prefetcher = Prefetcher(None, 1)
+        local.prefetch = 1  # no cluster to size a window on
+        local._handoff = False  # the blocks are read in the process that consumes them
+        return local
+
+    def bank_labels(self) -> np.ndarray | None:
+        """The labels of the source's bank, shape (n_groupings, n_features), read in this
+        process as the tasks read them (cached by the process); None without a bank."""
+        return _bank(self.path, self.key, self.bank_at) if self.bank_at else None
 
     def _window(self, rows: int, width: int) -> int:
         """Tasks in flight for blocks of ``rows`` x ``width`` float32."""
@@ -488,7 +522,8 @@ class Blocks:
                         class_weight=None) -> Iterator[dict] | None:
         """Each block's :func:`~fgscale.training._loop.evaluation_sums`, in order, computed by
         the workers on a copy of ``model`` (in eval mode) sent to the cluster once; None when
-        the model weighs more than the rows, which then come here to be evaluated.
+        the model weighs more than the rows, which then come here to be evaluated, or when the
+        source reads its blocks in this process (:meth:`StoreSource.in_process`).
 
         Validation rows are full rows, ten times the values of a reduced batch's rows at
         k = 10%: receiving them and the forward on them cost the central process more than the
@@ -497,6 +532,8 @@ class Blocks:
         share this machine, and reaches the other workers from it.
         """
         source = self.source
+        if source.prefetcher.client is None:  # read in this process: evaluated here as well
+            return None
         weights = [*model.parameters(), *model.buffers()]
         if sum(t.numel() * t.element_size() for t in weights) > 4 * self.rows.size * \
                 source.n_features:
