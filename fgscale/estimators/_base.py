@@ -667,12 +667,22 @@ class FeatureGroupingBase(BaseEstimator):
         trains ``model_`` in place by :func:`~fgscale.training._replicas.fit_replicas`, each
         replica on ``batch_size_`` rows of every step of the plan of ``replicas *
         batch_size_`` rows, the bank, step size, screening and class weights of one process."""
-        from fgscale.training._replicas import fit_replicas
+        from fgscale.training._replicas import ReplicaLost, fit_replicas, replica_workers
 
         step_size = self._step_size(alpha, dropout)
+        client = source.prefetcher.client
+        run = []  # the epochs run so far in this call
 
         def run_epoch(epoch: int) -> float:
-            history = fit_replicas(source.prefetcher.client, source, self.model_, rows,
+            if run:  # the cluster had the workers for an epoch: one short now was lost since
+                try:
+                    replica_workers(client, self.replicas)
+                except ValueError:
+                    raise ReplicaLost(f"replicas={self.replicas}: a worker process left the "
+                                      f"Dask cluster after epoch {run[-1]} (its process ended, "
+                                      "or its machine was lost)") from None
+            run.append(epoch)
+            history = fit_replicas(client, source, self.model_, rows,
                                    replicas=self.replicas, batch_size=self.batch_size_,
                                    max_epochs=epoch + 1, start_epoch=epoch, seed=seed,
                                    n_groupings=n_groupings, learning_rate=learning_rate,

@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,7 +37,6 @@ from datetime import timedelta
 import numpy as np
 import torch
 import torch.distributed as dist
-from distributed import as_completed
 from torch import nn
 
 from fgscale._dask.client import task_result
@@ -145,8 +145,9 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
         Screening: the clusters each grouping keeps (see :func:`~fgscale.training.train_epoch`).
     timeout : float, default=300.0
         Seconds a replica waits for the others at a collective before it fails. When one
-        replica fails, the run fails at once; the others, cancelled, still hold their worker
-        thread until then (Dask cannot interrupt a running task).
+        replica fails, or its worker leaves the cluster (its process killed or lost), the run
+        fails at once (a :class:`ReplicaLost` that names it); the others, cancelled, still
+        hold their worker thread until then (Dask cannot interrupt a running task).
 
     Returns
     -------
@@ -179,7 +180,7 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
                              workers=[address], allow_other_workers=False, pure=False)
                for rank, address in enumerate(workers)]
     try:
-        _raise_first_error(client, futures)
+        _raise_first_error(client, futures, workers)
         state, history = task_result(futures[0])  # the others return None
     finally:  # Ctrl-C or a failed replica: the others are cancelled
         for future in futures:
@@ -197,36 +198,61 @@ def _as_numpy(values, dtype) -> np.ndarray:
 
 
 class ReplicaLost(ConnectionError):
-    """A replica's collective failed: another replica left the run (its error, or its
-    process lost). A ConnectionError: the command line reports it in one line, as it does a
-    lost cluster."""
+    """A replica left the run: its worker left the cluster (its process killed or lost), or
+    a collective failed because another replica left (its error, or its process lost). A
+    ConnectionError: the command line reports it in one line, as it does a lost cluster."""
 
 
 _GRACE = 30.0  # seconds the run waits for the cause once a replica saw another one leave
+_WATCH = 0.5  # seconds between two looks at the cluster's workers while the replicas train
 
 
-def _raise_first_error(client, futures: list) -> None:
-    """Wait for the replicas; raise the first error of one that failed on its own (reading
-    its rows, say) rather than the :class:`ReplicaLost` of those that saw it leave, which may
-    come first. A replica whose process was lost raises nothing: then, after a grace, the
-    :class:`ReplicaLost` is the error."""
-    lost = None
-    for future in as_completed(futures, loop=client.loop):
-        if future.status == "error":
+def _raise_first_error(client, futures: list, workers: list[str]) -> None:
+    """Wait for the replicas (replica ``i``: ``futures[i]``, on ``workers[i]``); raise the
+    first error of one that failed on its own (reading its rows, say) rather than the
+    :class:`ReplicaLost` of those that saw it leave, which may come first.
+
+    A replica whose worker left the cluster (its process killed or lost) raises nothing: its
+    task, bound to that worker, would wait for it for ever, even once the others are done
+    (its process lost after its last collective). The workers are looked at every
+    ``_WATCH`` seconds, and such a replica is the error, a :class:`ReplicaLost` that names
+    it and its worker, before any error of the others (theirs follow from its loss). A
+    replica that left without its worker leaving (a network failure between machines): a
+    grace after the first :class:`ReplicaLost`, that is the error.
+    """
+    ended = threading.Event()  # set (in a thread of Dask's) whenever a replica's task ends
+    for future in futures:
+        future.add_done_callback(lambda _: ended.set())
+    seen, lost, deadline = set(), None, None
+    while len(seen) < len(futures):
+        ended.wait(_WATCH)  # none ended meanwhile: still, a worker may have left
+        ended.clear()  # before looking: a task that ends from now on sets it again
+        done = [f for f in futures if f.done() and f not in seen]
+        seen.update(done)
+        errors = [f for f in done if f.status == "error"]
+        if errors or len(seen) < len(futures):
+            _raise_if_a_worker_left(client, futures, workers)
+        for future in errors:
             if not isinstance(future.exception(), ReplicaLost):
                 task_result(future)
-            lost = future
+            if lost is None:
+                lost, deadline = future, time.monotonic() + _GRACE
+        if lost is not None and time.monotonic() > deadline:
             break
-    if lost is None:
-        return
-    try:
-        for future in as_completed([f for f in futures if not f.done()], loop=client.loop,
-                                   timeout=_GRACE):
-            if future.status == "error" and not isinstance(future.exception(), ReplicaLost):
-                task_result(future)
-    except TimeoutError:
-        pass
-    task_result(lost)
+    if lost is not None:
+        task_result(lost)
+
+
+def _raise_if_a_worker_left(client, futures: list, workers: list[str]) -> None:
+    """A :class:`ReplicaLost` naming the first replica not done whose worker is no longer in
+    the cluster (its task then waits for a worker that will not come back: Dask reruns the
+    task of a lost worker, but this one is bound to it)."""
+    present = set(client.nthreads())
+    for rank, (future, address) in enumerate(zip(futures, workers, strict=True)):
+        if not future.done() and address not in present:
+            raise ReplicaLost(f"replica {rank} of {len(futures)} was lost: its worker "
+                              f"{address} left the Dask cluster (its process ended, or its "
+                              "machine was lost)")
 
 
 def _collective(op, *args) -> None:

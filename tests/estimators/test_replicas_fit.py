@@ -82,3 +82,30 @@ def test_replicas_refuse_arrays_and_a_cluster_of_too_few_processes(store, client
                                          r"cluster has 2 \("):
         clf.fit(store.path, client=client)
     assert not hasattr(clf, "mean_")  # refused before the statistics, left unfitted
+
+
+def test_a_replicas_worker_lost_between_two_epochs_stops_the_fit_as_a_lost_replica(store):
+    """The worker of a replica gone after an epoch ended (no replica task running): the next
+    epoch stops the fit with a ReplicaLost (the command line's one line and its --resume
+    hint), not with the refusal of a cluster too small from the start."""
+    from distributed import Client, LocalCluster
+
+    from fgscale.training import History
+    from fgscale.training._replicas import ReplicaLost
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as own:
+
+        class LoseAWorker(History):
+            """After the first epoch, one of the two worker processes is closed."""
+
+            def epoch_end(self, metrics):
+                super().epoch_end(metrics)
+                if len(self.history) == 1:
+                    own.retire_workers([sorted(own.nthreads())[0]], close_workers=True)
+
+        fit = FeatureGroupingClassifier(**dict(PARAMS, n_clusters=0.1), batch_size=16,
+                                        replicas=2, early_stopping=False)
+        with pytest.raises(ReplicaLost, match=r"^replicas=2: a worker process left the Dask "
+                                              r"cluster after epoch 0 \("):
+            fit.fit(store.path, client=own, checkpoint=LoseAWorker)
