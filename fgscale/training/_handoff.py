@@ -8,9 +8,12 @@ logistic regression's forward and backward on it; ``scripts/bench_stream.py --fe
 in ``/dev/shm`` made for each block costs as much, in allocating and freeing its pages.
 So the central process keeps a few files there (:class:`Slots`), each allocated and mapped
 once; each task is given one to write its block into (:func:`write_into`), and the central
-process copies the block out into recycled memory (:data:`~fgscale.store.POOL`), which frees
-the file for the next task. A worker that cannot see the file (another machine, another
-container) or that is a thread of the central process returns its block as before.
+process's model reads the block where it was written: the slot is given to another task only
+once no array views it any more (:meth:`Slots.take`). A copy out into recycled memory would
+cost the central process a pass over every block and hold the copies beside the slots: the
+slots in use are then the window of tasks in flight plus the blocks the model still holds.
+A worker that cannot see the file (another machine, another container) or that is a thread of
+the central process returns its block as before.
 
 The files live in a folder named after the central process's id; a folder whose process is
 gone (killed before it could clean up) is removed by the next :class:`Slots` made. A source keeps
@@ -30,11 +33,10 @@ import shutil
 import threading
 import uuid
 import weakref
+from collections import deque
 from pathlib import Path
 
 import numpy as np
-
-from fgscale.store._buffers import POOL
 
 __all__ = ["SHM_ROOT", "Handed", "Slot", "Slots", "write_into"]
 
@@ -98,6 +100,12 @@ class Slots:
         self.folder: Path | None = None
         self._free: list[tuple[Slot, mmap.mmap]] = []
         self._busy: dict[str, tuple[Slot, mmap.mmap]] = {}
+        self._viewed: set[str] = set()  # busy slots whose block an array still views
+        # (path, clear count) of the slots whose block is no longer viewed: appended by the
+        # blocks' finalizers, which may run in any thread, even one holding the lock, so they
+        # take no lock; _settle frees or drops them
+        self._unviewed: deque = deque()
+        self._cleared = 0  # clear() calls so far
         self._lock = threading.Lock()  # another source's pass may free the free slots
         if root.is_dir() and os.access(root, os.W_OK):
             _remove_orphans(root)
@@ -114,17 +122,22 @@ class Slots:
                 other.clear()
 
     def clear(self) -> None:
-        """Unmap and remove the free slots."""
+        """Unmap and remove the free slots; a slot whose block is still viewed goes once it is
+        no longer, not back to the free ones."""
+        self._settle()
         with self._lock:
             free, self._free = self._free, []
+            self._cleared += 1
         for slot, buffer in free:
             self._drop(slot, buffer)
 
     def close(self) -> None:
-        """Unmap and remove every slot, and the folder."""
+        """Unmap and remove every slot (a slot whose block is still viewed, once it is no
+        longer), and the folder."""
+        self._settle()
         with self._lock:
-            self._free.extend(self._busy.values())
-            self._busy = {}
+            self._free.extend(v for k, v in self._busy.items() if k not in self._viewed)
+            self._busy = {k: v for k, v in self._busy.items() if k in self._viewed}
         self.clear()
         if self.folder is not None:
             self._cleanup()
@@ -134,6 +147,7 @@ class Slots:
         of it left: the block then comes through the socket)."""
         if self.folder is None:
             return None
+        self._settle()
         with self._lock:
             others = [f for f in self._free if f[0].nbytes != nbytes]  # not reused
             self._free = [f for f in self._free if f[0].nbytes == nbytes]
@@ -165,16 +179,31 @@ class Slots:
         return Slot(path, nbytes, os.getpid()), buffer
 
     def take(self, handed: Handed) -> np.ndarray:
-        """The block a task wrote into its slot, copied into recycled memory; the slot is free
-        again."""
+        """The block a task wrote into its slot, as an array viewing the slot, not a copy:
+        the slot is given to another task once that array and every view of it are gone."""
         with self._lock:
-            slot, buffer = self._busy.pop(handed.slot.path)
-        size = int(np.prod(handed.shape))
-        out = POOL.empty(handed.shape)
-        np.copyto(out, np.frombuffer(buffer, np.float32, size).reshape(handed.shape))
+            _, buffer = self._busy[handed.slot.path]
+            self._viewed.add(handed.slot.path)
+            cleared = self._cleared
+        flat = np.frombuffer(buffer, np.float32, int(np.prod(handed.shape)))
+        # every view of the block keeps ``flat`` alive (numpy does not collapse a view's base
+        # past an array that does not own its memory), as the block pool's arrays do
+        weakref.finalize(flat, self._unviewed.append, (handed.slot.path, cleared))
+        return flat.reshape(handed.shape)
+
+    def _settle(self) -> None:
+        """The slots whose block is no longer viewed: free again, or dropped where the free
+        slots were cleared since the block was taken."""
+        dropped = []
         with self._lock:
-            self._free.append((slot, buffer))
-        return out
+            while self._unviewed:
+                path, cleared = self._unviewed.popleft()
+                self._viewed.discard(path)
+                made = self._busy.pop(path, None)
+                if made is not None:
+                    (self._free if cleared == self._cleared else dropped).append(made)
+        for made in dropped:
+            self._drop(*made)
 
     def release(self, slot: Slot | None) -> None:
         """A slot whose task returned its block itself: free again."""
@@ -191,7 +220,8 @@ class Slots:
             self._drop(*dropped)
 
     def _drop(self, slot: Slot, buffer: mmap.mmap) -> None:
-        buffer.close()
+        with contextlib.suppress(BufferError):  # still viewed: unmapped with its last view
+            buffer.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(slot.path)
 

@@ -28,16 +28,38 @@ def worker():
         yield pool
 
 
-def test_a_slot_is_written_elsewhere_copied_out_here_and_reused(tmp_path, worker):
+def test_a_slot_is_written_elsewhere_read_here_and_reused_once_not_viewed(tmp_path, worker):
     slots = Slots(tmp_path)
     slot = slots.acquire(4 * 12)
     assert worker.apply(_write, (slot, (2, 5), 3.5))  # fewer bytes than the slot holds
     block = slots.take(Handed(slot, (2, 5)))
     np.testing.assert_array_equal(block, np.full((2, 5), 3.5, np.float32))
+    view = block[1:]
+    del block
+    other = slots.acquire(4 * 12)  # a view of the block is alive: the slot is not given again
+    assert other.path != slot.path
+    slots.release(other)
+    np.testing.assert_array_equal(view, np.full((1, 5), 3.5, np.float32))
+    del view
     assert slots.acquire(4 * 12).path == slot.path  # free again, and zeroed for its next task
     assert worker.apply(_write, (slot, (3, 4), 1.0))
     np.testing.assert_array_equal(slots.take(Handed(slot, (3, 4))), np.ones((3, 4)))
-    np.testing.assert_array_equal(block, np.full((2, 5), 3.5, np.float32))  # a copy
+
+
+def test_a_slot_viewed_when_the_slots_are_cleared_goes_with_its_block(tmp_path, worker):
+    slots = Slots(tmp_path)
+    slot = slots.acquire(40)
+    assert worker.apply(_write, (slot, (2, 5), 2.0))
+    block = slots.take(Handed(slot, (2, 5)))
+    slots.clear()  # another source's pass: this block is still in use here
+    assert os.path.exists(slot.path)
+    np.testing.assert_array_equal(block, np.full((2, 5), 2.0, np.float32))
+    del block
+    assert slots.acquire(40).path != slot.path  # dropped, not freed
+    assert not os.path.exists(slot.path)
+    block = slots.take(Handed(slots.acquire(40), (0, 10)))
+    slots.close()  # the last view unmaps it
+    assert not slots.folder.exists() and block.shape == (0, 10)
 
 
 def test_blocks_stay_with_threads_of_this_process_and_where_no_slot_fits(tmp_path, worker):
