@@ -158,6 +158,35 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 @contextlib.contextmanager
+def assert_same_search(got, want, rtol: float) -> None:
+    """Two fitted searches (a parallel one and the sequential one) made the same choice with
+    the same numbers: the chosen values, ``cv_results_``, ``cv_scores_``, ``cv_params_``, the
+    history's losses, and the weights, floats to ``rtol``."""
+    assert (got.alpha_, got.dropout_, got.n_clusters_, got.n_iter_) == (
+        want.alpha_, want.dropout_, want.n_clusters_, want.n_iter_)
+    assert len(got.cv_results_) == len(want.cv_results_)
+    for mine, theirs in zip(got.cv_results_, want.cv_results_, strict=True):
+        assert mine.keys() == theirs.keys()
+        for key, value in theirs.items():
+            if isinstance(value, float) or (isinstance(value, list) and value
+                                             and isinstance(value[0], float)):
+                np.testing.assert_allclose(mine[key], value, rtol=rtol, err_msg=key)
+            else:
+                assert mine[key] == value, key
+    assert got.cv_scores_.keys() == want.cv_scores_.keys()
+    for key, scores in want.cv_scores_.items():
+        np.testing.assert_allclose(got.cv_scores_[key], scores, rtol=rtol, err_msg=key)
+    assert got.cv_params_ == want.cv_params_
+    assert [{k for k in h if k != "seconds"} for h in got.history_] == [
+        {k for k in h if k != "seconds"} for h in want.history_]
+    for key in ("train_loss", "val_loss"):
+        np.testing.assert_allclose([h.get(key, np.nan) for h in got.history_],
+                                   [h.get(key, np.nan) for h in want.history_],
+                                   rtol=rtol, err_msg=key)
+    np.testing.assert_allclose(got.coef_, want.coef_, rtol=10 * rtol, atol=1e-6)
+    np.testing.assert_allclose(got.intercept_, want.intercept_, rtol=10 * rtol, atol=1e-6)
+
+
 def load_script(name: str):
     """``scripts/<name>.py`` as a module, as ``python scripts/<name>.py`` runs it: the scripts
     folder on sys.path (for ``import benchlib``, ``import bench_accuracy``) and the module in

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import smooth_cohort
+from helpers import assert_same_search, smooth_cohort
 
 from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor
 
@@ -24,27 +24,8 @@ def _scheduler_tasks(client) -> int:
     return client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
 
 
-def _without_seconds(history):
-    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
-
-
 def _assert_same_fit(parallel, sequential):
-    assert (parallel.alpha_, parallel.dropout_, parallel.n_clusters_, parallel.n_iter_) == (
-        sequential.alpha_, sequential.dropout_, sequential.n_clusters_, sequential.n_iter_)
-    assert len(parallel.cv_results_) == len(sequential.cv_results_)
-    for got, want in zip(parallel.cv_results_, sequential.cv_results_, strict=True):
-        assert got.keys() == want.keys()
-        for key, value in want.items():
-            if isinstance(value, float) or (isinstance(value, list) and value
-                                             and isinstance(value[0], float)):
-                np.testing.assert_allclose(got[key], value, rtol=1e-6, err_msg=key)
-            else:
-                assert got[key] == value, key
-    assert parallel.cv_scores_ == pytest.approx(sequential.cv_scores_) \
-        if not parallel.cv_scores_ else parallel.cv_scores_.keys() == sequential.cv_scores_.keys()
-    assert _without_seconds(parallel.history_) == _without_seconds(sequential.history_)
-    np.testing.assert_allclose(parallel.coef_, sequential.coef_, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(parallel.intercept_, sequential.intercept_, rtol=1e-5, atol=1e-6)
+    assert_same_search(parallel, sequential, rtol=1e-6)
 
 
 @pytest.mark.parametrize("refit", [True, False])

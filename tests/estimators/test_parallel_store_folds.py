@@ -7,7 +7,7 @@ import logging
 
 import numpy as np
 import pytest
-from helpers import smooth_cohort
+from helpers import assert_same_search, smooth_cohort
 
 from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor
 from fgscale.store import write_store
@@ -79,30 +79,8 @@ def _phases(tasks):
 
 
 def _assert_same_fit(parallel, sequential):
-    assert (parallel.alpha_, parallel.dropout_, parallel.n_clusters_, parallel.n_iter_) == (
-        sequential.alpha_, sequential.dropout_, sequential.n_clusters_, sequential.n_iter_)
     assert parallel.screening_percentile_ < 100  # screening was on
-    assert len(parallel.cv_results_) == len(sequential.cv_results_)
-    for got, want in zip(parallel.cv_results_, sequential.cv_results_, strict=True):
-        assert got.keys() == want.keys()
-        for key, value in want.items():
-            if isinstance(value, float) or (isinstance(value, list) and value
-                                             and isinstance(value[0], float)):
-                np.testing.assert_allclose(got[key], value, rtol=1e-5, err_msg=key)
-            else:
-                assert got[key] == value, key
-    assert parallel.cv_scores_.keys() == sequential.cv_scores_.keys()
-    for key, scores in sequential.cv_scores_.items():
-        np.testing.assert_allclose(parallel.cv_scores_[key], scores, rtol=1e-5)
-    assert parallel.cv_params_ == sequential.cv_params_
-    assert [{k for k in h if k != "seconds"} for h in parallel.history_] == [
-        {k for k in h if k != "seconds"} for h in sequential.history_]
-    for key in ("train_loss", "val_loss"):
-        np.testing.assert_allclose([h.get(key, np.nan) for h in parallel.history_],
-                                   [h.get(key, np.nan) for h in sequential.history_],
-                                   rtol=1e-5, err_msg=key)
-    np.testing.assert_allclose(parallel.coef_, sequential.coef_, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(parallel.intercept_, sequential.intercept_, rtol=1e-4, atol=1e-6)
+    assert_same_search(parallel, sequential, rtol=1e-5)
 
 
 @pytest.mark.parametrize("refit", [True, False])
