@@ -34,9 +34,9 @@ throughput and memory are measured), a small bank, then reports:
    that all train on the same minibatches; with the CPU seconds per row of the central process
    and of the workers. Only these runs are made. With ``--through-estimator`` as well, the
    same through ``FeatureGroupingClassifier(model="mlp", replicas=R)`` fitted on the store
-   (R = 1: its one centre), which calls ``fit_replicas`` once per epoch: each epoch's seconds
-   split into the replicas' own and the rest of the call (process group, model out, state
-   back).
+   (R = 1: its one centre), whose replicas last the whole fit (a ``ReplicaGroup``): each
+   epoch's seconds split into the replicas' own, rank 0's weights brought back, and the rest
+   (the commands, waiting); starting the replicas (process group, model out) once a phase.
 
     .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench] [--quick]
     .venv/bin/python scripts/bench_stream.py --n-workers 4,8,15 --device cuda   # 16 cores, a GPU
@@ -393,41 +393,42 @@ def estimator_run(store_path: str, replicas: int, epochs: int, batch_size: int,
     fitted on the store with 2 worker processes (run in a fresh process), after a fit of one
     epoch that warms up (the bank, the statistics, the cluster); each replica on ``batch_size
     // replicas`` rows of every step, no validation. Per epoch: the estimator's seconds
-    (``history_``) and, with ``replicas > 1``, its call to ``fit_replicas`` (timed here by a
-    wrapper; the library is unchanged): the whole call, the replicas' own epoch (their history's
-    ``seconds``) and, of the rest, sending the model out (``client.scatter``)."""
-    import fgscale.training._replicas as replicas_module
+    (``history_``) and, with ``replicas > 1``, its ``ReplicaGroup.run_epoch`` (timed here by
+    wrappers; the library is unchanged): the whole call, the replicas' own epoch (their
+    history's ``seconds``), rank 0's weights brought back (``_fetch``) and starting the
+    replicas (``_start``: the process group and the model out, at a phase's first epoch)."""
     from fgscale import FeatureGroupingClassifier
     from fgscale._dask.client import get_client
+    from fgscale.training._replicas import ReplicaGroup
 
     calls: list[dict] = []
-    scatters: list[float] = []
-    fit_replicas = replicas_module.fit_replicas
+    timed: dict[str, list[float]] = {"_start": [], "_fetch": []}
 
-    def timed_fit_replicas(*args, **kwargs):  # the estimator imports it at each fit
-        scattered, start = len(scatters), time.perf_counter()
-        history = fit_replicas(*args, **kwargs)
-        calls.append({"call": time.perf_counter() - start,
-                      "replicas": sum(h["seconds"] for h in history),
-                      "scatter": sum(scatters[scattered:])})
+    def timer(name, method):
+        def timed_method(*args, **kwargs):
+            start = time.perf_counter()
+            out = method(*args, **kwargs)
+            timed[name].append(time.perf_counter() - start)
+            return out
+        return timed_method
+
+    def timed_run_epoch(self, epoch, **kwargs):
+        marks, start = {name: len(v) for name, v in timed.items()}, time.perf_counter()
+        history = run_epoch(self, epoch, **kwargs)
+        calls.append({"call": time.perf_counter() - start, "replicas": history["seconds"],
+                      **{name[1:]: sum(timed[name][marks[name]:]) for name in timed}})
         return history
 
-    replicas_module.fit_replicas = timed_fit_replicas
+    run_epoch = ReplicaGroup.run_epoch
+    for name in timed:
+        setattr(ReplicaGroup, name, timer(name, getattr(ReplicaGroup, name)))
+    ReplicaGroup.run_epoch = timed_run_epoch
     store = open_store(store_path)
     params = dict(model="mlp", hidden_layer_sizes=(256,), n_clusters=BANK["n_clusters"],
                   n_groupings=n_groupings, n_bootstrap=BANK["n_bootstrap"],
                   random_state=BANK["seed"], early_stopping=False,
                   batch_size=batch_size // replicas, replicas=replicas)
     with get_client(n_workers=2, processes=True) as client:
-        scatter = client.scatter
-
-        def timed_scatter(*args, **kwargs):
-            start = time.perf_counter()
-            out = scatter(*args, **kwargs)
-            scatters.append(time.perf_counter() - start)
-            return out
-
-        client.scatter = timed_scatter
         FeatureGroupingClassifier(**params, max_epochs=1).fit(store, client=client)
         calls.clear()
         before = cpu_now(client)
@@ -487,26 +488,29 @@ def replica_table(args, runs: dict) -> None:
 
 def estimator_table(args, runs: dict) -> None:
     """Print, per R, the samples/s of the estimator's measured epochs and of its whole fit, and
-    the median epoch's seconds: the estimator's, and of its ``fit_replicas`` call the replicas'
-    own epoch, the rest (process group, model out, state back), of which the model out, and
-    the rest's share of the epoch; with the CPU per row (medians over all the epochs of all
-    the runs, ranges in brackets)."""
+    the median epoch's seconds: the estimator's, and of its ``ReplicaGroup.run_epoch`` the
+    replicas' own epoch, rank 0's weights brought back, the rest (commands, waiting), the
+    replicas' start (process group and model out, in the phase's first epoch only) and the
+    share of the epoch that is not the replicas' own; with the CPU per row (medians over all
+    the epochs of all the runs, ranges in brackets)."""
     print(f"\nThrough the estimator: FeatureGroupingClassifier(model='mlp', replicas=R), "
           f"{args.feed_epochs} epochs after a fit of one to warm up, batch {args.batch_size} per "
           f"step, 2 worker processes, {os.cpu_count()} cores, {args.repeat} run(s) each "
           "(median [range]); seconds per epoch")
     markdown_table("training", "R", "samples/s", "samples/s (whole fit)", "epoch s",
-                   "replicas' own s", "rest of the call s", "of which model out s",
-                   "rest / epoch", "centre CPU ms/row", "workers CPU ms/row")
+                   "replicas' own s", "weights back s", "rest s", "start s (first epoch)",
+                   "not own / epoch", "centre CPU ms/row", "workers CPU ms/row")
     for replicas, rs in sorted(runs.items()):
         epochs = [s for r in rs for s in r["epochs"]]
         calls = [c for r in rs for c in r["calls"]]
         split = ([median_range([c["replicas"] for c in calls]),
-                  median_range([c["call"] - c["replicas"] for c in calls]),
-                  median_range([c["scatter"] for c in calls]),
+                  median_range([c["fetch"] for c in calls]),
+                  median_range([c["call"] - c["replicas"] - c["fetch"] - c["start"]
+                                for c in calls]),
+                  median_range([c["start"] for c in calls if c["start"]] or [0.0]),
                   median_range([(c["call"] - c["replicas"]) / s
                                 for c, s in zip(calls, epochs, strict=True)])]
-                 if calls else ["-"] * 4)
+                 if calls else ["-"] * 5)
         markdown_row(replica_name(replicas, estimator=True), replicas,
                      median_range([r["rows"] / r["wall"] for r in rs]),
                      median_range([r["rows"] / r["fit"] for r in rs]),
@@ -635,7 +639,7 @@ def arguments() -> argparse.Namespace:
                         help="replica counts R, e.g. 1,2: only the replicas' runs (point 5)")
     parser.add_argument("--through-estimator", action="store_true",
                         help="with --replicas: fit the estimator with replicas=R instead "
-                             "(R = 1: its one centre), one fit_replicas call per epoch")
+                             "(R = 1: its one centre), its replicas kept for the whole fit")
     parser.add_argument("--replica-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parse_args(parser, quick=dict(rows=64, p=5_000, n_groupings=2, batch_size=16,
                                          feed_rows=64))

@@ -323,3 +323,21 @@ def kill_conversion(table, out, *, block_rows: int, after_blocks: int):
     finally:
         proc.kill()
         proc.wait()
+
+
+def assert_replicas_leave(client, timeout: float = 60.0) -> None:
+    """Wait until no worker of ``client``'s cluster runs a replica task of
+    :mod:`fgscale.training._replicas` (a cancelled one runs until its thread returns) or is in
+    a torch.distributed process group; fail after ``timeout`` seconds."""
+
+    def replicas_here(dask_worker) -> list:  # nested: shipped by value to the workers
+        import torch.distributed as dist
+
+        keys = [str(ts.key) for ts in dask_worker.state.tasks.values()
+                if str(ts.key).startswith("serve_replica")]
+        return keys + (["process group"] if dist.is_initialized() else [])
+
+    deadline = time.monotonic() + timeout
+    while left := {w: r for w, r in client.run(replicas_here).items() if r}:
+        assert time.monotonic() < deadline, f"replicas still running after {timeout} s: {left}"
+        time.sleep(0.1)

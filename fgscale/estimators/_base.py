@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -329,6 +330,8 @@ class FeatureGroupingBase(BaseEstimator):
                                           prefetch=self.prefetch,
                                           standardize=bool(self.standardize), stats_rows=rows,
                                           lipschitz=self._steps_on_workers(),
+                                          model_bytes=self._first_layer_bytes()
+                                          if cuda_device(self.device) is None else 0,
                                           **self._store_source_kwargs()), bank)
             return self._train(sources, targets, rows, seed, history, groups=groups,
                                client=client, streamed=True)
@@ -602,8 +605,9 @@ class FeatureGroupingBase(BaseEstimator):
         stopper holds the best epoch and loss). ``phase`` names it for the hook: each phase
         of a run folder has its own checkpoint. ``rows_key`` names ``rows`` (a fold's index, or
         "all"): the screening of a bank on them is computed once, in ``screens``. With
-        ``replicas > 1`` each epoch's steps run on the replicas (:meth:`_replica_epochs`);
-        validation, the stopper and the hook's checkpoints stay here, as with one process."""
+        ``replicas > 1`` each epoch's steps run on the replicas (:meth:`_replica_epochs`), kept
+        for the phase; validation, the stopper and the hook's checkpoints stay here, as with
+        one process."""
         alpha, dropout = params["alpha"], params["dropout"]
         self.model_ = self._new_model(dropout)
         fixed = 0.0 if self.learning_rate == "auto" else self.learning_rate
@@ -631,18 +635,19 @@ class FeatureGroupingBase(BaseEstimator):
                     sums, self.screening_percentile_, regression=regression,
                     one_vs_rest=self.model == "logreg"))  # a linear model: each class, as FREM
             keep = screens.get(key)
-            run_epoch = None
-            if self.replicas > 1:
-                run_epoch = self._replica_epochs(source, rows, seed, n_groupings, fixed, alpha,
-                                                 dropout, class_weight, keep)
-            fit(self.model_, optimizer, epoch_batches=epoch_batches if run_epoch is None else None,
-                run_epoch=run_epoch, max_epochs=max_epochs,
-                bank=bank_t, device=self.device, validation=validation,
-                stopper=stopper if stop else None, start_epoch=start_epoch,
-                on_epoch_end=run.epoch_end, progress=bool(self.verbose) and run.label,
-                step_size=self._step_size(alpha, dropout), monitor=self.stop_on,
-                regression=not self._is_classifier(), class_weight=class_weight,
-                keep=None if keep is None else keep.to(self.device))
+            replicated = (self._replica_epochs(source, rows, seed, n_groupings, fixed, alpha,
+                                               dropout, class_weight, keep)
+                          if self.replicas > 1 else nullcontext())
+            with replicated as run_epoch:
+                fit(self.model_, optimizer,
+                    epoch_batches=epoch_batches if run_epoch is None else None,
+                    run_epoch=run_epoch, max_epochs=max_epochs,
+                    bank=bank_t, device=self.device, validation=validation,
+                    stopper=stopper if stop else None, start_epoch=start_epoch,
+                    on_epoch_end=run.epoch_end, progress=bool(self.verbose) and run.label,
+                    step_size=self._step_size(alpha, dropout), monitor=self.stop_on,
+                    regression=not self._is_classifier(), class_weight=class_weight,
+                    keep=None if keep is None else keep.to(self.device))
             if stop and stopper.best_state is not None:
                 self.model_.load_state_dict(stopper.best_state)
         elif stopper.best_state is not None:
@@ -661,37 +666,25 @@ class FeatureGroupingBase(BaseEstimator):
             model.load_state_dict(state)
         return model.to(self.device)
 
+    @contextmanager
     def _replica_epochs(self, source, rows, seed, n_groupings, learning_rate, alpha, dropout,
                         class_weight, keep):
-        """``run_epoch`` of :func:`~fgscale.training.fit` for ``replicas > 1``: each epoch
-        trains ``model_`` in place by :func:`~fgscale.training._replicas.fit_replicas`, each
-        replica on ``batch_size_`` rows of every step of the plan of ``replicas *
-        batch_size_`` rows, the bank, step size, screening and class weights of one process."""
-        from fgscale.training._replicas import ReplicaLost, fit_replicas, replica_workers
+        """``run_epoch`` of :func:`~fgscale.training.fit` for ``replicas > 1``, over one
+        :class:`~fgscale.training._replicas.ReplicaGroup` for the phase: its replicas start at
+        the first epoch, hold ``model_``'s weights between epochs (each epoch's brought back
+        into ``model_``) and stop when the block ends (on an error or Ctrl-C as well). Each
+        replica trains on ``batch_size_`` rows of every step of the plan of ``replicas *
+        batch_size_`` rows, with the bank, step size, screening and class weights of one
+        process."""
+        from fgscale.training._replicas import ReplicaGroup
 
-        step_size = self._step_size(alpha, dropout)
-        client = source.prefetcher.client
-        run = []  # the epochs run so far in this call
-
-        def run_epoch(epoch: int) -> float:
-            if run:  # the cluster had the workers for an epoch: one short now was lost since
-                try:
-                    replica_workers(client, self.replicas)
-                except ValueError:
-                    raise ReplicaLost(f"replicas={self.replicas}: a worker process left the "
-                                      f"Dask cluster after epoch {run[-1]} (its process ended, "
-                                      "or its machine was lost)") from None
-            run.append(epoch)
-            history = fit_replicas(client, source, self.model_, rows,
-                                   replicas=self.replicas, batch_size=self.batch_size_,
-                                   max_epochs=epoch + 1, start_epoch=epoch, seed=seed,
-                                   n_groupings=n_groupings, learning_rate=learning_rate,
-                                   weight_decay=alpha, step_size=step_size,
-                                   regression=not self._is_classifier(),
-                                   class_weight=class_weight, keep=keep)
-            return history[0]["train_loss"]
-
-        return run_epoch
+        with ReplicaGroup(source.prefetcher.client, source, self.model_, rows,
+                          replicas=self.replicas, batch_size=self.batch_size_, seed=seed,
+                          n_groupings=n_groupings, learning_rate=learning_rate,
+                          weight_decay=alpha, step_size=self._step_size(alpha, dropout),
+                          regression=not self._is_classifier(), class_weight=class_weight,
+                          keep=keep) as group:
+            yield lambda epoch: group.run_epoch(epoch)["train_loss"]
 
     # ------------------------------------------------------------------ data out
 

@@ -196,7 +196,9 @@ PARAMS: tuple[Param, ...] = (
           runtime=True),
     Param("prefetch", "auto", PREFETCH,
           "with a store: minibatches in flight on the workers at most; 'auto': two per worker "
-          "thread, within 1 GiB of blocks", 'int or "auto"', runtime=True),
+          "thread, within 1 GiB of blocks, and two where the model's first layer on the CPU "
+          "weighs more than eight blocks (its step is then the slower side)", 'int or "auto"',
+          runtime=True),
     Param("replicas", 1, Interval(int, 1, None),
           "with a store: data-parallel copies of the model, each in a worker process of the "
           "cluster, which reads and reduces batch_size rows of every step and sums its "

@@ -2,7 +2,8 @@
 loop fed by any batch source, and the streamed source (Dask workers read and project rows).
 ``_replicas.fit_replicas`` trains R copies of a model on Dask worker processes with
 torch.distributed (gloo), each on its share of every step's rows: the estimators'
-``replicas=R``, one epoch at a time between the central loop's validation and checkpoints.
+``replicas=R``, kept for the epochs of a phase (``_replicas.ReplicaGroup``) while the
+central loop validates and checkpoints between them.
 """
 
 from fgscale.training._loop import (

@@ -18,19 +18,28 @@ that :func:`~fgscale.training.train_epoch` ends a regression epoch with, taken o
 replica from the same parameters) are those of one process. Feature grouping is required (full
 rows, L2, would sum an h x p gradient per step), and dropout draws its own masks on each
 replica, seeded by the run's seed, the replica and the epoch (the same distribution as one
-process's, not the same masks). Validation, early stopping and checkpoints are the caller's:
-the estimators call :func:`fit_replicas` for one epoch at a time from their training loop
-(:func:`~fgscale.training.fit`'s ``run_epoch``).
+process's, not the same masks).
+
+The replicas live for one phase of training (:class:`ReplicaGroup`): their tasks start at the
+phase's first epoch, join one process group and receive the model once, then wait between the
+epochs, holding the weights, for the central process to name the next epoch. After each epoch
+rank 0's weights come back to the central process, straight from its worker, for validation,
+early stopping and checkpoints, which stay the caller's: the estimators run the epochs from
+their training loop (:func:`~fgscale.training.fit`'s ``run_epoch``). The plain SGD of
+:func:`~fgscale.training.make_optimizer` keeps no state between steps (no momentum), so the
+replicas' optimizer carries nothing from one epoch to the next that one process would not.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -46,7 +55,7 @@ from fgscale.training._plan import epoch_plan
 from fgscale.training._sgd import _GRAM_ROWS, LipschitzStep, lipschitz
 from fgscale.training._stream import StoreSource, _bank, load_batch
 
-__all__ = ["ReplicaLost", "ReplicaTask", "fit_replicas", "replica_workers"]
+__all__ = ["ReplicaGroup", "ReplicaLost", "ReplicaTask", "fit_replicas", "replica_workers"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +77,6 @@ class ReplicaTask:
         ``batch_size * world`` rows.
     seed, n_groupings : int
         The plan's (:func:`~fgscale.training.epoch_plan`).
-    start_epoch, max_epochs : int
     learning_rate, weight_decay : float
     step_size : LipschitzStep or None
         The step of ``learning_rate="auto"``; None for the fixed ``learning_rate``.
@@ -92,8 +100,6 @@ class ReplicaTask:
     batch_size: int
     seed: int
     n_groupings: int
-    start_epoch: int
-    max_epochs: int
     learning_rate: float
     weight_decay: float
     step_size: LipschitzStep | None
@@ -112,7 +118,8 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
 
     Equal, to float rounding, to :func:`~fgscale.training.fit` (no validation, no stopper) on
     the batches of ``source`` planned with ``batch_size * replicas`` rows per minibatch, with
-    the same ``regression``, ``class_weight`` and ``keep``.
+    the same ``regression``, ``class_weight`` and ``keep``. The epochs run in one
+    :class:`ReplicaGroup`, the weights brought back once, after the last.
 
     Parameters
     ----------
@@ -131,7 +138,8 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
         Each replica's rows per step.
     max_epochs, seed, n_groupings : int
         The epochs to run and the plan's seed and bank size.
-    learning_rate, weight_decay : float
+    learning_rate : float, default=0.01
+    weight_decay : float, default=0.0
     step_size : LipschitzStep, optional
         ``learning_rate="auto"``: each step's size from its whole minibatch.
     start_epoch : int, default=0
@@ -146,48 +154,186 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
     timeout : float, default=300.0
         Seconds a replica waits for the others at a collective before it fails. When one
         replica fails, or its worker leaves the cluster (its process killed or lost), the run
-        fails at once (a :class:`ReplicaLost` that names it); the others, cancelled, still
-        hold their worker thread until then (Dask cannot interrupt a running task).
+        fails at once (a :class:`ReplicaLost` that names it).
 
     Returns
     -------
     history : list of dict
         Per epoch: epoch, train_loss (the mean over the epoch's rows) and seconds.
     """
-    if not source.n_clusters or not source.bank_at:
-        raise ValueError("replicas need feature grouping: the source has no bank (with full "
-                         "rows each step would sum an h x p gradient across the replicas)")
-    if not isinstance(getattr(model, "first", None), GroupedLinear):
-        raise ValueError(f"replicas need a model whose first layer is a GroupedLinear, got "
-                         f"{type(model).__name__}")
-    if class_weight is not None and regression:
-        raise ValueError("class_weight weighs classes: it must be None with regression=True")
-    workers = replica_workers(client, replicas)
-    task = ReplicaTask(source.path, source.key, source.bank_at, source.stats, source.stats_at,
-                       source.target, source.n_clusters, np.asarray(rows, dtype=np.int64),
-                       int(batch_size), int(seed), int(n_groupings), int(start_epoch),
-                       int(max_epochs), float(learning_rate), float(weight_decay), step_size,
-                       bool(regression),
-                       None if class_weight is None else _as_numpy(class_weight, np.float32),
-                       None if keep is None else _as_numpy(keep, bool))
-    host = _address_host(workers[0])
-    # a port free on rank 0's machine, where the process group's store listens; a fresh one
-    # for every call, so that two phases never meet at the same address
-    port = task_result(client.submit(_free_port, workers=[workers[0]], pure=False))
-    init = f"tcp://{host}:{port}"
-    shipped = client.scatter(model, hash=False, broadcast=True)
-    futures = [client.submit(train_replica, rank, replicas, init, shipped, task, timeout,
-                             workers=[address], allow_other_workers=False, pure=False)
-               for rank, address in enumerate(workers)]
-    try:
-        _raise_first_error(client, futures, workers)
-        state, history = task_result(futures[0])  # the others return None
-    finally:  # Ctrl-C or a failed replica: the others are cancelled
-        for future in futures:
-            future.cancel()
-        shipped.release()
-    model.load_state_dict(state)
-    return history
+    with ReplicaGroup(client, source, model, rows, replicas=replicas, batch_size=batch_size,
+                      seed=seed, n_groupings=n_groupings, learning_rate=learning_rate,
+                      weight_decay=weight_decay, step_size=step_size, regression=regression,
+                      class_weight=class_weight, keep=keep, timeout=timeout) as group:
+        return [group.run_epoch(epoch, weights=epoch == max_epochs - 1)
+                for epoch in range(start_epoch, max_epochs)]
+
+
+class ReplicaGroup:
+    """``replicas`` data-parallel copies of ``model`` in worker processes of ``client``, kept
+    for the epochs of one phase of training.
+
+    The replicas start at the first :meth:`run_epoch`: ``replicas`` long-running tasks, one per
+    worker process, join one gloo process group and receive the model once. Between epochs
+    they wait, holding the weights, and leave the worker's threads to other tasks (validation
+    reads rows there). Each :meth:`run_epoch` hands every replica the epoch's number through a
+    small task on its worker, the one on rank 0's worker returning, once the epoch is done,
+    its history and weights, fetched straight from that worker where the workers share this
+    machine (never through the scheduler). :meth:`close`, or the end of a ``with`` block,
+    stops them and tears the group down: on an exception (Ctrl-C included) their tasks are
+    cancelled, and each replica leaves at its next step or within half a second when it is
+    waiting, all of them at the same step (the step's one collective carries the signal).
+
+    Parameters
+    ----------
+    client, source, model, rows, replicas, batch_size, seed, n_groupings
+        As :func:`fit_replicas` takes them; ``model`` is sent out at the first epoch and holds
+        rank 0's weights after each one.
+    learning_rate : float, default=0.01
+    weight_decay : float, default=0.0
+    step_size : LipschitzStep, optional
+    regression : bool, default=False
+    class_weight : array-like of shape (n_classes,), optional
+    keep : array-like or Tensor of bool of shape (n_groupings, [h,] n_clusters), optional
+    timeout : float, default=300.0
+        As :func:`fit_replicas` takes them.
+    """
+
+    def __init__(self, client, source: StoreSource, model: nn.Module, rows, *, replicas: int,
+                 batch_size: int, seed: int, n_groupings: int, learning_rate: float = 0.01,
+                 weight_decay: float = 0.0, step_size: LipschitzStep | None = None,
+                 regression: bool = False, class_weight=None, keep=None,
+                 timeout: float = 300.0):
+        if not source.n_clusters or not source.bank_at:
+            raise ValueError("replicas need feature grouping: the source has no bank (with full "
+                             "rows each step would sum an h x p gradient across the replicas)")
+        if not isinstance(getattr(model, "first", None), GroupedLinear):
+            raise ValueError(f"replicas need a model whose first layer is a GroupedLinear, got "
+                             f"{type(model).__name__}")
+        if class_weight is not None and regression:
+            raise ValueError("class_weight weighs classes: it must be None with regression=True")
+        self.client, self.source, self.model = client, source, model
+        self.workers = replica_workers(client, replicas)
+        self.timeout = float(timeout)
+        self.task = ReplicaTask(
+            source.path, source.key, source.bank_at, source.stats, source.stats_at,
+            source.target, source.n_clusters, np.asarray(rows, dtype=np.int64),
+            int(batch_size), int(seed), int(n_groupings), float(learning_rate),
+            float(weight_decay), step_size, bool(regression),
+            None if class_weight is None else _as_numpy(class_weight, np.float32),
+            None if keep is None else _as_numpy(keep, bool))
+        self._futures = None  # the replicas' tasks, once started
+        self._shipped = None  # the model scattered to the workers, until every replica has it
+
+    def __enter__(self) -> ReplicaGroup:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        self.close(abort=kind is not None)
+
+    def run_epoch(self, epoch: int, *, weights: bool = True) -> dict:
+        """Train the replicas for ``epoch`` (starting them first, at the phase's first call).
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch of the plan; its dropout masks are drawn from the seed, the replica and
+            the epoch, so that epochs give the same weights whichever phase runs them.
+        weights : bool, default=True
+            Load rank 0's weights into ``model`` after the epoch (for validation, the early
+            stopper and checkpoints); False leaves ``model`` as it is.
+
+        Returns
+        -------
+        history : dict
+            The epoch, its train_loss (the mean over the epoch's rows) and seconds (the
+            replicas' own).
+        """
+        client = self.client
+        if self._futures is None:
+            self._start()
+        else:  # a worker that left between two epochs took its replica with it
+            _raise_if_a_worker_left(client, self._futures, self.workers)
+        commands = [client.submit(_command, self._session, epoch, rank == 0, weights,
+                                  workers=[address], allow_other_workers=False, pure=False)
+                    for rank, address in enumerate(self.workers)]
+        try:
+            _raise_first_error(client, self._futures, self.workers, reply=commands[0])
+            history, state = self._fetch(commands[0])
+        finally:
+            for command in commands:  # rank 0's reply: references to its live weights
+                command.release()
+        if self._shipped is not None:  # every replica joined the epoch: each holds the model
+            self._shipped.release()
+            self._shipped = None
+        if state is not None:
+            self.model.load_state_dict(state)
+        return history
+
+    def close(self, abort: bool = False) -> None:
+        """Stop the replicas: told to leave, and waited for until each has torn its process
+        group down; with ``abort`` (an error, Ctrl-C) their tasks are cancelled instead, and
+        leave at their next step, without waiting for them here."""
+        futures, self._futures = self._futures, None
+        if futures is None:
+            return
+        try:
+            if not abort:
+                # held until the replicas have ended: the task of a future released at once
+                # might never run
+                stops = [self.client.submit(_command, self._session, None, False, False,
+                                            workers=[address], allow_other_workers=False,
+                                            pure=False)
+                         for address in self.workers]
+                _raise_first_error(self.client, futures, self.workers)
+                del stops
+        finally:
+            for future in futures:
+                future.cancel()
+            if self._shipped is not None:
+                self._shipped.release()
+                self._shipped = None
+
+    def _start(self) -> None:
+        """Start the replicas: a process group whose store listens on rank 0's machine, the
+        model scattered once to their workers."""
+        client = self.client
+        host = _address_host(self.workers[0])
+        # a port free on rank 0's machine now; a fresh one for every phase, so that two phases
+        # never meet at the same address
+        port = task_result(client.submit(_free_port, workers=[self.workers[0]], pure=False))
+        # straight to and from the workers where they share this machine: through the
+        # scheduler, the model's hundreds of MB would pass through one more process each way
+        self._direct = self.source._slots() is not None
+        self._session = uuid.uuid4().hex
+        self._shipped = client.scatter(self.model, hash=False, broadcast=True,
+                                       direct=self._direct)
+        self._futures = [client.submit(serve_replica, rank, len(self.workers),
+                                       f"tcp://{host}:{port}", self._shipped, self.task,
+                                       self.timeout, self._session, workers=[address],
+                                       allow_other_workers=False, pure=False)
+                         for rank, address in enumerate(self.workers)]
+
+    def _fetch(self, reply):
+        """Rank 0's finished reply, gathered in a thread of its own while the replicas'
+        workers are watched: were rank 0's worker to leave mid-transfer, Dask would wait for
+        ever to compute the reply again on it."""
+        box, got = {}, threading.Event()
+
+        def gather():
+            try:
+                box["reply"] = self.client.gather(reply, direct=self._direct)
+            except BaseException as exc:  # raised below, in the caller's thread
+                box["error"] = exc
+            finally:
+                got.set()
+
+        threading.Thread(target=gather, daemon=True, name="fgscale-replica-weights").start()
+        while not got.wait(_WATCH):
+            _raise_if_a_worker_left(self.client, self._futures, self.workers)
+        if "error" in box:
+            raise box["error"]
+        return box["reply"]
 
 
 def _as_numpy(values, dtype) -> np.ndarray:
@@ -207,10 +353,12 @@ _GRACE = 30.0  # seconds the run waits for the cause once a replica saw another 
 _WATCH = 0.5  # seconds between two looks at the cluster's workers while the replicas train
 
 
-def _raise_first_error(client, futures: list, workers: list[str]) -> None:
-    """Wait for the replicas (replica ``i``: ``futures[i]``, on ``workers[i]``); raise the
+def _raise_first_error(client, futures: list, workers: list[str], reply=None) -> None:
+    """Wait for the replicas (replica ``i``: ``futures[i]``, on ``workers[i]``) to end, or
+    with ``reply`` (rank 0's command, a future on its worker) for that to finish; raise the
     first error of one that failed on its own (reading its rows, say) rather than the
-    :class:`ReplicaLost` of those that saw it leave, which may come first.
+    :class:`ReplicaLost` of those that saw it leave, which may come first. The reply's error
+    is rank 0's, which it carries.
 
     A replica whose worker left the cluster (its process killed or lost) raises nothing: its
     task, bound to that worker, would wait for it for ever, even once the others are done
@@ -220,27 +368,33 @@ def _raise_first_error(client, futures: list, workers: list[str]) -> None:
     replica that left without its worker leaving (a network failure between machines): a
     grace after the first :class:`ReplicaLost`, that is the error.
     """
-    ended = threading.Event()  # set (in a thread of Dask's) whenever a replica's task ends
-    for future in futures:
+    ended = threading.Event()  # set (in a thread of Dask's) whenever a task watched ends
+    watched = futures if reply is None else [*futures, reply]
+    for future in watched:
         future.add_done_callback(lambda _: ended.set())
     seen, lost, deadline = set(), None, None
-    while len(seen) < len(futures):
+    while not seen.issuperset(futures):
         ended.wait(_WATCH)  # none ended meanwhile: still, a worker may have left
         ended.clear()  # before looking: a task that ends from now on sets it again
-        done = [f for f in futures if f.done() and f not in seen]
+        done = [f for f in watched if f.done() and f not in seen]
         seen.update(done)
         errors = [f for f in done if f.status == "error"]
-        if errors or len(seen) < len(futures):
+        if errors or not seen.issuperset(futures):
             _raise_if_a_worker_left(client, futures, workers)
         for future in errors:
             if not isinstance(future.exception(), ReplicaLost):
                 task_result(future)
             if lost is None:
                 lost, deadline = future, time.monotonic() + _GRACE
+        if reply is not None and reply.status == "finished" and lost is None:
+            return
         if lost is not None and time.monotonic() > deadline:
             break
     if lost is not None:
         task_result(lost)
+    if reply is not None:  # every replica ended, none with an error, before the epoch did
+        raise ReplicaLost(f"the {len(futures)} replicas ended before their epoch did (their "
+                          "tasks were cancelled)")
 
 
 def _raise_if_a_worker_left(client, futures: list, workers: list[str]) -> None:
@@ -303,36 +457,145 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def train_replica(rank: int, world: int, init_method: str, model: nn.Module, task: ReplicaTask,
-                  timeout: float) -> tuple[dict, list[dict]] | None:
-    """Worker task: replica ``rank`` of ``world``; returns the state dict and the history
-    from rank 0, None from the others (their weights are the same)."""
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout))
+# The replicas of this worker process, by phase: what the small command tasks hand the epochs
+# to, and rank 0's replies come back from. One process group per process (torch's default
+# group), so one replica at a time: a phase's replicas wait for an earlier one's to leave.
+_MAILBOXES: dict[str, _Mailbox] = {}
+_MAILBOXES_LOCK = threading.Lock()
+_GROUP = threading.Lock()
+
+
+class _Mailbox:
+    """A replica's queues in its worker process: the epochs to run (None: stop) and, on rank
+    0, each epoch's reply (its history, or the error that ended the replica)."""
+
+    def __init__(self):
+        self.epochs: queue.Queue = queue.Queue()
+        self.replies: queue.Queue = queue.Queue()
+        self.model: nn.Module | None = None
+
+
+def _mailbox(session: str) -> _Mailbox:
+    """The mailbox of ``session`` in this process, made by whichever of its replica and its
+    first command comes first."""
+    with _MAILBOXES_LOCK:
+        return _MAILBOXES.setdefault(session, _Mailbox())
+
+
+class _Stopped(Exception):  # a signal between the replicas, never raised to a user
+    """Some replica's task was cancelled: every replica leaves at the same step."""
+
+
+def _cancelled_check():
+    """A function that tells whether the task running this thread was cancelled (its
+    client gone, Ctrl-C, another replica's error): the worker keeps a cancelled task's state
+    until its thread returns, since Dask cannot interrupt it."""
+    from distributed import get_worker
+    from distributed.worker import thread_state
+
+    worker, key = get_worker(), thread_state.key
+
+    def cancelled() -> bool:
+        task = worker.state.tasks.get(key)
+        return task is None or task.state == "cancelled"
+
+    return cancelled
+
+
+def serve_replica(rank: int, world: int, init_method: str, model: nn.Module, task: ReplicaTask,
+                  timeout: float, session: str) -> None:
+    """Worker task: replica ``rank`` of ``world`` for one phase. It joins the process group,
+    then trains each epoch that a :func:`_command` hands it, until told to stop or cancelled;
+    rank 0 replies after each epoch."""
+    from distributed import secede
+
+    cancelled = _cancelled_check()
+    # out of the worker's thread pool: between epochs the worker's threads run other tasks
+    # (the commands, validation's reads)
+    secede()
+    box = _mailbox(session)
+    box.model = model
     try:
-        history = []
-        for epoch in range(task.start_epoch, task.max_epochs):
-            # dropout's masks: seeded per replica and epoch, so that a run is repeatable, and
-            # an epoch draws the same masks whether its call trains it alone (an estimator's,
-            # or a resumed run's) or after others
-            torch.manual_seed(int(np.random.SeedSequence([task.seed, rank, epoch])
-                                  .generate_state(1)[0]))
-            history.append(_replica_epoch(model, task, epoch, rank, world))
+        if not _GROUP.acquire(timeout=timeout):
+            raise RuntimeError(f"replica {rank} of {world}: the replica of an earlier phase "
+                               f"still held this worker's process group after {timeout:g} s")
+        try:
+            dist.init_process_group("gloo", init_method=init_method, rank=rank,
+                                    world_size=world, timeout=timedelta(seconds=timeout))
+            try:
+                _serve(box, model, task, rank, world, cancelled)
+            finally:
+                dist.destroy_process_group()
+        finally:
+            _GROUP.release()
+    except _Stopped:
+        pass
+    except BaseException as exc:
+        box.replies.put(exc)  # rank 0's command waiting for the epoch raises it
+        raise
     finally:
-        dist.destroy_process_group()
-    if rank:
+        with _MAILBOXES_LOCK:
+            _MAILBOXES.pop(session, None)
+
+
+def _serve(box: _Mailbox, model: nn.Module, task: ReplicaTask, rank: int, world: int,
+           cancelled) -> None:
+    """The epochs that ``box`` names, until it names None or the task is cancelled."""
+    # plain SGD keeps no state between steps: one optimizer serves every epoch of the phase
+    optimizer = make_optimizer(model, task.learning_rate, task.weight_decay)
+    while (epoch := _next_epoch(box, cancelled)) is not None:
+        # dropout's masks: seeded per replica and epoch, so that a run is repeatable, and
+        # an epoch draws the same masks whichever phase trains it (a resumed run's)
+        torch.manual_seed(int(np.random.SeedSequence([task.seed, rank, epoch])
+                              .generate_state(1)[0]))
+        history = _replica_epoch(model, optimizer, task, epoch, rank, world, cancelled)
+        if rank == 0:
+            box.replies.put(history)
+
+
+def _next_epoch(box: _Mailbox, cancelled) -> int | None:
+    """The next epoch named in ``box``; None when told to stop or once cancelled."""
+    while True:
+        try:
+            return box.epochs.get(timeout=_WATCH)
+        except queue.Empty:
+            if cancelled():
+                return None
+
+
+def _command(session: str, epoch: int | None, reply: bool, weights: bool):
+    """Worker task: hand ``epoch`` (None: stop) to this process's replica of ``session``; with
+    ``reply`` (rank 0), wait for the epoch to end and return its history and, with
+    ``weights``, the replica's state dict. The tensors are the replica's own, not copies: the
+    central process fetches them before it names the next epoch."""
+    cancelled = _cancelled_check()
+    box = _mailbox(session)
+    box.epochs.put(epoch)
+    if not reply:
         return None
-    return {name: t.detach().clone() for name, t in model.state_dict().items()}, history
+    while True:
+        try:
+            history = box.replies.get(timeout=_WATCH)
+            break
+        except queue.Empty:
+            if cancelled():
+                return None
+    if isinstance(history, BaseException):
+        raise history
+    state = None
+    if weights:
+        state = {name: t.detach() for name, t in box.model.state_dict().items()}
+    return history, state
 
 
-def _replica_epoch(model: nn.Module, task: ReplicaTask, epoch: int, rank: int,
-                   world: int) -> dict:
-    """One epoch of this replica's steps; the epoch's mean loss over all the replicas' rows."""
+def _replica_epoch(model: nn.Module, optimizer, task: ReplicaTask, epoch: int, rank: int,
+                   world: int, cancelled=None) -> dict:
+    """One epoch of this replica's steps; the epoch's mean loss over all the replicas' rows.
+    :class:`_Stopped` once ``cancelled()`` is true on any replica (checked at every step)."""
     started = time.perf_counter()
     plan = epoch_plan(task.rows, batch_size=task.batch_size * world, epoch=epoch,
                       seed=task.seed, n_groupings=task.n_groupings)
     labels = _bank(task.path, task.key, task.bank_at)
-    optimizer = make_optimizer(model, task.learning_rate, task.weight_decay)
     first = model.first
     first.defer = "grouped"  # the reduced (h x k) gradient is what the replicas sum
     decay = next(g for g in optimizer.param_groups if any(p is first.weight for p in g["params"]))
@@ -358,7 +621,8 @@ def _replica_epoch(model: nn.Module, task: ReplicaTask, epoch: int, rank: int,
                 total += _replica_step(model, optimizer, x, y,
                                        torch.from_numpy(labels[int(g)]).long(), len(rows),
                                        regression=task.regression, class_weight=class_weight,
-                                       keep=None if keep is None else keep[int(g)])
+                                       keep=None if keep is None else keep[int(g)],
+                                       stop=cancelled is not None and cancelled())
             first.step_deferred(decay["lr"], decay["weight_decay"])
             count += len(rows)
             if average is not None:
@@ -375,11 +639,12 @@ def _replica_epoch(model: nn.Module, task: ReplicaTask, epoch: int, rank: int,
 def _replica_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
                   grouping: torch.Tensor, m: int, *, regression: bool = False,
                   class_weight: torch.Tensor | None = None,
-                  keep: torch.Tensor | None = None) -> float:
+                  keep: torch.Tensor | None = None, stop: bool = False) -> float:
     """This replica's share of one SGD step on a minibatch of ``m`` rows in all, the first
     layer's deferred step left to the caller; returns the minibatch's summed loss (weighted
     by ``class_weight``; over the rows, as :func:`~fgscale.training._loop.batch_loss`'s mean
-    divides by the rows)."""
+    divides by the rows). With ``stop`` on any replica, every replica raises
+    :class:`_Stopped` instead of stepping."""
     optimizer.zero_grad(set_to_none=True)
     first = model.first
     loss = batch_loss(model(x, grouping, keep), y, regression, reduction="sum",
@@ -393,17 +658,20 @@ def _replica_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     reduced = first._pending[2]
-    # one collective per step: every gradient, and the loss, in one flat buffer
+    # one collective per step: every gradient, the loss and whether to stop, in one flat
+    # buffer; the stop travels with the step so that every replica leaves at the same one
     flat = torch.cat([reduced.reshape(-1), *(p.grad.reshape(-1) for p in rest),
-                      loss.detach().reshape(1)])
+                      loss.detach().reshape(1), torch.tensor([float(stop)], dtype=loss.dtype)])
     _collective(dist.all_reduce, flat)
+    if flat[-1] > 0:
+        raise _Stopped
     reduced.copy_(flat[: reduced.numel()].view_as(reduced))
     offset = reduced.numel()
     for p in rest:
         p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
         offset += p.numel()
     optimizer.step()  # W0 has no .grad after a deferred forward: SGD leaves it alone
-    return float(flat[-1])
+    return float(flat[-2])
 
 
 def _lipschitz(x: torch.Tensor, m: int, world: int, weights: torch.Tensor | None = None,

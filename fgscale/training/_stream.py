@@ -46,13 +46,18 @@ from fgscale.training._plan import EpochPlan
 from fgscale.training._screening import block_sums
 from fgscale.training._sgd import lipschitz
 
-__all__ = ["PREFETCH_BYTES", "SCREEN_REPLY_BYTES", "Blocks", "Prefetcher", "StoreSource",
-           "auto_window", "load_screen_sums"]
+__all__ = ["CENTRE_BOUND_BLOCKS", "PREFETCH_BYTES", "SCREEN_REPLY_BYTES", "Blocks", "Prefetcher",
+           "StoreSource", "auto_window", "load_screen_sums"]
 
 log = logging.getLogger(__name__)
 
 PREFETCH_BYTES = 2**30
 """With ``prefetch="auto"``: the bytes of the blocks in flight at most (1 GiB)."""
+
+CENTRE_BOUND_BLOCKS = 8
+"""With ``prefetch="auto"``: a model's first layer heavier than this many blocks keeps two
+blocks in flight (:func:`auto_window`). Logistic regression on 20 classes weighs one 200-row
+block at k = 10%; the MLP of 256 hidden units, thirteen."""
 
 SCREEN_REPLY_BYTES = 16 << 20
 """The screening sums a worker task returns, at most about (16 MiB): a task covers a block of
@@ -249,17 +254,24 @@ class Prefetcher:
             yield func(*a)
 
 
-def auto_window(client, block_bytes: int) -> int:
+def auto_window(client, block_bytes: int, model_bytes: int = 0) -> int:
     """In-flight tasks for ``prefetch="auto"``: two per worker thread of the cluster (counted
     now: an adaptive cluster may have grown), at most :data:`PREFETCH_BYTES` of blocks of
-    ``block_bytes``, and at least 2.
+    ``block_bytes``, and at least 2; just 2 where the model's first layer (``model_bytes``)
+    weighs more than :data:`CENTRE_BOUND_BLOCKS` blocks.
 
     A fixed window smaller than the cluster's worker threads leaves the rest of them idle, and
     with one task per thread a worker idles while its finished block waits to be consumed; two
     per thread keep every worker busy. The byte bound caps what the central process holds.
+    A model that large makes the central process the slower side: its step reduces and
+    expands the whole first layer, and one such central process keeps about one worker busy
+    (the MLP of ``scripts/results/bench_stream_feed_2cores.md``); then a block being consumed
+    and one ready keep it fed, and more in flight would only hold memory beside the model.
     ``scripts/bench_stream.py`` measures the streaming (figures on 16 cores in the README's
     performance section).
     """
+    if model_bytes > CENTRE_BOUND_BLOCKS * block_bytes:
+        return 2
     threads = sum(client.nthreads().values())
     return max(2, min(2 * threads, PREFETCH_BYTES // max(block_bytes, 1)))
 
@@ -306,7 +318,7 @@ class StoreSource:
         holds it (:func:`fgscale.store.open_bank`).
     prefetch : int or "auto"
         Blocks in flight at most; "auto" (the default): :func:`auto_window`, for each epoch's
-        batches and each evaluation pass.
+        batches and each evaluation pass, given ``model_bytes``.
     block_size : int, optional
         Rows per evaluation block; default the store's rows per shard (about 64 MiB). The
         central process holds up to ``prefetch + 1`` blocks, so the block size bounds its
@@ -331,13 +343,17 @@ class StoreSource:
         on the worker that made it (``Batch.lipschitz``): for the step size of
         ``learning_rate="auto"`` (:class:`~fgscale.training._sgd.LipschitzStep`), which the
         central process would otherwise compute from the block.
+    model_bytes : int, default=0
+        The bytes of the first layer of the model that the blocks feed, where the model
+        steps on the CPU, for ``prefetch="auto"`` (0: not known, or on a GPU, whose steps are
+        not the slower side: the window is sized on the cluster alone).
     """
 
     def __init__(self, client, path, *, n_clusters: int = 0, bank_key: str = "",
                  bank_at: str | None = None, prefetch: int | str = "auto",
                  block_size: int | None = None, standardize: bool = False, stats_rows=None,
                  targets: str = "labels", target_mean: float = 0.0, target_scale: float = 1.0,
-                 lipschitz: bool = False):
+                 lipschitz: bool = False, model_bytes: int = 0):
         # a Store given is used as it is, not opened again from its path
         self.path = str(Path(path.path if isinstance(path, Store) else path).resolve())
         self.n_clusters = n_clusters
@@ -364,6 +380,7 @@ class StoreSource:
             self.stats_at = stats_location(store, stats_rows)
         self.target = _check_targets(self.path, group, targets, target_mean, target_scale)
         self.prefetch = check_prefetch(prefetch)
+        self.model_bytes = int(model_bytes)
         self.lipschitz = lipschitz
         self.prefetcher = Prefetcher(client)  # each pass sets its window: _window
         self._handoff: Slots | bool | None = None  # shared memory for blocks: _slots
@@ -392,7 +409,7 @@ class StoreSource:
     def _window(self, rows: int, width: int) -> int:
         """Tasks in flight for blocks of ``rows`` x ``width`` float32."""
         if self.prefetch == "auto":
-            return auto_window(self.prefetcher.client, 4 * rows * width)
+            return auto_window(self.prefetcher.client, 4 * rows * width, self.model_bytes)
         return self.prefetch
 
     def batches(self, plan: EpochPlan) -> Iterator[Batch]:

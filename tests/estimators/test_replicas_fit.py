@@ -3,9 +3,12 @@ processes of a real LocalCluster (the session's, two processes) equals the fit o
 with R times the batch, validation, early stopping, screening and the refit included; and
 what the replicas cannot train is refused before any work."""
 
+import re
+
 import numpy as np
 import pytest
-from helpers import smooth_cohort
+from distributed import get_task_stream
+from helpers import assert_replicas_leave, smooth_cohort
 
 from fgscale import FeatureGroupingClassifier, FeatureGroupingRegressor
 from fgscale.store import write_store
@@ -43,9 +46,14 @@ def assert_same_fit(replicated, single):
 @pytest.mark.parametrize("Estimator", [FeatureGroupingClassifier, FeatureGroupingRegressor])
 def test_two_replicas_fit_as_one_process_with_twice_the_batch(Estimator, store, client):
     single = Estimator(**PARAMS, batch_size=32).fit(store.path, client=client)
-    replicated = Estimator(**PARAMS, batch_size=16, replicas=2).fit(store.path, client=client)
+    with get_task_stream(client) as stream:
+        replicated = Estimator(**PARAMS, batch_size=16, replicas=2).fit(store.path,
+                                                                         client=client)
     assert replicated.batch_size_ == 16
     assert_same_fit(replicated, single)
+    # the replicas start once a phase (early stopping's, then the refit), not once an epoch
+    started = [t for t in stream.data if str(t["key"]).startswith("serve_replica")]
+    assert len(started) == 2 * 2 < 2 * len(replicated.history_)
 
 
 def test_auto_batch_size_shares_the_step_among_the_replicas():
@@ -85,9 +93,10 @@ def test_replicas_refuse_arrays_and_a_cluster_of_too_few_processes(store, client
 
 
 def test_a_replicas_worker_lost_between_two_epochs_stops_the_fit_as_a_lost_replica(store):
-    """The worker of a replica gone after an epoch ended (no replica task running): the next
-    epoch stops the fit with a ReplicaLost (the command line's one line and its --resume
-    hint), not with the refusal of a cluster too small from the start."""
+    """The worker of a replica gone after an epoch ended (the replicas waiting for the next
+    one): the next epoch stops the fit with a ReplicaLost that names the replica and its
+    worker (the command line's one line and its --resume hint), not with the refusal of a
+    cluster too small from the start."""
     from distributed import Client, LocalCluster
 
     from fgscale.training import History
@@ -95,6 +104,7 @@ def test_a_replicas_worker_lost_between_two_epochs_stops_the_fit_as_a_lost_repli
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as own:
+        first = sorted(own.nthreads())[0]  # replica 0's: the ranks follow the sorted addresses
 
         class LoseAWorker(History):
             """After the first epoch, one of the two worker processes is closed."""
@@ -102,10 +112,11 @@ def test_a_replicas_worker_lost_between_two_epochs_stops_the_fit_as_a_lost_repli
             def epoch_end(self, metrics):
                 super().epoch_end(metrics)
                 if len(self.history) == 1:
-                    own.retire_workers([sorted(own.nthreads())[0]], close_workers=True)
+                    own.retire_workers([first], close_workers=True)
 
         fit = FeatureGroupingClassifier(**dict(PARAMS, n_clusters=0.1), batch_size=16,
                                         replicas=2, early_stopping=False)
-        with pytest.raises(ReplicaLost, match=r"^replicas=2: a worker process left the Dask "
-                                              r"cluster after epoch 0 \("):
+        with pytest.raises(ReplicaLost, match=rf"^replica 0 of 2 was lost: its worker "
+                                              rf"{re.escape(first)} left the Dask cluster \("):
             fit.fit(store.path, client=own, checkpoint=LoseAWorker)
+        assert_replicas_leave(own)  # the other replica left too, its process group torn down

@@ -1,15 +1,19 @@
 """Data-parallel replicas (gloo, in the worker processes of a real LocalCluster) against one
 process streaming minibatches of all their rows."""
 
+import _thread
+import threading
+
 import numpy as np
 import pytest
 import torch
-from helpers import smooth_cohort
+from distributed import get_task_stream
+from helpers import assert_replicas_leave, smooth_cohort
 
 from fgscale.grouping import build_bank
 from fgscale.store import write_store
 from fgscale.training import LipschitzStep, StoreSource, build_model, epoch_plan, fit, make_optimizer
-from fgscale.training._replicas import fit_replicas
+from fgscale.training._replicas import ReplicaGroup, fit_replicas
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +110,9 @@ def test_a_failing_replica_fails_the_run_without_waiting_for_the_others(client, 
     with pytest.raises(IndexError):
         fit_replicas(client, source, model, bad, replicas=2, batch_size=8, max_epochs=1,
                      seed=0, n_groupings=len(bank), timeout=600)
-    # the other replica left the collective too: each worker's thread takes tasks again
+    # the other replica left the collective too, the group torn down: each worker's thread
+    # takes tasks again
+    assert_replicas_leave(client)
     for address in client.scheduler_info()["workers"]:
         assert client.submit(sum, [1, 2], workers=[address], pure=False).result(timeout=60) == 3
 
@@ -146,8 +152,9 @@ def test_replicas_regress_with_the_average_of_their_iterates_as_one_process(clie
 
 
 def test_an_epoch_at_a_time_trains_as_the_epochs_in_one_call(client, banked):
-    """What the estimators do: one call per epoch (between them, validation and checkpoints)
-    gives the weights of one call for all the epochs, dropout's masks included."""
+    """A phase that starts at each epoch (a run resumed after every epoch: the replicas
+    started again from the weights brought back) gives the weights of one phase for all the
+    epochs, dropout's masks included."""
     path, k, key, rows, bank = banked
     torch.manual_seed(0)
     whole = build_model("mlp", int(bank.shape[1]), 3, hidden_layer_sizes=(12,),
@@ -164,3 +171,61 @@ def test_an_epoch_at_a_time_trains_as_the_epochs_in_one_call(client, banked):
                                  strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
     assert losses == [h["train_loss"] for h in history]
+
+
+def served_tasks(stream) -> dict:
+    """How many tasks of each kind a task stream saw: replicas, commands, ..."""
+    names = [str(t["key"]).split("-")[0] for t in stream.data]
+    return {name: names.count(name) for name in set(names)}
+
+
+def test_the_replicas_and_their_group_last_the_phase(client, banked):
+    """One replica task per worker (one process group, the model sent once) for all the
+    epochs of a phase, told each epoch by a small command; each epoch's weights, brought
+    back, equal those of a phase per epoch (the per-epoch replicas that came before)."""
+    path, k, key, rows, bank = banked
+    kept, by_epoch, start = twins("mlp", int(bank.shape[1]), 3)
+    source = StoreSource(client, path, n_clusters=k, bank_key=key)
+    common = dict(replicas=2, batch_size=20, seed=4, n_groupings=len(bank), learning_rate=0.05,
+                  step_size=LipschitzStep(1.0, 0.01))
+    with get_task_stream(client) as stream:
+        with ReplicaGroup(client, source, kept, rows, **common) as group:
+            epochs = [(group.run_epoch(epoch)["train_loss"],
+                       {name: t.clone() for name, t in kept.state_dict().items()})
+                      for epoch in range(3)]
+    tasks = served_tasks(stream)
+    assert_replicas_leave(client)  # the phase's end stopped them: the group torn down
+    # the group's 2 replicas for its 3 epochs; commands: 2 an epoch, and 2 to stop
+    assert tasks.get("serve_replica") == 2, tasks
+    assert tasks["_command"] == 3 * 2 + 2
+    for epoch, (loss, state) in enumerate(epochs):
+        want = fit_replicas(client, source, by_epoch, rows, start_epoch=epoch,
+                            max_epochs=epoch + 1, **common)[0]["train_loss"]
+        assert loss == want
+        for (name, got), same in zip(state.items(), by_epoch.state_dict().values(),
+                                     strict=True):
+            torch.testing.assert_close(got, same, rtol=0, atol=0, msg=name)
+    assert not torch.equal(kept.first.weight, start.first.weight)
+
+
+@pytest.mark.parametrize("when", ["between epochs", "mid-phase"])
+def test_ctrl_c_stops_the_replicas(client, banked, when):
+    """Ctrl-C in the central process (a KeyboardInterrupt, between two epochs or while the
+    replicas train) cancels the replicas: they leave at their next step or wait, and tear
+    their process group down; a new phase then trains on the same workers."""
+    path, k, key, rows, bank = banked
+    model = build_model("mlp", int(bank.shape[1]), 3, hidden_layer_sizes=(12,))
+    source = StoreSource(client, path, n_clusters=k, bank_key=key)
+    common = dict(replicas=2, batch_size=20, seed=4, n_groupings=len(bank), learning_rate=0.05)
+    with pytest.raises(KeyboardInterrupt):
+        with ReplicaGroup(client, source, model, rows, **common) as group:
+            group.run_epoch(0)
+            if when == "between epochs":
+                raise KeyboardInterrupt
+            # the main thread interrupted as the Ctrl-C of a terminal would, while it waits
+            # for the replicas' epochs
+            threading.Timer(0.5, _thread.interrupt_main).start()
+            for epoch in range(1, 10**6):
+                group.run_epoch(epoch, weights=False)
+    assert_replicas_leave(client)
+    assert fit_replicas(client, source, model, rows, max_epochs=1, **common)

@@ -27,7 +27,14 @@ from fgscale.training import (
     make_optimizer,
 )
 from fgscale.training._plan import epoch_plan
-from fgscale.training._stream import PREFETCH_BYTES, Prefetcher, StoreSource, auto_window, load_rows
+from fgscale.training._stream import (
+    CENTRE_BOUND_BLOCKS,
+    PREFETCH_BYTES,
+    Prefetcher,
+    StoreSource,
+    auto_window,
+    load_rows,
+)
 
 PARAMS = dict(n_clusters=0.1, n_groupings=6, n_bootstrap=12, max_epochs=8, batch_size=16,
               learning_rate=0.05, random_state=5)
@@ -161,6 +168,12 @@ def test_auto_prefetch_keeps_two_tasks_per_thread_within_the_byte_bound(cohort, 
     plan = epoch_plan(np.arange(60), batch_size=5, epoch=0, seed=0)
     assert sum(len(b.y) for b in source.batches(plan)) == 60
     assert source.prefetcher.max_seen == 4
+    # a first layer heavier than CENTRE_BOUND_BLOCKS blocks: the central step is the slower
+    # side, and two blocks in flight keep it fed
+    assert auto_window(client, 100, model_bytes=CENTRE_BOUND_BLOCKS * 100) == 4
+    assert auto_window(client, 100, model_bytes=CENTRE_BOUND_BLOCKS * 100 + 1) == 2
+    heavy = StoreSource(client, path, model_bytes=CENTRE_BOUND_BLOCKS * 4 * 5 * X.shape[1] + 1)
+    assert sum(len(b.y) for b in heavy.batches(plan)) == 60 and heavy.prefetcher.max_seen == 2
     with LocalCluster(n_workers=3, threads_per_worker=2, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as six_threads:
         source = StoreSource(six_threads, path)
