@@ -157,7 +157,6 @@ def assert_png_not_blank(png) -> np.ndarray:
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
-@contextlib.contextmanager
 def assert_same_search(got, want, rtol: float) -> None:
     """Two fitted searches (a parallel one and the sequential one) made the same choice with
     the same numbers: the chosen values, ``cv_results_``, ``cv_scores_``, ``cv_params_``, the
@@ -187,6 +186,7 @@ def assert_same_search(got, want, rtol: float) -> None:
     np.testing.assert_allclose(got.intercept_, want.intercept_, rtol=10 * rtol, atol=1e-6)
 
 
+@contextlib.contextmanager
 def load_script(name: str):
     """``scripts/<name>.py`` as a module, as ``python scripts/<name>.py`` runs it: the scripts
     folder on sys.path (for ``import benchlib``, ``import bench_accuracy``) and the module in
