@@ -20,6 +20,7 @@ from fgscale.training import (
     train_epoch,
 )
 from fgscale.training import _loop as loop_module
+from fgscale.training._loop import check_finite
 from fgscale.training._models import GroupedLinear, build_model
 from fgscale.training._plan import epoch_plan
 
@@ -296,6 +297,48 @@ def test_a_grouped_deferred_step_holds_few_reduced_arrays():
     if kernel != "True":  # a sampled peak could miss the step's short-lived arrays
         pytest.skip("the kernel's peak resident memory cannot be reset here")
     assert float(peak) < 3.5, out.stdout
+
+
+_FINITE_PEAK = """
+import sys
+import torch
+sys.path.insert(0, sys.argv[1])  # scripts/, for the benchmarks' peak-memory meter
+from bench_accuracy import PeakRSS
+from fgscale.training._loop import check_finite
+from fgscale.training._models import build_model
+
+model = build_model("logreg", 25_000_000, 4)  # a first layer of 400 MB
+check_finite(model, 1, "auto")  # first touches
+with PeakRSS() as meter:
+    check_finite(model, 1, "auto")
+print(meter.kernel, meter.peak / model.first.weight.nbytes)
+"""
+
+
+@pytest.mark.scripts  # runs the peak-memory meter of scripts/bench_accuracy.py
+def test_the_finite_check_of_a_large_layer_holds_no_copy_of_it():
+    """torch.isfinite on a whole layer makes an |x| copy and two masks of it (1.5 times the
+    layer): on a 1 mm grid that was the MLP's training peak, at the end of the fit. In chunks,
+    the check's peak is a small part of the layer."""
+    out = subprocess.run([sys.executable, "-c", _FINITE_PEAK, str(SCRIPTS)],
+                         capture_output=True, text=True, check=True, timeout=300)
+    kernel, peak = out.stdout.split()[-2:]
+    if kernel != "True":  # a sampled peak could miss the check's short-lived arrays
+        pytest.skip("the kernel's peak resident memory cannot be reset here")
+    assert float(peak) < 0.2, out.stdout
+
+
+def test_the_finite_check_finds_a_value_in_any_chunk():
+    model = build_model("logreg", 3 * loop_module._FINITE_CHUNK // 2, 2)
+    check_finite(model, 3, "auto")
+    for value in (float("nan"), float("inf"), -float("inf")):
+        with torch.no_grad():
+            model.first.weight[1, -1] = value  # in the last chunk
+        with pytest.raises(ValueError, match=r"^training diverged: .* after 3 epochs with "
+                                             r"learning_rate=0\.5;"):
+            check_finite(model, 3, 0.5)
+        with torch.no_grad():
+            model.first.weight[1, -1] = 0.0
 
 
 @pytest.mark.cuda
