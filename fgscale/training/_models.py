@@ -78,15 +78,21 @@ class GroupedLinear(nn.Module):
             return F.linear(x, reduced if keep is None else reduced * keep, self.bias)
         with torch.no_grad(), phase("reduce"):
             reduced = project(self.weight, grouping, x.shape[1])
+            if keep is not None:
+                # screened in place here, its gradient in _take_grad: autograd's numbers
+                # through ``reduced * keep``, without that (h x k) product and its gradient
+                reduced.mul_(keep)
         reduced.requires_grad_(True)
-        reduced.register_post_accumulate_grad_hook(lambda r: self._take_grad(grouping, r))
-        return F.linear(x, reduced if keep is None else reduced * keep, self.bias)
+        reduced.register_post_accumulate_grad_hook(
+            lambda r: self._take_grad(grouping, r, keep))
+        return F.linear(x, reduced, self.bias)
 
-    def _take_grad(self, grouping, reduced: torch.Tensor) -> None:
+    def _take_grad(self, grouping, reduced: torch.Tensor, keep: torch.Tensor | None) -> None:
         # Taken from .grad once accumulated, not from a hook on the incoming gradient: that
         # hook's reference would make autograd store a clone in .grad, a third (h x k) array
         # alive beside W0_hat and its gradient
-        self._pending, reduced.grad = (grouping, None, reduced.grad), None
+        grad = reduced.grad if keep is None else reduced.grad.mul_(keep)
+        self._pending, reduced.grad = (grouping, None, grad), None
 
     @torch.no_grad()
     def step_deferred(self, lr: float, weight_decay: float = 0.0) -> bool:
