@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import socket
 import sys
 import time
 import warnings
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["SchedulerLost", "ThreadTasks", "active_client", "check_count", "connect", "cpu_count",
-           "dashboard_link", "deferred_cluster", "get_client", "run_tasks", "task_result", "worker_info"]
+           "dashboard_link", "deferred_cluster", "get_client", "run_tasks", "task_result",
+           "worker_info", "worker_processes"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
@@ -139,6 +141,19 @@ def worker_info(client: Client) -> dict[str, dict]:
     except TypeError:  # a distributed that lists them all without being asked
         info = client.scheduler_info()
     return info["workers"]
+
+
+def worker_processes(client: Client) -> dict[tuple[str, int], list[str]]:
+    """The addresses of ``client``'s workers by the process they run in, (host name, process
+    id), each process's in sorted order: thread workers of one process share it."""
+    out: dict[tuple[str, int], list[str]] = {}
+    for address, process in sorted(client.run(_process).items()):
+        out.setdefault(tuple(process), []).append(address)
+    return out
+
+
+def _process() -> tuple[str, int]:
+    return socket.gethostname(), os.getpid()
 
 
 def _worker_addresses(client: Client) -> set[str]:

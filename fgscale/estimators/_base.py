@@ -464,10 +464,10 @@ class FeatureGroupingBase(BaseEstimator):
             return None
         on_cpu = torch.device(self.device).type == "cpu"
         if streamed:
-            from fgscale.estimators._parallel import PHASE_COPIES, fits_on_workers, worker_processes
+            from fgscale.estimators._parallel import PHASE_COPIES, fits_on_workers, other_processes
 
             room = (n_phases > 1 and on_cpu and self.replicas == 1 and history is History
-                    and worker_processes(client) > 1
+                    and other_processes(client) > 1
                     and fits_on_workers(client, PHASE_COPIES * self._first_layer_bytes()))
             return client if room else None
         if n_phases > 1 and on_cpu:

@@ -15,7 +15,7 @@ its worker reads its fold's minibatches, validation rows and bank from the store
 block at a time, rather than through the cluster: the sequential fit keeps every worker busy
 with the blocks of one phase, whose steps this process takes; here each worker process reads
 for, and steps, a phase of its own. That needs worker processes, two or more
-(:func:`worker_processes`); the refit streams from the cluster, in this process, as ever.
+(:func:`other_processes`); the refit streams from the cluster, in this process, as ever.
 
 Screening: each task computes the clusters kept of its bank on its fold's training rows
 itself, on its worker (the sequential fit computes them once per bank and fold, and reuses
@@ -39,7 +39,7 @@ from contextlib import contextmanager
 
 import torch
 
-from fgscale._dask.client import task_result, worker_info
+from fgscale._dask.client import task_result, worker_info, worker_processes
 from fgscale._utils.progress import tqdm
 from fgscale.training import StoreSource
 from fgscale.training._loop import History, torch_threads
@@ -81,16 +81,12 @@ def fits_on_workers(client, nbytes: int) -> bool:
     return all(not limit or nbytes <= limit / 2 for limit in limits)
 
 
-def worker_processes(client) -> int:
+def other_processes(client) -> int:
     """The worker processes of ``client`` other than this one: those that can train phases
     side by side (the thread workers of a ``processes=False`` cluster run in this process,
     where the phases would take turns)."""
-    here = _process()
-    return len({process for process in client.run(_process).values() if process != here})
-
-
-def _process() -> tuple[str, int]:
-    return socket.gethostname(), os.getpid()
+    here = (socket.gethostname(), os.getpid())
+    return len([process for process in worker_processes(client) if process != here])
 
 
 def _phase_source(source, bank):

@@ -33,7 +33,6 @@ replicas' optimizer carries nothing from one epoch to the next that one process 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import re
 import socket
@@ -48,7 +47,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fgscale._dask.client import task_result
+from fgscale._dask.client import task_result, worker_processes
 from fgscale.training._loop import IterateAverage, batch_loss, make_optimizer, torch_threads
 from fgscale.training._models import GroupedLinear
 from fgscale.training._plan import epoch_plan
@@ -428,20 +427,14 @@ def replica_workers(client, replicas: int) -> list[str]:
     before any work, to refuse a cluster too small for its replicas."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
-    pids = client.run(_pid)
-    by_process = {}
-    for address in sorted(pids):
-        by_process.setdefault(pids[address], address)
-    if len(by_process) < replicas:
+    # a process of each (host, pid): process ids alone repeat across machines
+    firsts = sorted(addresses[0] for addresses in worker_processes(client).values())
+    if len(firsts) < replicas:
         raise ValueError(f"replicas={replicas} needs as many worker processes; the cluster has "
-                         f"{len(by_process)} (a LocalCluster of processes=True and n_workers >= "
+                         f"{len(firsts)} (a LocalCluster of processes=True and n_workers >= "
                          f"{replicas}; on the command line, --n-workers {replicas} or more, not "
                          "--worker-threads)")
-    return sorted(by_process.values())[:replicas]
-
-
-def _pid() -> int:
-    return os.getpid()
+    return firsts[:replicas]
 
 
 def _address_host(address: str) -> str:
