@@ -26,7 +26,10 @@ throughput and memory are measured), a small bank, then reports:
    CPU per row / central CPU per row: how many worker cores one central process keeps fed. With
    ``--baseline DIR`` (another checkout's folder holding ``fgscale/``, e.g. ``git archive HEAD
    fgscale | tar -x -C DIR``), each run is made with that code and with this one, back to back,
-   and the table gives both and their ratio;
+   and the table gives both and their ratio. With ``--feed-scheduler-apart``, this code also
+   runs with the Dask scheduler in a process of its own (a ``SubprocessCluster``), as
+   ``dask scheduler`` runs in the deployments of ``cluster/``: the scheduler's CPU per row is
+   then its own column, not part of the central process's;
 5. with ``--replicas 1,2``: samples/s of the MLP's streamed training (standardized rows, the
    step size of ``learning_rate="auto"``, no validation) by one central process fed by one
    worker process, and by R data-parallel replicas in R worker processes
@@ -41,6 +44,7 @@ throughput and memory are measured), a small bank, then reports:
     .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench] [--quick]
     .venv/bin/python scripts/bench_stream.py --n-workers 4,8,15 --device cuda   # 16 cores, a GPU
     .venv/bin/python scripts/bench_stream.py --feed --rows 1600 --baseline DIR --repeat 3
+    .venv/bin/python scripts/bench_stream.py --feed --rows 1600 --feed-scheduler-apart --repeat 3
     .venv/bin/python scripts/bench_stream.py --replicas 1,2 --rows 1600 --repeat 3
     .venv/bin/python scripts/bench_stream.py --replicas 1,2 --through-estimator --rows 1600
 
@@ -50,6 +54,7 @@ Writes ~rows x p x 4 bytes to --dir (6 GB by default); reuses the store if prese
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
@@ -230,21 +235,45 @@ def profiled():
     return profiling()
 
 
-def cpu_now(client) -> dict:
-    """CPU seconds so far of this process (all its threads), of this thread, and of the worker
-    processes (their sum, from ``client.run``), with the wall clock."""
+def cpu_now(client, scheduler_apart: bool = False) -> dict:
+    """CPU seconds so far of this process (all its threads), of this thread, of the worker
+    processes (their sum, from ``client.run``) and of the scheduler where it has a process of
+    its own (else its CPU is this process's), with the wall clock."""
     return {"centre": time.process_time(), "loop": time.thread_time(),
-            "workers": sum(client.run(time.process_time).values()), "wall": time.perf_counter()}
+            "workers": sum(client.run(time.process_time).values()),
+            "scheduler": client.run_on_scheduler(time.process_time) if scheduler_apart else 0.0,
+            "wall": time.perf_counter()}
+
+
+@contextlib.contextmanager
+def feed_cluster(scheduler_apart: bool):
+    """The feed runs' cluster, one worker process of one thread: the embedded LocalCluster
+    (its scheduler in this process), or with ``scheduler_apart`` the same worker beside a
+    scheduler in a process of its own, as ``dask scheduler`` runs in ``cluster/``'s
+    deployments."""
+    from distributed import Client
+    from distributed.deploy.subprocess import SubprocessCluster
+
+    from fgscale._dask.client import get_client
+
+    if not scheduler_apart:
+        with get_client(n_workers=1, processes=True) as client:
+            yield client
+        return
+    with SubprocessCluster(host="127.0.0.1", n_workers=1, threads_per_worker=1,
+                           dashboard_address=":0") as cluster, Client(cluster) as client:
+        client.wait_for_workers(1)
+        yield client
 
 
 def feed_run(store_path: str, model_name: str, device: str, epochs: int, batch_size: int,
-             n_rows: int, centre_only: bool = False) -> dict:
+             n_rows: int, centre_only: bool = False, scheduler_apart: bool = False) -> dict:
     """CPU seconds of the central process and of one worker process over ``epochs`` streamed
     epochs after one to warm up (run in a fresh process); with the loop's phases where the code
     marks them. With ``centre_only``, this code does in the central process what it did before
     the workers took it over: the step sizes, the validation forward on rows brought here, and
-    blocks received through the socket."""
-    from fgscale._dask.client import get_client
+    blocks received through the socket. With ``scheduler_apart``, the scheduler runs in a
+    process of its own (:func:`feed_cluster`)."""
     from fgscale.grouping._dask_bank import load_bank
     from fgscale.training import StoreSource, fit
     from fgscale.training._loop import torch_threads
@@ -261,7 +290,7 @@ def feed_run(store_path: str, model_name: str, device: str, epochs: int, batch_s
     step, step_options = this_code_step(centre_only)
     profile = profiled()
     # the estimators' settings: one torch thread for a minibatch this size, worker processes
-    with get_client(n_workers=1, processes=True) as client, torch_threads(batch_size * k):
+    with feed_cluster(scheduler_apart) as client, torch_threads(batch_size * k):
         source = StoreSource(client, store_path, n_clusters=k, bank_key=info["key"],
                              bank_at=info["location"], standardize=True, stats_rows=train,
                              **step_options)
@@ -279,13 +308,13 @@ def feed_run(store_path: str, model_name: str, device: str, epochs: int, batch_s
             synchronize(device)
 
         epochs_from(0, 1)
-        before = cpu_now(client)
+        before = cpu_now(client, scheduler_apart)
         if profile is None:
             epochs_from(1, 1 + epochs)
         else:
             with profile as phases:
                 epochs_from(1, 1 + epochs)
-        after = cpu_now(client)
+        after = cpu_now(client, scheduler_apart)
     spent = {key: after[key] - before[key] for key in before}
     return {**spent, "rows": train.size * epochs, "val_rows": val.size * epochs,
             "phases": None if profile is None else phases.cpu,
@@ -299,7 +328,8 @@ def feed_child(args, model_name: str, device: str, code: str) -> dict:
            "--dir", str(args.dir), "--rows", str(args.rows), "--p", str(args.p),
            "--batch-size", str(args.batch_size), "--feed-rows", str(args.feed_rows),
            "--feed-epochs", str(args.feed_epochs),
-           *(["--feed-centre-only"] if code == "centre-only" else [])]
+           *(["--feed-centre-only"] if code == "centre-only" else []),
+           *(["--feed-scheduler-apart"] if code == "scheduler apart" else [])]
     env = dict(os.environ)
     if code == "before":
         env["PYTHONPATH"] = os.pathsep.join([str(args.baseline), env.get("PYTHONPATH", "")]
@@ -311,13 +341,15 @@ def feed_child(args, model_name: str, device: str, code: str) -> dict:
 FEED_CODES = {"before": "the --baseline checkout's code",
               "centre-only": "this code with the central process's work of before in it (step "
                              "sizes, validation, blocks through the socket)",
-              "after": "this code"}
+              "after": "this code",
+              "scheduler apart": "this code with the scheduler in a process of its own"}
 """The code of each feed run (:func:`feed_child`)."""
 
 
 def feed_codes(args) -> list[str]:
     """The codes of the feed runs (:data:`FEED_CODES`): "before" with a ``--baseline``."""
-    return [*(["before"] if args.baseline else []), "centre-only", "after"]
+    return [*(["before"] if args.baseline else []), "centre-only", "after",
+            *(["scheduler apart"] if args.feed_scheduler_apart else [])]
 
 
 def feed_runs(args) -> dict:
@@ -559,13 +591,16 @@ def feed_table(args, runs: dict) -> None:
           f"median of {args.repeat} (range in brackets). Codes: " + ", ".join(
               f'"{code}", {FEED_CODES[code]}' for code in feed_codes(args)) + "\n")
     markdown_table("model", "centre on", "code", "central CPU (ms/row)", "worker CPU (ms/row)",
-                   "feed ratio", "central + worker CPU (ms/row)", "samples/s")
+                   "feed ratio", "central + worker CPU (ms/row)", "scheduler CPU (ms/row)",
+                   "samples/s")
     for (model_name, device, code), rs in runs.items():
         markdown_row(model_name, device, code,
                      median_range([r["centre"] / r["rows"] for r in rs], 1e3),
                      median_range([r["workers"] / r["rows"] for r in rs], 1e3),
                      median_range([r["workers"] / r["centre"] for r in rs]),
                      median_range([(r["centre"] + r["workers"]) / r["rows"] for r in rs], 1e3),
+                     median_range([r["scheduler"] / r["rows"] for r in rs], 1e3)
+                     if code == "scheduler apart" else "in the centre",
                      f"{statistics.median(r['rows'] / r['wall'] for r in rs):.0f}")
     codes = feed_codes(args)
     print("\nThe central CPU by phase, ms per training row (the loop's phases: CPU of its own "
@@ -630,6 +665,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a folder holding another checkout's fgscale/: each feed run is "
                              "made with it (before) and with this code (after), back to back")
+    parser.add_argument("--feed-scheduler-apart", action="store_true",
+                        help="also run this code with the Dask scheduler in a process of its "
+                             "own, as in cluster/'s deployments")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each feed setting")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-kind", default="threads", help=argparse.SUPPRESS)
@@ -834,7 +872,7 @@ def main() -> None:
     if args.feed_child is not None:
         print(json.dumps(feed_run(str(store_path), args.feed_child, args.device,
                                   args.feed_epochs, args.batch_size, args.feed_rows,
-                                  args.feed_centre_only)))
+                                  args.feed_centre_only, args.feed_scheduler_apart)))
         return
     if args.replica_child is not None:
         print(json.dumps(estimator_run(str(store_path), args.replica_child, args.feed_epochs,

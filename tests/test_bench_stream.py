@@ -42,7 +42,7 @@ def test_tiny_run_prints_its_tables(tmp_path):
     for model in ("logreg", "mlp"):
         for code in ("centre-only", "after"):
             assert re.search(rf"\| {model} \| cpu \| {code} \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ "
-                             r"\| [0-9.]+ \| \d+ \|", out), out
+                             r"\| [0-9.]+ \| in the centre \| \d+ \|", out), out
         check_phases(phase_rows(out, model), ["centre-only", "after"])
 
 
@@ -51,7 +51,8 @@ def phase_rows(out: str, model: str) -> dict[str, list[float | None]]:
     rows = {}
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if cells[:2] == [model, "cpu"] and cells[2] not in ("before", "centre-only", "after"):
+        if cells[:2] == [model, "cpu"] and cells[2] not in ("before", "centre-only", "after",
+                                                         "scheduler apart"):
             rows[cells[2]] = [None if c == "-" else float(c.split()[0]) for c in cells[3:]]
     return rows
 
@@ -77,19 +78,27 @@ def check_phases(rows: dict, codes: list[str]) -> None:
 
 def test_feed_ratio_before_and_after(tmp_path):
     """``--feed --baseline``: each run with a baseline checkout's code and with this one (here,
-    the same code, through the path a baseline takes), and the ratios of their phases."""
+    the same code, through the path a baseline takes), and the ratios of their phases; with
+    ``--feed-scheduler-apart``, this code again beside a scheduler in its own process, whose
+    CPU is counted apart."""
     baseline = tmp_path / "baseline"
     baseline.mkdir()
     (baseline / "fgscale").symlink_to(Path(__file__).parents[1] / "fgscale")
     done = subprocess.run([sys.executable, str(SCRIPT), "--feed", "--rows", "60", "--p", "2000",
                            "--dir", str(tmp_path), "--n-groupings", "2", "--batch-size", "20",
-                           "--feed-models", "logreg", "--baseline", str(baseline)],
+                           "--feed-models", "logreg", "--baseline", str(baseline),
+                           "--feed-scheduler-apart"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "read limit" not in out  # the feed table only
     for code in ("before", "centre-only", "after"):
-        assert re.search(rf"\| logreg \| cpu \| {code} \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|", out)
+        assert re.search(rf"\| logreg \| cpu \| {code} \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|"
+                         r" [0-9.]+ \| in the centre \|", out), out
+    # the scheduler's own process did work: its CPU per row is a positive figure
+    scheduler = re.search(r"\| logreg \| cpu \| scheduler apart \| [0-9.]+ \| [0-9.]+ \| "
+                          r"[0-9.]+ \| [0-9.]+ \| ([0-9.]+) \| \d+ \|", out)
+    assert scheduler and float(scheduler.group(1)) > 0, out
     rows = phase_rows(out, "logreg")
-    check_phases(rows, ["before", "centre-only", "after"])
-    assert all(len(cells) == 4 for cells in rows.values())  # the three, and after / before
+    check_phases(rows, ["before", "centre-only", "after", "scheduler apart"])
+    assert all(len(cells) == 5 for cells in rows.values())  # the four, and after / before
