@@ -43,6 +43,7 @@ throughput and memory are measured), a small bank, then reports:
 
     .venv/bin/python scripts/bench_stream.py [--rows 5600] [--dir /tmp/fgscale-bench] [--quick]
     .venv/bin/python scripts/bench_stream.py --n-workers 4,8,15 --device cuda   # 16 cores, a GPU
+    .venv/bin/python scripts/bench_stream.py --n-workers 1,2,4,8,15 --kinds processes --no-feed
     .venv/bin/python scripts/bench_stream.py --feed --rows 1600 --baseline DIR --repeat 3
     .venv/bin/python scripts/bench_stream.py --feed --rows 1600 --feed-scheduler-apart --repeat 3
     .venv/bin/python scripts/bench_stream.py --replicas 1,2 --rows 1600 --repeat 3
@@ -647,6 +648,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--n-workers", type=worker_counts, default=[2],
                         help="worker counts, comma-separated (default 2): each runs with threads "
                              "and with processes, against as many threads reading")
+    parser.add_argument("--kinds", type=comma_list, default=["threads", "processes"],
+                        help="worker kinds of the streamed runs, comma-separated (default "
+                             "threads,processes)")
     parser.add_argument("--memory-limit", default="1GiB")
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--prefetch", type=lambda v: v if v == "auto" else int(v), default="auto")
@@ -657,6 +661,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--feed", action="store_true",
                         help="measure where the central process's time goes only (the feed "
                              "ratio), not the streaming speeds and memory")
+    parser.add_argument("--no-feed", action="store_true",
+                        help="the streaming speeds and memory only, not the feed ratio")
     parser.add_argument("--feed-rows", type=int, default=1600,
                         help="the first rows of the store that the feed runs use (at most "
                              "--rows), a fifth of them for validation (default 1600)")
@@ -682,6 +688,10 @@ def arguments() -> argparse.Namespace:
     args = parse_args(parser, quick=dict(rows=64, p=5_000, n_groupings=2, batch_size=16,
                                          feed_rows=64))
     args.feed_rows = min(args.feed_rows, args.rows)
+    if args.feed and args.no_feed:
+        parser.error("--feed and --no-feed: give one")
+    if not args.kinds or set(args.kinds) - {"threads", "processes"}:
+        parser.error(f"--kinds {','.join(args.kinds)}: expected threads, processes or both")
     if args.baseline is not None and not (args.baseline / "fgscale").is_dir():
         parser.error(f"--baseline {args.baseline}: no fgscale/ folder there")
     if args.through_estimator and not (args.replicas or args.replica_child is not None):
@@ -765,7 +775,7 @@ def streamed_runs(args, n: int) -> dict:
     kind of workers and number of rows, keyed so."""
     runs = {}
     for w in args.n_workers:
-        for kind in ("threads", "processes"):
+        for kind in args.kinds:
             # the n / 4 run (for the central memory) at the first count only
             for rows in (n, n // 4) if w == args.n_workers[0] else (n,):
                 runs[w, kind, rows] = run_child(args, w, rows, kind == "processes")
@@ -832,7 +842,7 @@ def speed_table(args, store, n_bank: int, rates: dict, limits: dict, runs: dict,
     for w in args.n_workers:
         line(f"read limit: shard blocks read by {w} threads", w, n, limits[w][0])
         line(f"read limit: random batches read by {w} threads", w, n, limits[w][1])
-        for kind in ("threads", "processes"):
+        for kind in args.kinds:
             for (count, kind_, rows), r in runs.items():
                 if (count, kind_) == (w, kind):
                     line(f"streamed FG, {w} worker {kind}, first epoch", w, rows, r["first"])
@@ -852,7 +862,7 @@ def memory_table(args, runs: dict, n: int, size_gb: float) -> None:
         markdown_row("epoch over", f"{w} {kind} ({limit})", rows, f"{r['peak_rss_mb']:.0f}",
                      r["spilled_keys"], r["max_in_flight"])
     w = args.n_workers[0]
-    for kind in ("threads", "processes"):
+    for kind in args.kinds:
         ratio = runs[w, kind, n]["peak_rss_mb"] / runs[w, kind, n // 4]["peak_rss_mb"]
         print(f"\npeak RSS ratio 4n / n with {w} worker {kind}: {ratio:.3f}")
     print(f"store {size_gb:.1f} GB vs the worker processes' total limit "
@@ -889,7 +899,8 @@ def main() -> None:
         return
     if not args.feed:
         streaming(args, store, store_path, size_gb)
-    feed_table(args, feed_runs(args))
+    if not args.no_feed:
+        feed_table(args, feed_runs(args))
 
 
 def streaming(args, store, store_path: Path, size_gb: float) -> None:
