@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["SchedulerLost", "ThreadTasks", "active_client", "check_count", "connect", "cpu_count",
            "dashboard_link", "deferred_cluster", "get_client", "run_tasks", "task_result",
-           "worker_info", "worker_processes"]
+           "this_process", "worker_info", "worker_processes"]
 
 # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also freezes
 # glibc's mmap threshold, so every large temporary array of a task is mmapped and page-faulted
@@ -147,12 +147,13 @@ def worker_processes(client: Client) -> dict[tuple[str, int], list[str]]:
     """The addresses of ``client``'s workers by the process they run in, (host name, process
     id), each process's in sorted order: thread workers of one process share it."""
     out: dict[tuple[str, int], list[str]] = {}
-    for address, process in sorted(client.run(_process).items()):
+    for address, process in sorted(client.run(this_process).items()):
         out.setdefault(tuple(process), []).append(address)
     return out
 
 
-def _process() -> tuple[str, int]:
+def this_process() -> tuple[str, int]:
+    """This process as :func:`worker_processes` names the workers': (host name, process id)."""
     return socket.gethostname(), os.getpid()
 
 

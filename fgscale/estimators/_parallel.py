@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
-import socket
 import threading
 from contextlib import contextmanager
 
 import torch
 
-from fgscale._dask.client import task_result, worker_info, worker_processes
+from fgscale._dask.client import task_result, this_process, worker_info, worker_processes
 from fgscale._utils.progress import tqdm
 from fgscale.training import StoreSource
 from fgscale.training._loop import History, torch_threads
@@ -85,7 +83,7 @@ def other_processes(client) -> int:
     """The worker processes of ``client`` other than this one: those that can train phases
     side by side (the thread workers of a ``processes=False`` cluster run in this process,
     where the phases would take turns)."""
-    here = (socket.gethostname(), os.getpid())
+    here = this_process()
     return len([process for process in worker_processes(client) if process != here])
 
 

@@ -548,9 +548,15 @@ def _serve(box: _Mailbox, model: nn.Module, task: ReplicaTask, rank: int, world:
 
 def _next_epoch(box: _Mailbox, cancelled) -> int | None:
     """The next epoch named in ``box``; None when told to stop or once cancelled."""
+    return _get_unless_cancelled(box.epochs, cancelled)
+
+
+def _get_unless_cancelled(items: queue.Queue, cancelled):
+    """The next item of ``items``, looking every :data:`_WATCH` seconds whether the task was
+    cancelled meanwhile; None once it was."""
     while True:
         try:
-            return box.epochs.get(timeout=_WATCH)
+            return items.get(timeout=_WATCH)
         except queue.Empty:
             if cancelled():
                 return None
@@ -566,13 +572,9 @@ def _command(session: str, epoch: int | None, reply: bool, weights: bool):
     box.epochs.put(epoch)
     if not reply:
         return None
-    while True:
-        try:
-            history = box.replies.get(timeout=_WATCH)
-            break
-        except queue.Empty:
-            if cancelled():
-                return None
+    history = _get_unless_cancelled(box.replies, cancelled)  # never None when not cancelled
+    if history is None:
+        return None
     if isinstance(history, BaseException):
         raise history
     state = None
