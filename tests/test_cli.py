@@ -334,18 +334,18 @@ def test_train_shows_the_bar_of_the_banks_it_builds(tiny_store, tmp_path, capsys
     store = str(tiny_store.path)
     assert main(["train", store, "--out", str(tmp_path / "quiet"), *TRAIN, "--no-progress"]) == 0
     assert BAR not in capsys.readouterr().err
-    auto = [a for a in TRAIN if a not in ("--n-clusters", "0.1")]  # 5 and 20%: new banks
+    auto = [a for a in TRAIN if a not in ("--n-clusters", "0.1")]  # 5, 20 and 40%: new banks
     assert main(["train", store, "--out", str(tmp_path / "shown"), *auto]) == 0
     err = capsys.readouterr().err
     # a bar starts at 0% once (it may print its 100% twice: its last update, then its close)
     # one bar per new bank, named by its k
     started = re.findall(r"groupings \(k (\d+)\):   0%\|", err)
-    assert len(started) == 2 and len(set(started)) == 2 and "100%|" in err
-    # each candidate's bar named by its values, the refit's by its phase: four bars named
+    assert len(started) == 3 and len(set(started)) == 3 and "100%|" in err
+    # each candidate's bar named by its values, the refit's by its phase: five bars named
     # "epochs" could not be told apart
     ks = re.findall(r"epochs \(candidate (\d): alpha 0, dropout 0, k (\d+)\): 100%\|", err)
-    assert [c for c, _ in sorted(set(ks))] == ["1", "2", "3"]  # 5, 10, 20% of p
-    assert len({k for _, k in ks}) == 3
+    assert [c for c, _ in sorted(set(ks))] == ["1", "2", "3", "4"]  # 5, 10, 20, 40% of p
+    assert len({k for _, k in ks}) == 4
     assert "epochs (refit): 100%|" in err
 
 
