@@ -271,9 +271,12 @@ def nilearn_decoder(c: Cohort):
 SMOOTH_METHODS: dict[str, tuple[str, Callable]] = {
     "fgscale-default": ("fgscale defaults (FeatureGroupingRegressor, subjects as groups)",
                         fgscale_default),
-    # "auto"'s grid in regression before 40% joined it (results/accuracy_k_grid_dev.md)
-    "fgscale-k5": ("fgscale defaults, n_clusters 5, 10 or 20% (no 40%)",
+    # "auto"'s grid in regression before 40% and 80% joined it (results/accuracy_k_grid_dev.md)
+    "fgscale-k5": ("fgscale defaults, n_clusters 5, 10 or 20% (no 40 or 80%)",
                    _fgscale(n_clusters=[0.05, 0.1, 0.2])),
+    # before 80% joined it
+    "fgscale-k40": ("fgscale defaults, n_clusters 5, 10, 20 or 40% (no 80%)",
+                    _fgscale(n_clusters=[0.05, 0.1, 0.2, 0.4])),
     "fgscale-cv5": ("fgscale defaults, cv=5 by subject, refit", _fgscale_cv()),
     "fgscale-cv5-mean": ("fgscale defaults, cv=5 by subject, fold models averaged",
                          _fgscale_cv(refit=False)),
