@@ -77,7 +77,8 @@ def run_demo(out="fgscale-demo", *, seed: int = 0, n_workers: int | None = None,
              f"{store.train_rows().size} train / {store.test_rows().size} test")
         params = {p.name: p.default for p in PARAMS} | training
         # n_clusters="auto": a bank for each k its validation split chooses among
-        ks = searched_values("n_clusters", params["n_clusters"], n_features=store.n_features)
+        ks = searched_values("n_clusters", params["n_clusters"], n_features=store.n_features,
+                             linear=params["model"] == "logreg")
         echo(f"3/4 building the banks ({training['n_groupings']} ReNA groupings for each k: "
              f"{', '.join(f'{k:g}' for k in ks)})")
         for k in ks:

@@ -301,7 +301,8 @@ def candidates(estimator, n_features: int, validation: bool = True) -> list[dict
     params = resolved(estimator)
     names = list(params)
     grids = [searched_values(name, params[name], validation, n_features,
-                             regression=not is_classifier(estimator)) for name in names]
+                             regression=not is_classifier(estimator),
+                             linear=estimator.model == "logreg") for name in names]
     out = []
     for combo in itertools.product(*grids):
         candidate = dict(zip(names, combo, strict=True))

@@ -92,6 +92,11 @@ def test_default_k_is_chosen_among_fractions_tried_once_each():
     # not in regression, where it gained nothing on the dev seeds, and 80% only there
     assert [c["n_clusters"] for c in candidates(FeatureGroupingRegressor(), 33854)] == [
         1693, 3385, 6771, 13542, 27083]
+    # the MLP and the CNN stop at 20%: their first layer grows with k (6 GB at 1 mm with 40%)
+    assert [c["n_clusters"] for c in candidates(FeatureGroupingClassifier(model="mlp"), 33854)
+            ] == [677, 1693, 3385, 6771]
+    assert [c["n_clusters"] for c in candidates(FeatureGroupingRegressor(model="cnn"), 33854)
+            ] == [1693, 3385, 6771]
     # no validation split: 10%, the fallback
     assert [c["n_clusters"] for c in candidates(clf, 1000, validation=False)] == [100]
     # 5%, 10% and 20% of 12 features are 1 (then 2: the least), 1 and 2 clusters, 40% is 5:
