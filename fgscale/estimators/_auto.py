@@ -19,7 +19,7 @@ AUTO_GRIDS = {
     # finest (80%) in regression only (see searched_values). 40% and 80% are for maps whose
     # differences are structured, not white: around a real activation map the finest k was
     # chosen in nearly every fit, and the finer grids gained there while level elsewhere
-    # (scripts/results/accuracy_k_grid_dev.md); for the linear model only, NONLINEAR_FINEST
+    # (scripts/results/accuracy_k_grid_dev.md). The MLP and the CNN stop at NONLINEAR_FINEST
     "n_clusters": (0.02, 0.05, 0.1, 0.2, 0.4, 0.8),
 }
 # what "auto" means where the training rows leave no validation split to choose on
