@@ -73,7 +73,9 @@ def check_phases(rows: dict, codes: list[str]) -> None:
         if None not in marked:
             assert sum(marked) <= loop + 0.0005 * len(marked)
             if code == "after":
-                assert rows["lipschitz"][i] == 0.0  # the workers compute the step sizes
+                # the workers compute the step sizes: what is left is reading the batch's
+                # constant, microseconds a batch, which rounds to 0.000 or 0.001 ms a row
+                assert rows["lipschitz"][i] <= 0.001
 
 
 def test_feed_ratio_before_and_after(tmp_path):

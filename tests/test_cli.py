@@ -209,11 +209,13 @@ def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path
     assert main(["bank", str(store.path), "--n-groupings", "2", "--n-bootstrap", "4",
                  "--n-workers", "1", "--no-progress"]) == 0  # n_clusters: "auto" by default
     out, err = capsys.readouterr()
-    assert out.count("2 groupings built") == 3
-    assert err.count(DASHBOARD) == 1  # one cluster for the three banks
+    # 5, 10, 20 and 40% (2% leaves too few clusters here, 80% is regression's)
+    ks = searched_values("n_clusters", "auto", n_features=store.n_features)
+    assert ks == (0.05, 0.1, 0.2, 0.4)
+    assert out.count("2 groupings built") == 4
+    assert err.count(DASHBOARD) == 1  # one cluster for the four banks
     assert sorted(b["n_clusters"] for b in list_banks(store.path)) == [
-        resolve_n_clusters(k, store.n_features)
-        for k in searched_values("n_clusters", "auto", n_features=store.n_features)]
+        resolve_n_clusters(k, store.n_features) for k in ks]
 
 
 def test_cluster_options_that_a_command_will_not_use_are_said(tiny_store, client, capsys):
@@ -386,14 +388,14 @@ def test_train_says_what_it_chose_and_the_refit(tiny_store, tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     summary = json.loads((tmp_path / "run" / "final.json").read_text())
     chosen = summary["selected"]
-    assert len(summary["candidates"]) == 6
+    assert len(summary["candidates"]) == 8  # 5, 10, 20, 40% × two alphas
     ks = sorted({c["n_clusters"] for c in summary["candidates"]})
     assert lines[0].startswith(f"trained logreg/feature_grouping for {summary['epochs']} epochs "
                                f"(+ {summary['refit_epochs']} refit)")
     y_test = tiny_store.y[tiny_store.split == "test"]
     assert lines[0].endswith(f"on {y_test.size} rows (the most frequent class alone "
                              f"{np.bincount(y_test).max() / y_test.size:.4f})")
-    assert lines[1] == (f"chosen on the validation split among 6 candidates: alpha "
+    assert lines[1] == (f"chosen on the validation split among 8 candidates: alpha "
                         f"{chosen['alpha']:g} (of 0, 0.1), n_clusters {chosen['n_clusters']} "
                         f"(of {', '.join(map(str, ks))})")
 
