@@ -498,24 +498,13 @@ class Method:
     takes_groups: bool = False
 
 
-def _fgscale_before_40():
-    def fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
-        # "auto"'s grid for these rows (its 2% where it leaves enough clusters) without 40%
-        from fgscale.estimators._auto import searched_values
-
-        grid = [k for k in searched_values("n_clusters", "auto", n_features=X_tr.shape[1])
-                if k != 0.4]
-        return _fgscale(mask, seed, n_clusters=grid).fit(
-            *_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
-    return fit_predict
-
-
-def _fgscale_with_80():
-    # the dev trial that kept 80% out of classification's "auto" (results/accuracy_k_grid_dev.md)
+def _fgscale_auto_k(edit):
+    """The defaults with ``n_clusters`` the grid that "auto" gives these rows (its 2% where it
+    leaves enough clusters) changed by ``edit``, a function of that list."""
     def fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
         from fgscale.estimators._auto import searched_values
 
-        grid = list(searched_values("n_clusters", "auto", n_features=X_tr.shape[1])) + [0.8]
+        grid = edit(list(searched_values("n_clusters", "auto", n_features=X_tr.shape[1])))
         return _fgscale(mask, seed, n_clusters=grid).fit(
             *_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
     return fit_predict
@@ -550,9 +539,10 @@ METHODS = [
            _fgscale_subjects(n_clusters=[0.05, 0.1, 0.2]), in_default=False),
     # "auto"'s grid before 40% joined it (results/accuracy_k_grid_dev.md)
     Method("fgscale-k20", "fgscale default, n_clusters up to 20% (no 40%)",
-           _fgscale_before_40(), in_default=False),
-    Method("fgscale-k80", "fgscale default, n_clusters up to 80%", _fgscale_with_80(),
-           in_default=False),
+           _fgscale_auto_k(lambda grid: [k for k in grid if k != 0.4]), in_default=False),
+    # the dev trial that kept 80% out of classification's "auto" (results/accuracy_k_grid_dev.md)
+    Method("fgscale-k80", "fgscale default, n_clusters up to 80%",
+           _fgscale_auto_k(lambda grid: [*grid, 0.8]), in_default=False),
     Method("sklearn-lrcv", "sklearn LogisticRegressionCV + standardization", sklearn_lrcv),
     Method("sklearn-lr", "sklearn LogisticRegression()", sklearn_lr),
     Method("nilearn-decoder", "nilearn Decoder (its defaults: SVC, 20% screening)",

@@ -175,7 +175,6 @@ def run(args) -> str:
 
     t = templates(args.voxel_mm)
     mask_img = nib.Nifti1Image(t[0].astype(np.uint8), t[1])
-    args.n_features = int(t[0].sum())
     grid = [float(k) for k in comma_list(args.n_clusters)] if args.n_clusters else None
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     scores: dict[tuple[str, str], list[float]] = {}
@@ -210,12 +209,12 @@ def run(args) -> str:
                 times.setdefault((task, name), []).append(time.perf_counter() - start)
                 scores.setdefault((task, name), []).append(score)
                 print(f"{task} seed={seed} {name}: {score:.4f}", file=sys.stderr, flush=True)
-    return report(args, names, scores, times, chosen, list(seeds))
+    return report(args, int(t[0].sum()), names, scores, times, chosen, list(seeds))
 
 
-def report(args, names, scores, times, chosen, seeds) -> str:
+def report(args, n_features: int, names, scores, times, chosen, seeds) -> str:
     lines = [f"SYNTHETIC variability around a real map (nilearn's motor map, MNI152 mask, "
-             f"{args.voxel_mm} mm, p = {args.n_features:,}); seeds {seeds[0]}-{seeds[-1]}; "
+             f"{args.voxel_mm} mm, p = {n_features:,}); seeds {seeds[0]}-{seeds[-1]}; "
              f"{versions()}", ""]
     for task, methods in names.items():
         unit = "R²" if task == "regression" else "accuracy (%)"
