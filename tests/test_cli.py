@@ -206,13 +206,18 @@ def test_bank_with_n_clusters_auto_builds_a_bank_for_each_k_of_the_grid(tmp_path
     from fgscale.store._banks import list_banks
 
     store = synthetic_store(tmp_path / "s.zarr", 12, 2, seed=0)
-    assert main(["bank", str(store.path), "--n-groupings", "2", "--n-bootstrap", "4",
-                 "--n-workers", "1", "--no-progress"]) == 0  # n_clusters: "auto" by default
+    bank = ["bank", str(store.path), "--n-groupings", "2", "--n-bootstrap", "4",
+            "--n-workers", "1", "--no-progress"]  # n_clusters: "auto" by default
+    # the MLP's grid stops at 20%: no bank of 40% built for a model that never uses it
+    assert main([*bank, "--model", "mlp"]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("2 groupings built") == 3 and "already complete" not in out
+    assert main(bank) == 0  # logistic regression's: 40% too
     out, err = capsys.readouterr()
     # 5, 10, 20 and 40% (2% leaves too few clusters here, 80% is regression's)
     ks = searched_values("n_clusters", "auto", n_features=store.n_features)
     assert ks == (0.05, 0.1, 0.2, 0.4)
-    assert out.count("2 groupings built") == 4
+    assert out.count("already complete") == 3 and out.count("2 groupings built") == 1
     assert err.count(DASHBOARD) == 1  # one cluster for the four banks
     assert sorted(b["n_clusters"] for b in list_banks(store.path)) == [
         resolve_n_clusters(k, store.n_features) for k in ks]

@@ -10,6 +10,7 @@ from pathlib import Path
 from fgscale.cli._options import (
     add_bank_args,
     add_cluster_args,
+    add_param,
     add_progress_arg,
     client_of,
 )
@@ -17,8 +18,8 @@ from fgscale.cli._options import (
 __all__ = ["bank_list", "built_line", "register", "remove_banks", "warn_unused_build_options"]
 
 # what builds a bank, and where: nothing that --list or --remove does
-_BUILD_OPTIONS = ("n_groupings", "n_bootstrap", "n_clusters", "seed", "overwrite", "scheduler",
-                  "scheduler_file", "n_workers")
+_BUILD_OPTIONS = ("n_groupings", "n_bootstrap", "n_clusters", "model", "seed", "overwrite",
+                  "scheduler", "scheduler_file", "n_workers")
 
 
 def warn_unused_build_options(given: set) -> None:
@@ -129,6 +130,10 @@ def register(sub) -> None:
     p = sub.add_parser("bank", help="build the bank of groupings into a store (its cache store "
                        "when the store is read-only: $FGSCALE_CACHE_DIR), on a Dask cluster")
     add_bank_args(p, "")
+    # "auto"'s grid depends on the model that will train on the banks: the MLP's and the CNN's
+    # stops sooner, and a bank it never uses would be built for nothing
+    add_param(p, "model", "; the model that will train on these banks: with --n-clusters "
+              "auto, the banks of its grid are built")
     add_cluster_args(p)
     p.add_argument("--overwrite", action="store_true",
                    help="rebuild the bank of these parameters from scratch (other banks are kept)")
@@ -155,7 +160,7 @@ def _cmd_bank(args) -> int:
     # "auto" or a list of n_clusters: a bank for each k that training will choose among
     store = open_store(args.store)
     ks = searched_values("n_clusters", args.n_clusters, n_features=store.n_features,
-                         regression=store.target is not None)
+                         regression=store.target is not None, linear=args.model == "logreg")
     with client_of(args, processes=True) as client:  # a cluster only if a grouping is left
         infos = [build_bank(args.store, n_groupings=args.n_groupings,
                             n_bootstrap=args.n_bootstrap, n_clusters=k, seed=args.seed,
