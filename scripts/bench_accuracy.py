@@ -470,6 +470,13 @@ def _fgscale_subjects(**params):
     return fit_predict
 
 
+def _fgscale_fixed(**params):
+    """The defaults with ``params``, fitted on train+validation as ``fgscale-default`` is."""
+    def fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
+        return _fgscale(mask, seed, **params).fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
+    return fit_predict
+
+
 def nilearn_decoder(X_tr, y_tr, X_val, y_val, X_te, mask, seed, groups=None):
     from nilearn.decoding import Decoder
 
@@ -534,6 +541,10 @@ METHODS = [
            in_default=False, takes_groups=True),
     Method("fgscale-cv5-mean", "fgscale default, cv=5 by subject, fold models averaged",
            _fgscale_subjects(cv=5, refit=False), in_default=False, takes_groups=True),
+    # the fold ensemble as the defaults would take it, on the rows alone (no subjects), as
+    # fgscale-default fits: stratified folds (results/accuracy_k_grid_dev.md)
+    Method("fgscale-cv3-mean", "fgscale default, cv=3, fold models averaged",
+           _fgscale_fixed(cv=3, refit=False), in_default=False),
     # "auto"'s grid before 2% joined it (results/accuracy_k_grid_dev.md)
     Method("fgscale-k5", "fgscale default, n_clusters 5, 10 or 20% (no 2%)",
            _fgscale_subjects(n_clusters=[0.05, 0.1, 0.2]), in_default=False),
