@@ -46,6 +46,7 @@ from fgscale.estimators._selection import (
     check_cv,
     check_groups,
     fold_splits,
+    image_groups,
     use_validation,
     warn_chain,
     warn_ignored,
@@ -178,6 +179,8 @@ class FeatureGroupingBase(BaseEstimator):
                                  "images, give replicas=1")
             mask_img = None
             if is_images(X):
+                if groups is None:
+                    groups = image_groups(self, X)
                 X, mask_img = self._images_in(X)
                 if y is not None and len(X) != np.shape(y)[0]:
                     raise ValueError(f"the images hold {len(X)} volumes but y has {np.shape(y)[0]} "

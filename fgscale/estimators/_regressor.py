@@ -103,7 +103,7 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
             Numeric targets; None with a store.
         groups : array-like of shape (n_samples,), optional
             The subject of each sample, kept on one side of the validation split, as
-            :meth:`FeatureGroupingClassifier.fit`.
+            :meth:`FeatureGroupingClassifier.fit` (by default the subjects of BIDS names).
         client : distributed.Client, optional
             With a store the cluster to use, with arrays or images the one that trains the
             phases of a search (the folds of ``cv``, the candidates), as

@@ -38,7 +38,8 @@ from fgscale.estimators._params import PARAMS
 from fgscale.estimators._regularizers import regularizer_named
 from fgscale.grouping._bank import resolve_n_clusters
 
-__all__ = ["candidates", "check_cv", "check_groups", "fold_splits", "resolved", "split_rows",
+__all__ = ["candidates", "check_cv", "check_groups", "fold_splits", "image_groups", "resolved",
+           "split_rows",
            "use_validation", "validation_split", "warn_chain", "warn_ignored", "warn_not_converged"]
 
 _DEFAULTS = {p.name: p.default for p in PARAMS}
@@ -102,6 +103,31 @@ def check_groups(groups, n_samples: int):
                          f"first at sample {int(np.argmax(gaps))}: give every sample its "
                          "subject")
     return groups
+
+
+def image_groups(estimator, X):
+    """The groups of images given without ``groups=``: their subjects, from their files' BIDS
+    names, where several subjects give several volumes each and a split will use them, said
+    in a warning; else None. On maps of several conditions per subject, a split by volume
+    puts each validation map beside its subject's other maps in training, and stopped
+    training too early: 10 points lost on the real-map benchmark's dev seeds
+    (scripts/results/accuracy_k_grid_dev.md)."""
+    from fgscale.images._masking import image_subjects
+
+    if estimator.early_stopping is False:
+        return None
+    subjects = image_subjects(X)
+    if subjects is None:
+        return None
+    names, counts = np.unique(subjects, return_counts=True)
+    if len(names) < 2 or counts.max() < 2:
+        return None
+    warnings.warn(f"groups=None: the images' BIDS names give {len(names)} subjects "
+                  f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}), so the "
+                  "validation split keeps each subject's volumes on one side, as groups= "
+                  "would; give groups= to split otherwise (groups=range(n_volumes) splits the "
+                  "volumes one by one)", UserWarning, stacklevel=_caller_level())
+    return subjects
 
 
 _GROUP_DRAWS = 50  # splits by group drawn until one holds every class on both sides

@@ -15,6 +15,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
+from fgscale.images._bids_names import parse_bids_name
 from fgscale.images._nifti import (
     common_grid,
     grid_mismatch,
@@ -30,8 +31,8 @@ from fgscale.images._nifti import (
 )
 from fgscale.images._smoothing import smooth_volume
 
-__all__ = ["as_mask_image", "bool_mask_array", "compute_mask", "image_list", "is_images", "mask_images",
-           "refuse_odd_item"]
+__all__ = ["as_mask_image", "bool_mask_array", "compute_mask", "image_list", "image_subjects",
+           "is_images", "mask_images", "refuse_odd_item"]
 
 _NIFTI_SUFFIXES = (".nii", ".nii.gz", ".img", ".hdr")
 
@@ -121,6 +122,24 @@ def image_list(imgs) -> list:
         else:
             out.append(item)
     return out
+
+
+def image_subjects(imgs) -> np.ndarray | None:
+    """The subject of each volume of ``imgs`` from their files' BIDS names
+    (``sub-<label>_..._<suffix>.nii.gz``; each volume of a 4D file its file's subject), as
+    ``"sub-<label>"``; None where an item is no file, or a file name carries no subject.
+    Reads the files' headers only (the volumes of 4D files)."""
+    subjects = []
+    for item in image_list(imgs):
+        if not isinstance(item, (str, os.PathLike)):
+            return None
+        try:
+            subject = parse_bids_name(Path(item).name).subject
+        except ValueError:  # no BIDS name
+            return None
+        shape = read_header(item).shape
+        subjects += [f"sub-{subject}"] * (shape[3] if len(shape) > 3 else 1)
+    return np.asarray(subjects)
 
 
 def _volumes(imgs):

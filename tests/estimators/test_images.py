@@ -2,6 +2,7 @@
 ``score``, masked as nilearn's NiftiMasker masks them, and weights back as one map per class."""
 
 import os
+import warnings
 
 import nibabel as nib
 import numpy as np
@@ -410,3 +411,50 @@ def test_an_unreadable_image_read_with_a_mask_is_named_by_its_file(cohort, tmp_p
         nib.save(nib.Nifti1Image(data, img.affine), tmp_path / name)
         with pytest.raises(ValueError, match=rf"^{tmp_path / name}: {message}"):
             clf.fit([*paths[:-1], str(tmp_path / name)], y)
+
+
+def test_images_with_bids_names_are_split_by_their_subjects_without_groups(tiny_cohort,
+                                                                            tmp_path):
+    """Maps of several conditions per subject, given without groups=: a split by volume put
+    each validation map beside its subject's other maps in training and stopped training too
+    early (10 points lost on the real-map benchmark's dev seeds). BIDS names carry the
+    subjects, so the split keeps them apart, and says so."""
+    import shutil
+
+    from fgscale.images import image_subjects
+
+    rows = cohort_rows(tiny_cohort)
+    paths = [str(tiny_cohort.parent / r["path"]) for r in rows]
+    y = np.array([r["label"] for r in rows])
+    groups = np.array([r["group"] for r in rows])
+    named = []
+    for i, (path, subject) in enumerate(zip(paths, groups, strict=True)):
+        named.append(tmp_path / f"{subject}_run-{i + 1}_stat-effect_statmap.nii.gz")
+        shutil.copy(path, named[-1])
+    np.testing.assert_array_equal(image_subjects(named), groups)
+    with pytest.warns(UserWarning, match=r"^groups=None: the images' BIDS names give 4 subjects "
+                                         r"\(sub-000, sub-001, sub-002, \.\.\.\), so the "
+                                         r"validation split keeps each subject's volumes"):
+        by_names = FeatureGroupingClassifier(**FAST).fit(named, y)
+    by_groups = FeatureGroupingClassifier(**FAST).fit(paths, y, groups=groups)
+    np.testing.assert_array_equal(by_names.coef_, by_groups.coef_)
+
+    def losses(clf):  # each candidate's loss on the validation rows: the split's signature
+        return [row["val_loss"] for row in clf.cv_results_]
+
+    assert losses(by_names) == losses(by_groups)
+    by_rows = FeatureGroupingClassifier(**FAST).fit(paths, y)  # names without subjects
+    assert not np.allclose(losses(by_rows), losses(by_groups))
+    # groups given, or no validation split, leave the names unread and unsaid
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 8 epochs: said, and no matter
+        FeatureGroupingClassifier(**FAST).fit(named, y, groups=np.arange(len(y)))
+        FeatureGroupingClassifier(**FAST, early_stopping=False).fit(named, y)
+    # a 4D file gives each of its volumes its subject; a name that is no BIDS name, none
+    series = tmp_path / "sub-01_task-a_bold.nii.gz"
+    nib.save(nib.concat_images(paths[:3]), series)
+    np.testing.assert_array_equal(image_subjects([series, named[0]]),
+                                  ["sub-01"] * 3 + [groups[0]])
+    assert image_subjects([series, paths[0]]) is None
+    assert image_subjects([nib.load(paths[0]), named[0]]) is None
