@@ -39,8 +39,8 @@ from fgscale.estimators._regularizers import regularizer_named
 from fgscale.grouping._bank import resolve_n_clusters
 
 __all__ = ["candidates", "check_cv", "check_groups", "fold_splits", "image_groups", "resolved",
-           "split_rows",
-           "use_validation", "validation_split", "warn_chain", "warn_ignored", "warn_not_converged"]
+           "split_rows", "use_validation", "validation_split", "warn_chain", "warn_ignored",
+           "warn_not_converged"]
 
 _DEFAULTS = {p.name: p.default for p in PARAMS}
 
@@ -109,7 +109,7 @@ def image_groups(estimator, X):
     """The groups of images given without ``groups=``: their subjects, from their files' BIDS
     names, where several subjects give several volumes each and a split will use them, said
     in a warning; else None. On maps of several conditions per subject, a split by volume
-    puts each validation map beside its subject's other maps in training, and stopped
+    puts each validation map beside its subject's other maps in training, which stops
     training too early: 10 points lost on the real-map benchmark's dev seeds
     (scripts/results/accuracy_k_grid_dev.md)."""
     from fgscale.images._masking import image_subjects
