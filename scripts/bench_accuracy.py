@@ -543,6 +543,8 @@ METHODS = [
            _fgscale_subjects(cv=5, refit=False), in_default=False, takes_groups=True),
     # the fold ensemble as the defaults would take it, on the rows alone (no subjects), as
     # fgscale-default fits: stratified folds (results/accuracy_k_grid_dev.md)
+    Method("fgscale-cv3", "fgscale default, cv=3, refit", _fgscale_fixed(cv=3),
+           in_default=False),
     Method("fgscale-cv3-mean", "fgscale default, cv=3, fold models averaged",
            _fgscale_fixed(cv=3, refit=False), in_default=False),
     # "auto"'s grid before 2% joined it (results/accuracy_k_grid_dev.md)
