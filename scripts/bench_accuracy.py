@@ -86,8 +86,10 @@ brain-smooth's defaults, nilearn-frem-screening (FREM with its default screening
 nilearn-decoder (``Decoder()``, its defaults, given the subjects of its rows as ``groups``: its C
 then chosen by leave-one-subject-out), and fgscale-groups, fgscale-cv5 and fgscale-cv5-mean
 (the defaults given the subjects as ``groups``; with ``cv=5`` by subject, then a refit or the
-fold models averaged), fgscale-k5 ("auto"'s grid before 2% joined it), fgscale-k20 (before
-40% did) and fgscale-k80 ("auto" and 80%, regression's finest, tried in classification).
+fold models averaged), fgscale-cv3 and fgscale-cv3-mean (the defaults with ``cv=3`` on the
+rows alone, as fgscale-default fits: a refit, or the fold models averaged), fgscale-k5
+("auto"'s grid before 2% joined it), fgscale-k20 (before 40% did) and fgscale-k80 ("auto" and
+80%, regression's finest, tried in classification).
 Add a method by writing a ``fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed)`` function
 (with ``groups=`` too when its ``Method`` says ``takes_groups``) and a ``Method`` entry in
 ``METHODS``.
