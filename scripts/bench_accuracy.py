@@ -360,20 +360,22 @@ def _fgscale(mask, seed, **params):
     return FeatureGroupingClassifier(mask=brain_mask_image(mask), random_state=seed, **params)
 
 
-def fgscale_default(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
-    # Default parameters, fitted on train+validation: the rows the CV baselines see. Should the
-    # estimator stop early (early_stopping="auto" is on for the MLP only, off for the default
-    # logistic regression), it would hold out its own validation rows from these.
-    return _fgscale(mask, seed).fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
+def _fgscale_fixed(**params):
+    """The defaults with ``params``, fitted on train+validation: the rows the CV baselines see
+    (the estimator holds out its own validation rows from these, for early stopping and
+    "auto")."""
+    def fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
+        return _fgscale(mask, seed, **params).fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
+    return fit_predict
 
+
+fgscale_default = _fgscale_fixed()
 
 FG_PAPER = dict(regularizer="feature_grouping", n_clusters=0.1, n_groupings=100, n_bootstrap=50,
                 screening_percentile=100)  # the paper screens no cluster
 
-
-def fgscale_fg_paper(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
-    # Paper settings (k = 10% of p, b = 100, r = 50) on train+validation; no selection.
-    return _fgscale(mask, seed, **FG_PAPER).fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
+# Paper settings (k = 10% of p, b = 100, r = 50); no selection
+fgscale_fg_paper = _fgscale_fixed(**FG_PAPER)
 
 
 def _auto_or_select(regularizer: str, param: str, grid: tuple):
@@ -469,13 +471,6 @@ def _fgscale_subjects(**params):
         X_all, y_all = _train_val(X_tr, y_tr, X_val, y_val)
         g_all = None if groups is None or groups[0] is None else np.concatenate(groups)
         return _fgscale(mask, seed, **params).fit(X_all, y_all, groups=g_all).predict(X_te)
-    return fit_predict
-
-
-def _fgscale_fixed(**params):
-    """The defaults with ``params``, fitted on train+validation as ``fgscale-default`` is."""
-    def fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed):
-        return _fgscale(mask, seed, **params).fit(*_train_val(X_tr, y_tr, X_val, y_val)).predict(X_te)
     return fit_predict
 
 
