@@ -331,11 +331,11 @@ def assert_replicas_leave(client, timeout: float = 60.0) -> None:
     a torch.distributed process group; fail after ``timeout`` seconds."""
 
     def replicas_here(dask_worker) -> list:  # nested: shipped by value to the workers
-        import torch.distributed as dist
+        from fgscale.training._replicas import in_process_group
 
         keys = [str(ts.key) for ts in dask_worker.state.tasks.values()
                 if str(ts.key).startswith("serve_replica")]
-        return keys + (["process group"] if dist.is_initialized() else [])
+        return keys + (["process group"] if in_process_group() else [])
 
     deadline = time.monotonic() + timeout
     while left := {w: r for w, r in client.run(replicas_here).items() if r}:

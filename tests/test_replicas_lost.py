@@ -12,8 +12,8 @@ turn: replica 0 also holds the process group's store and returns the weights.
 
 The worker is killed at a known point, whatever the machine's load: a thread started in its
 process (before the command) waits until a checkpoint exists and the process is in a replica's
-process group (``torch.distributed.is_initialized()``, true only between a replica task's
-``init_process_group`` and its ``destroy_process_group``), then freezes the process
+process group (``fgscale.training._replicas.in_process_group()``, true only from the moment a
+replica's group formed until it was torn down), then freezes the process
 (SIGSTOP); the test sees it stopped, and SIGKILLs it.
 """
 
@@ -128,10 +128,10 @@ def freeze_in_a_replica_epoch(metrics: str):
     def freeze() -> None:
         import threading
 
-        import torch.distributed as dist
+        from fgscale.training._replicas import in_process_group
 
         def watch():
-            while not (os.path.exists(metrics) and dist.is_initialized()):
+            while not (os.path.exists(metrics) and in_process_group()):
                 time.sleep(0.001)
             os.kill(os.getpid(), signal.SIGSTOP)
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import queue
 import re
-import socket
 import threading
 import time
 import uuid
@@ -151,7 +150,8 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
     keep : array-like or Tensor of bool of shape (n_groupings, [h,] n_clusters), optional
         Screening: the clusters each grouping keeps (see :func:`~fgscale.training.train_epoch`).
     timeout : float, default=300.0
-        Seconds a replica waits for the others at a collective before it fails. When one
+        Seconds a replica waits for the others to join the process group, and at a
+        collective, before it fails (a replica that never joins: a TimeoutError naming it). When one
         replica fails, or its worker leaves the cluster (its process killed or lost), the run
         fails at once (a :class:`ReplicaLost` that names it).
 
@@ -294,24 +294,34 @@ class ReplicaGroup:
                 self._shipped = None
 
     def _start(self) -> None:
-        """Start the replicas: a process group whose store listens on rank 0's machine, the
-        model scattered once to their workers."""
+        """Start the replicas: rank 0 first, which opens the group's store on a port of its
+        machine and says which; then the others, told that port. The model is scattered once
+        to their workers."""
         client = self.client
-        host = _address_host(self.workers[0])
-        # a port free on rank 0's machine now; a fresh one for every phase, so that two phases
-        # never meet at the same address
-        port = task_result(client.submit(_free_port, workers=[self.workers[0]], pure=False))
         # straight to and from the workers where they share this machine: through the
         # scheduler, the model's hundreds of MB would pass through one more process each way
         self._direct = self.source._slots() is not None
         self._session = uuid.uuid4().hex
         self._shipped = client.scatter(self.model, hash=False, broadcast=True,
                                        direct=self._direct)
-        self._futures = [client.submit(serve_replica, rank, len(self.workers),
-                                       f"tcp://{host}:{port}", self._shipped, self.task,
-                                       self.timeout, self._session, workers=[address],
-                                       allow_other_workers=False, pure=False)
-                         for rank, address in enumerate(self.workers)]
+        host = _address_host(self.workers[0])
+
+        def replica(rank: int, port: int | None):
+            # ahead of the tasks queued on its worker: the other replicas wait for this one
+            return client.submit(serve_replica, rank, len(self.workers), host, port,
+                                 self._shipped, self.task, self.timeout, self._session,
+                                 workers=[self.workers[rank]], allow_other_workers=False,
+                                 pure=False, priority=_PRIORITY)
+
+        self._futures = [replica(0, None)]
+        opened = client.submit(_store_port, self._session, workers=[self.workers[0]],
+                               allow_other_workers=False, pure=False, priority=_PRIORITY)
+        try:
+            _raise_first_error(client, self._futures, self.workers[:1], reply=opened)
+            port = task_result(opened)
+        finally:
+            opened.release()
+        self._futures += [replica(rank, port) for rank in range(1, len(self.workers))]
 
     def _fetch(self, reply):
         """Rank 0's finished reply, gathered in a thread of its own while the replicas'
@@ -350,6 +360,8 @@ class ReplicaLost(ConnectionError):
 
 _GRACE = 30.0  # seconds the run waits for the cause once a replica saw another one leave
 _WATCH = 0.5  # seconds between two looks at the cluster's workers while the replicas train
+_JOIN_POLL = 0.05  # seconds between two looks at the store while the replicas join it
+_PRIORITY = 100  # the replicas' tasks before those queued on their workers (Dask's default: 0)
 
 
 def _raise_first_error(client, futures: list, workers: list[str], reply=None) -> None:
@@ -408,19 +420,6 @@ def _raise_if_a_worker_left(client, futures: list, workers: list[str]) -> None:
                               "machine was lost)")
 
 
-def _collective(op, *args) -> None:
-    """``op(*args)``, a collective of the process group, its failure a :class:`ReplicaLost`."""
-    try:
-        op(*args)
-    except RuntimeError as exc:
-        # gloo's first sentence says what failed, after the source line that raised it; the
-        # rest is advice on debugging gloo and, where torch adds it, its C++ stack
-        first = (str(exc).splitlines() or [""])[0]
-        reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0].rstrip(".")[:200]
-        raise ReplicaLost(f"replica {dist.get_rank()} of {dist.get_world_size()}: another "
-                          f"replica left the run ({reason})") from None
-
-
 def replica_workers(client, replicas: int) -> list[str]:
     """``replicas`` addresses of workers in distinct processes of ``client``'s cluster, in a
     fixed order; a ValueError when it has fewer worker processes. What an estimator calls
@@ -443,19 +442,57 @@ def _address_host(address: str) -> str:
     return get_address_host(address)
 
 
-def _free_port() -> int:
-    """A TCP port free on this machine now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 # The replicas of this worker process, by phase: what the small command tasks hand the epochs
-# to, and rank 0's replies come back from. One process group per process (torch's default
-# group), so one replica at a time: a phase's replicas wait for an earlier one's to leave.
+# to, and rank 0's replies come back from.
 _MAILBOXES: dict[str, _Mailbox] = {}
 _MAILBOXES_LOCK = threading.Lock()
-_GROUP = threading.Lock()
+# The phases whose process group this process holds now. Each phase has a group object of its
+# own, not torch's default group: a process whose default group failed to form keeps torch's
+# count of groups one ahead of the other processes', and every later group it joins waits for
+# keys under another name than theirs.
+_LIVE: set[str] = set()
+
+
+def in_process_group() -> bool:
+    """Whether this process holds a replica's process group now (from the moment its group
+    formed until it was torn down)."""
+    return bool(_LIVE)
+
+
+class _Group:
+    """One phase's gloo process group, as this replica sees it; a failed collective is a
+    :class:`ReplicaLost`."""
+
+    def __init__(self, store: dist.Store, rank: int, world: int, timeout: float):
+        self.rank, self.world = rank, world
+        self._group = dist.ProcessGroupGloo(store, rank, world, timedelta(seconds=timeout))
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        """``tensor``, in place, the sum of every replica's."""
+        self._wait(lambda: self._group.allreduce([tensor]))
+
+    def all_gather(self, parts: list[torch.Tensor], tensor: torch.Tensor) -> None:
+        """``parts[r]``: replica ``r``'s ``tensor``."""
+        self._wait(lambda: self._group.allgather([parts], [tensor]))
+
+    def close(self) -> None:
+        """Tear the group down: its connections close with the last reference to it, which
+        this drops (an error's traceback keeps this object), so that the other replicas'
+        collectives fail at once rather than after their timeout."""
+        group, self._group = self._group, None
+        if group is not None:
+            group.shutdown()
+
+    def _wait(self, start) -> None:
+        try:
+            start().wait()
+        except RuntimeError as exc:
+            # gloo's first sentence says what failed, after the source line that raised it;
+            # the rest is advice on debugging gloo and, where torch adds it, its C++ stack
+            first = (str(exc).splitlines() or [""])[0]
+            reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0].rstrip(".")[:200]
+            raise ReplicaLost(f"replica {self.rank} of {self.world}: another replica left the "
+                              f"run ({reason})") from None
 
 
 class _Mailbox:
@@ -465,6 +502,7 @@ class _Mailbox:
     def __init__(self):
         self.epochs: queue.Queue = queue.Queue()
         self.replies: queue.Queue = queue.Queue()
+        self.ports: queue.Queue = queue.Queue()  # rank 0's: its store's port
         self.model: nn.Module | None = None
 
 
@@ -495,11 +533,12 @@ def _cancelled_check():
     return cancelled
 
 
-def serve_replica(rank: int, world: int, init_method: str, model: nn.Module, task: ReplicaTask,
-                  timeout: float, session: str) -> None:
-    """Worker task: replica ``rank`` of ``world`` for one phase. It joins the process group,
-    then trains each epoch that a :func:`_command` hands it, until told to stop or cancelled;
-    rank 0 replies after each epoch."""
+def serve_replica(rank: int, world: int, host: str, port: int | None, model: nn.Module,
+                  task: ReplicaTask, timeout: float, session: str) -> None:
+    """Worker task: replica ``rank`` of ``world`` for one phase. It joins the process group
+    (rank 0 opening its store on a free port of ``host``, the others connecting to ``port``
+    there), then trains each epoch that a :func:`_command` hands it, until told to stop or
+    cancelled; rank 0 replies after each epoch."""
     from distributed import secede
 
     cancelled = _cancelled_check()
@@ -509,29 +548,81 @@ def serve_replica(rank: int, world: int, init_method: str, model: nn.Module, tas
     box = _mailbox(session)
     box.model = model
     try:
-        if not _GROUP.acquire(timeout=timeout):
-            raise RuntimeError(f"replica {rank} of {world}: the replica of an earlier phase "
-                               f"still held this worker's process group after {timeout:g} s")
+        store = _rendezvous(box, rank, world, host, port, timeout, cancelled)
+        group = _Group(store, rank, world, timeout)
+        _LIVE.add(session)
         try:
-            dist.init_process_group("gloo", init_method=init_method, rank=rank,
-                                    world_size=world, timeout=timedelta(seconds=timeout))
-            try:
-                _serve(box, model, task, rank, world, cancelled)
-            finally:
-                dist.destroy_process_group()
+            _serve(box, model, task, group, cancelled)
         finally:
-            _GROUP.release()
+            group.close()
+            _LIVE.discard(session)
     except _Stopped:
         pass
     except BaseException as exc:
         box.replies.put(exc)  # rank 0's command waiting for the epoch raises it
+        box.ports.put(exc)  # and, before the others started, the command waiting for its port
         raise
     finally:
         with _MAILBOXES_LOCK:
             _MAILBOXES.pop(session, None)
 
 
-def _serve(box: _Mailbox, model: nn.Module, task: ReplicaTask, rank: int, world: int,
+def _rendezvous(box: _Mailbox, rank: int, world: int, host: str, port: int | None,
+                timeout: float, cancelled) -> dist.Store:
+    """The phase's store, once every replica has joined it: rank 0 opens it on a port free
+    now (its own pick, which no other process can take between a look and the bind) and puts
+    the port in ``box``; the others connect to it, started only once it listens.
+
+    Every replica waits for the others here, where a cancelled phase is seen (:class:`_Stopped`
+    within :data:`_WATCH` s) and a replica that never comes fails the others by name, rather
+    than in gloo's own rendezvous, which nothing interrupts for ``timeout`` seconds."""
+    wait = timedelta(seconds=timeout)
+    if rank == 0:
+        store = dist.TCPStore(host, 0, world, is_master=True, timeout=wait,
+                              wait_for_workers=False)
+        box.ports.put(store.port)
+    else:
+        store = dist.TCPStore(host, port, world, is_master=False, timeout=wait)
+    store.set(f"fgscale/joined/{rank}", "1")
+    joined = [f"fgscale/joined/{r}" for r in range(world)]
+    deadline = time.monotonic() + timeout
+    try:
+        while not store.check(joined):
+            if cancelled():
+                raise _Stopped
+            if store.check(["fgscale/left"]):
+                raise ReplicaLost(f"replica {rank} of {world}: replica "
+                                  f"{store.get('fgscale/left').decode()} left before the "
+                                  "process group formed")
+            if time.monotonic() > deadline:
+                missing = [r for r in range(world) if not store.check([joined[r]])]
+                raise TimeoutError(f"replica {rank} of {world}: replica(s) {missing} did not "
+                                   f"join the process group within {timeout:g} s (their tasks "
+                                   "did not start: their workers busy with other tasks, or "
+                                   "gone)")
+            time.sleep(_JOIN_POLL)
+    except BaseException:
+        # a replica that starts late (its worker was busy) leaves at once, not in gloo's own
+        # rendezvous, which nothing interrupts for ``timeout`` seconds
+        store.set("fgscale/left", str(rank))
+        raise
+    return store
+
+
+def _store_port(session: str) -> int:
+    """Worker task, on rank 0's worker: the port of the store that rank 0 of ``session``
+    opened (or the error that ended it first)."""
+    from distributed import secede
+
+    cancelled = _cancelled_check()
+    secede()  # the wait leaves the worker's threads to other tasks
+    port = _get_unless_cancelled(_mailbox(session).ports, cancelled)
+    if isinstance(port, BaseException):
+        raise port
+    return port
+
+
+def _serve(box: _Mailbox, model: nn.Module, task: ReplicaTask, group: _Group,
            cancelled) -> None:
     """The epochs that ``box`` names, until it names None or the task is cancelled."""
     # plain SGD keeps no state between steps: one optimizer serves every epoch of the phase
@@ -539,10 +630,10 @@ def _serve(box: _Mailbox, model: nn.Module, task: ReplicaTask, rank: int, world:
     while (epoch := _next_epoch(box, cancelled)) is not None:
         # dropout's masks: seeded per replica and epoch, so that a run is repeatable, and
         # an epoch draws the same masks whichever phase trains it (a resumed run's)
-        torch.manual_seed(int(np.random.SeedSequence([task.seed, rank, epoch])
+        torch.manual_seed(int(np.random.SeedSequence([task.seed, group.rank, epoch])
                               .generate_state(1)[0]))
-        history = _replica_epoch(model, optimizer, task, epoch, rank, world, cancelled)
-        if rank == 0:
+        history = _replica_epoch(model, optimizer, task, epoch, group, cancelled)
+        if group.rank == 0:
             box.replies.put(history)
 
 
@@ -583,12 +674,12 @@ def _command(session: str, epoch: int | None, reply: bool, weights: bool):
     return history, state
 
 
-def _replica_epoch(model: nn.Module, optimizer, task: ReplicaTask, epoch: int, rank: int,
-                   world: int, cancelled=None) -> dict:
+def _replica_epoch(model: nn.Module, optimizer, task: ReplicaTask, epoch: int, group: _Group,
+                   cancelled=None) -> dict:
     """One epoch of this replica's steps; the epoch's mean loss over all the replicas' rows.
     :class:`_Stopped` once ``cancelled()`` is true on any replica (checked at every step)."""
     started = time.perf_counter()
-    plan = epoch_plan(task.rows, batch_size=task.batch_size * world, epoch=epoch,
+    plan = epoch_plan(task.rows, batch_size=task.batch_size * group.world, epoch=epoch,
                       seed=task.seed, n_groupings=task.n_groupings)
     labels = _bank(task.path, task.key, task.bank_at)
     first = model.first
@@ -603,17 +694,17 @@ def _replica_epoch(model: nn.Module, optimizer, task: ReplicaTask, epoch: int, r
     total, count = 0.0, 0
     try:
         for rows, g in zip(plan.batches, plan.groupings, strict=True):
-            share = np.array_split(rows, world)[rank]
+            share = np.array_split(rows, group.world)[group.rank]
             x, y = load_batch(task.path, share, int(g), task.n_clusters, task.key, task.stats,
                               task.target, task.bank_at, task.stats_at)
             x, y = torch.from_numpy(x), torch.from_numpy(y)
             weights = None if class_weight is None else class_weight[y.long()]
             with torch_threads(x.numel()):
                 if task.step_size is not None:
-                    lr = task.step_size.of_constant(_lipschitz(x, len(rows), world, weights))
-                    for group in optimizer.param_groups:
-                        group["lr"] = lr
-                total += _replica_step(model, optimizer, x, y,
+                    lr = task.step_size.of_constant(_lipschitz(x, len(rows), group, weights))
+                    for params in optimizer.param_groups:
+                        params["lr"] = lr
+                total += _replica_step(model, optimizer, group, x, y,
                                        torch.from_numpy(labels[int(g)]).long(), len(rows),
                                        regression=task.regression, class_weight=class_weight,
                                        keep=None if keep is None else keep[int(g)],
@@ -631,7 +722,7 @@ def _replica_epoch(model: nn.Module, optimizer, task: ReplicaTask, epoch: int, r
             "seconds": time.perf_counter() - started}
 
 
-def _replica_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
+def _replica_step(model: nn.Module, optimizer, group: _Group, x: torch.Tensor, y: torch.Tensor,
                   grouping: torch.Tensor, m: int, *, regression: bool = False,
                   class_weight: torch.Tensor | None = None,
                   keep: torch.Tensor | None = None, stop: bool = False) -> float:
@@ -657,7 +748,7 @@ def _replica_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
     # buffer; the stop travels with the step so that every replica leaves at the same one
     flat = torch.cat([reduced.reshape(-1), *(p.grad.reshape(-1) for p in rest),
                       loss.detach().reshape(1), torch.tensor([float(stop)], dtype=loss.dtype)])
-    _collective(dist.all_reduce, flat)
+    group.all_reduce(flat)
     if flat[-1] > 0:
         raise _Stopped
     reduced.copy_(flat[: reduced.numel()].view_as(reduced))
@@ -669,7 +760,7 @@ def _replica_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor,
     return float(flat[-2])
 
 
-def _lipschitz(x: torch.Tensor, m: int, world: int, weights: torch.Tensor | None = None,
+def _lipschitz(x: torch.Tensor, m: int, group: _Group, weights: torch.Tensor | None = None,
                n_iter: int = 8) -> float:
     """:func:`~fgscale.training.lipschitz` of the whole minibatch of ``m`` rows whose share
     ``x`` (and its rows' ``weights``, with class weights) this replica holds: the same
@@ -677,13 +768,13 @@ def _lipschitz(x: torch.Tensor, m: int, world: int, weights: torch.Tensor | None
     themselves are gathered (at most 64 x k values, and their weights) and the Gram matrix's
     eigenvalues computed on every replica."""
     if m <= _GRAM_ROWS:
-        sizes = [len(s) for s in np.array_split(np.arange(m), world)]
+        sizes = [len(s) for s in np.array_split(np.arange(m), group.world)]
         # the weights travel as one more column of the rows
         block = x if weights is None else torch.cat([x, weights.to(x.dtype)[:, None]], dim=1)
         padded = torch.zeros(max(sizes), block.shape[1], dtype=x.dtype)
         padded[: len(x)] = block
-        parts = [torch.empty_like(padded) for _ in range(world)]
-        _collective(dist.all_gather, parts, padded)
+        parts = [torch.empty_like(padded) for _ in range(group.world)]
+        group.all_gather(parts, padded)
         whole = torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)])
         if weights is None:
             return lipschitz(whole)
@@ -695,10 +786,10 @@ def _lipschitz(x: torch.Tensor, m: int, world: int, weights: torch.Tensor | None
     lam = 0.0
     for _ in range(n_iter):
         xtu = torch.cat([x.T @ u, (u.sum() if root is None else root @ u).reshape(1)])
-        _collective(dist.all_reduce, xtu)
+        group.all_reduce(xtu)
         v = x @ xtu[:-1] + (xtu[-1] if root is None else root * xtu[-1])
         sums = torch.stack([u @ v, v @ v])
-        _collective(dist.all_reduce, sums)
+        group.all_reduce(sums)
         lam = float(sums[0])
         norm = sums[1].sqrt()
         if norm == 0:

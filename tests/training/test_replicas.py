@@ -117,6 +117,39 @@ def test_a_failing_replica_fails_the_run_without_waiting_for_the_others(client, 
         assert client.submit(sum, [1, 2], workers=[address], pure=False).result(timeout=60) == 3
 
 
+def test_a_replica_that_cannot_start_fails_the_others_by_name(client, banked):
+    """Rank 1's worker busy (its one thread held by a task until released): rank 0 opens the
+    store and waits for it to join, then fails within ``timeout``, naming it, rather than in
+    gloo's rendezvous; once the worker is free again, nothing of the phase stays behind."""
+    from distributed import Event
+
+    from fgscale.training._replicas import replica_workers
+
+    path, k, key, rows, bank = banked
+    model = build_model("logreg", int(bank.shape[1]), 3)
+    source = StoreSource(client, path, n_clusters=k, bank_key=key)
+    release = Event(f"release-{id(model)}", client=client)
+
+    def hold(name):  # nested: shipped by value to the worker
+        from distributed import Event
+
+        return Event(name).wait()
+
+    busy = client.submit(hold, release.name, workers=[replica_workers(client, 2)[1]],
+                         allow_other_workers=False, pure=False)
+    try:
+        with pytest.raises(TimeoutError, match=r"^replica 0 of 2: replica\(s\) \[1\] did not "
+                                              r"join the process group within 3 s"):
+            fit_replicas(client, source, model, rows, replicas=2, batch_size=8, max_epochs=1,
+                         seed=0, n_groupings=len(bank), timeout=3)
+    finally:
+        release.set()
+    assert busy.result(timeout=60)
+    assert_replicas_leave(client)
+    assert fit_replicas(client, source, model, rows, replicas=2, batch_size=8, max_epochs=1,
+                        seed=0, n_groupings=len(bank))
+
+
 # class weights enter the loss and the step size's rows: the Gram matrix's path (2 x 20 rows)
 # gathers the rows' weights with them, the power iterations' (2 x 40) sum weighted products
 @pytest.mark.parametrize("batch_size", [20, 40], ids=["gram", "power-iterations"])
