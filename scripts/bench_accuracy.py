@@ -87,7 +87,8 @@ nilearn-decoder (``Decoder()``, its defaults, given the subjects of its rows as 
 then chosen by leave-one-subject-out), and fgscale-groups, fgscale-cv5 and fgscale-cv5-mean
 (the defaults given the subjects as ``groups``; with ``cv=5`` by subject, then a refit or the
 fold models averaged), fgscale-cv3 and fgscale-cv3-mean (the defaults with ``cv=3`` on the
-rows alone, as fgscale-default fits: a refit, or the fold models averaged), fgscale-k5
+rows alone, as fgscale-default fits: a refit, or the fold models averaged), fgscale-one-split
+(``cv=None``: the defaults before ``cv="auto"``), fgscale-k5
 ("auto"'s grid before 2% joined it), fgscale-k20 (before 40% did) and fgscale-k80 ("auto" and
 80%, regression's finest, tried in classification).
 Add a method by writing a ``fit_predict(X_tr, y_tr, X_val, y_val, X_te, mask, seed)`` function
@@ -542,6 +543,9 @@ METHODS = [
     # fgscale-default fits: stratified folds (results/accuracy_k_grid_dev.md)
     Method("fgscale-cv3", "fgscale default, cv=3, refit", _fgscale_fixed(cv=3),
            in_default=False),
+    # the defaults before cv="auto": one validation split whatever the rows
+    Method("fgscale-one-split", "fgscale default, cv=None (one validation split)",
+           _fgscale_fixed(cv=None), in_default=False),
     Method("fgscale-cv3-mean", "fgscale default, cv=3, fold models averaged",
            _fgscale_fixed(cv=3, refit=False), in_default=False),
     # "auto"'s grid before 2% joined it (results/accuracy_k_grid_dev.md)

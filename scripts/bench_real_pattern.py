@@ -175,7 +175,11 @@ def run(args) -> str:
 
     t = templates(args.voxel_mm)
     mask_img = nib.Nifti1Image(t[0].astype(np.uint8), t[1])
-    grid = [float(k) for k in comma_list(args.n_clusters)] if args.n_clusters else None
+    variant = {}
+    if args.n_clusters:
+        variant["n_clusters"] = [float(k) for k in comma_list(args.n_clusters)]
+    if hasattr(args, "cv"):
+        variant["cv"] = args.cv
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     scores: dict[tuple[str, str], list[float]] = {}
     times: dict[tuple[str, str], list[float]] = {}
@@ -183,8 +187,9 @@ def run(args) -> str:
     names: dict[str, list[str]] = {}
     for task in args.tasks:
         base_name, _ = baseline(task)
-        fg_names = ["fgscale default"] + ([f"fgscale, n_clusters {args.n_clusters}"]
-                                          if grid else [])
+        label = ", ".join(f"{k} {args.n_clusters if k == 'n_clusters' else v}"
+                          for k, v in variant.items())
+        fg_names = ["fgscale default"] + ([f"fgscale, {label}"] if variant else [])
         names[task] = fg_names + [base_name]
         for seed in seeds:
             if task == "regression":
@@ -193,8 +198,8 @@ def run(args) -> str:
                 data = classification_data(seed, args.share, args.white_db, t)
             X_tr, y_tr, groups, X_te, y_te = data
             fits = [(fg_names[0], fgscale_model(task, mask_img, seed))]
-            if grid:
-                fits.append((fg_names[1], fgscale_model(task, mask_img, seed, n_clusters=grid)))
+            if variant:
+                fits.append((fg_names[1], fgscale_model(task, mask_img, seed, **variant)))
             fits.append((base_name, baseline(task)[1]))
             for name, model in fits:
                 start = time.perf_counter()
@@ -254,6 +259,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="classification: the white noise's SNR")
     parser.add_argument("--n-clusters", default=None,
                         help="a second fgscale method with this n_clusters grid (comma list)")
+    parser.add_argument("--cv", default=argparse.SUPPRESS, type=lambda v: None if v == "none" else int(v),
+                        help="a second fgscale method with this cv (an int, or none: one "
+                             "validation split, the defaults before cv='auto')")
     parser.add_argument("--voxel-mm", type=int, default=4,
                         help="the grid's voxel size (default 4; 8 for a smoke run)")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")

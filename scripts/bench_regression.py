@@ -280,8 +280,10 @@ SMOOTH_METHODS: dict[str, tuple[str, Callable]] = {
     "fgscale-cv5": ("fgscale defaults, cv=5 by subject, refit", _fgscale_cv()),
     "fgscale-cv5-mean": ("fgscale defaults, cv=5 by subject, fold models averaged",
                          _fgscale_cv(refit=False)),
-    # the candidate for the default (results/accuracy_k_grid_dev.md)
     "fgscale-cv3": ("fgscale defaults, cv=3 by subject, refit", _fgscale(cv=3)),
+    # the defaults before cv="auto": one validation split whatever the rows
+    "fgscale-one-split": ("fgscale defaults, cv=None (one validation split, by subject)",
+                          _fgscale(cv=None)),
     "sklearn-ridgecv": ("RidgeCV + standardization", sklearn_ridgecv),
     "nilearn-decoder": ("nilearn DecoderRegressor() (SVR, 20% screening, subjects as groups)",
                         nilearn_decoder),

@@ -106,8 +106,9 @@ def tiny_runs(tmp_path_factory, client):
     store = synthetic_store(root / "tiny.zarr", 40, 4, n_subjects=5, seed=0, split=split,
                             classes=["face", "house/home", "Face", "chair b"],
                             attrs={"synthetic": True}, block_rows=8)
+    # one validation split (cv=None): the run folders' phases are a search and a refit
     params = dict(n_groupings=4, n_bootstrap=10, n_clusters=0.1, batch_size=8,
-                  learning_rate=0.05, random_state=3, max_epochs=5)
+                  learning_rate=0.05, random_state=3, max_epochs=5, cv=None)
     runs = {"logreg": params, "mlp": dict(params, model="mlp", hidden_layer_sizes=(8, 6),
                                           alpha=[0.0, 0.1])}
     for name, run_params in runs.items():

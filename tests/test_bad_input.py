@@ -36,7 +36,7 @@ pytestmark = dashboard_port_may_be_taken
 P = 605  # in-mask voxels of a TINY_GRID store
 FAST = ["--n-workers", "1", "--no-progress", "--n-groupings", "2", "--n-bootstrap", "5",
         "--n-clusters", "20", "--max-epochs", "1", "--batch-size", "8", "--learning-rate",
-        "0.05"]
+        "0.05", "--cv", "none"]  # one split: the run folder's checkpoint.pt
 
 
 def write_table(path, header, rows):

@@ -18,8 +18,10 @@ from fgscale.store import open_store
 
 BAR = "%|"  # what every tqdm bar prints: "groupings: 100%|██████████| 4/4 [...]"
 DASHBOARD = "Dask dashboard: "  # printed on stderr when a command starts its cluster
+# one validation split (cv none): its lines say one phase's epochs and the refit's
 TRAIN = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size",
-         "8", "--learning-rate", "0.05", "--seed", "3", "--max-epochs", "2", "--n-workers", "1"]
+         "8", "--learning-rate", "0.05", "--seed", "3", "--max-epochs", "2", "--n-workers", "1",
+         "--cv", "none"]
 LONG_COMMANDS = {"convert": ["C.csv", "--out", "S"], "bank": ["S"], "train": ["S", "--out", "R"],
                  "evaluate": ["R", "S"], "cv": ["S"], "predict": ["R", "S", "--out", "P"],
                  "demo": []}

@@ -15,7 +15,8 @@ from fgscale.images import make_classification_volumes
 from fgscale.runs._crossval import cross_validate
 from fgscale.store import list_banks, write_store
 
-PARAMS = dict(regularizer="none", max_epochs=20, random_state=0)
+# each outer fold's fit with one validation split (cv=None): the phases its checkpoints name
+PARAMS = dict(regularizer="none", max_epochs=20, random_state=0, cv=None)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_feature_grouping_folds_build_their_own_banks(grouped_store, client, tmp
 
 
 def test_cli(grouped_store, client, capsys):
-    assert main(["cv", str(grouped_store.path), "--folds", "3", "--regularizer", "none",
+    assert main(["cv", str(grouped_store.path), "--folds", "3", "--regularizer", "none", "--cv", "none",
                  "--max-epochs", "5", "--scheduler", client.scheduler.address]) == 0
     captured = capsys.readouterr()
     out = captured.out
@@ -109,7 +110,7 @@ def test_more_folds_than_subjects_or_rows_partly_grouped_are_refused(grouped_sto
 
 # --- the results file (--out) and --resume ---
 
-QUICK = dict(regularizer="none", max_epochs=5, random_state=0)
+QUICK = dict(regularizer="none", max_epochs=5, random_state=0, cv=None)
 
 
 class _Killed(Exception):
@@ -330,7 +331,7 @@ def test_a_fold_that_failed_after_training_keeps_its_checkpoints_for_resume(
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [folder.name]
     assert (folder / "checkpoint-refit.pt").exists()
     # the same command without --resume is refused, naming the folder, before any cluster
-    assert main(["cv", str(grouped_store.path), "--folds", "3", "--regularizer", "none",
+    assert main(["cv", str(grouped_store.path), "--folds", "3", "--regularizer", "none", "--cv", "none",
                  "--max-epochs", "5", "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"{folder}: the checkpoints of a fold of an unfinished cross-validation" in err
@@ -360,8 +361,8 @@ def test_a_cross_validation_killed_mid_fold_resumes_that_fold_from_its_checkpoin
     scores, _, _ = full_run
     out = tmp_path / "cv.json"
     cmd = [sys.executable, "-m", "fgscale", "cv", str(grouped_store.path), "--folds", "3",
-           "--regularizer", "none", "--max-epochs", "5", "--out", str(out), "--n-workers", "1",
-           "--no-progress"]
+           "--regularizer", "none", "--cv", "none", "--max-epochs", "5", "--out", str(out),
+           "--n-workers", "1", "--no-progress"]
     metrics = tmp_path / f"cv.json.fold-{fold}" / "metrics.jsonl"
     kill_once_written(cmd, metrics, 3)
     assert 3 <= len(metrics.read_text().splitlines()) < 5, "not killed mid-fold"
@@ -393,7 +394,7 @@ def test_cli_out_and_resume_with_the_saved_parameters(full_run, grouped_store, c
     scores, full, _ = full_run
     out = tmp_path / "cv.json"
     scheduler = ["--scheduler", client.scheduler.address, "--no-progress"]
-    assert main(["cv", str(grouped_store.path), "--folds", "3", "--regularizer", "none",
+    assert main(["cv", str(grouped_store.path), "--folds", "3", "--regularizer", "none", "--cv", "none",
                  "--max-epochs", "5", "--out", str(out), *scheduler]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("fold ") for line in lines) == 3

@@ -70,7 +70,8 @@ def test_a_client_given_with_arrays_is_warned_of_at_the_callers_line(Estimator, 
     """fit(X, y, client=client) on arrays trained in this process with no word of it: the
     cluster is used for a store only."""
     X = rng.standard_normal((40, 6)).astype(np.float32)
-    estimator = Estimator(regularizer="none", max_epochs=2, random_state=0)
+    # one phase (cv=None, one candidate): nothing for the cluster to train
+    estimator = Estimator(regularizer="none", max_epochs=2, random_state=0, cv=None)
     with pytest.warns(UserWarning, match="client is used by a fit on a store") as caught:
         estimator.fit(X, np.arange(40) % 2, client=client)
     assert [w.filename for w in caught if w.category is not ConvergenceWarning] == [__file__]

@@ -13,8 +13,9 @@ from fgscale.cli import main
 from fgscale.runs import load_run
 from fgscale.store import open_store
 
+# one validation split (cv none): a run folder of one search phase and the refit
 TRAIN = ["--n-groupings", "4", "--n-bootstrap", "10", "--batch-size", "8", "--seed", "0",
-         "--max-epochs", "4", "--n-workers", "1", "--no-progress"]
+         "--max-epochs", "4", "--n-workers", "1", "--no-progress", "--cv", "none"]
 
 
 def _read(path):

@@ -17,10 +17,12 @@ from sklearn import metrics
 from fgscale.cli import main
 from fgscale.runs import evaluate_run, load_run, summary_lines, train_run
 
+# one validation split (cv none): a run folder of one search phase and the refit, as a run of
+# 250 training rows or more has; the folds' phases are tested with cv=2
 ARGS = ["--n-groupings", "4", "--n-bootstrap", "10", "--n-clusters", "0.1", "--batch-size", "8",
-        "--learning-rate", "0.05", "--seed", "3"]
+        "--learning-rate", "0.05", "--seed", "3", "--cv", "none"]
 PARAMS = dict(n_groupings=4, n_bootstrap=10, n_clusters=0.1, batch_size=8, learning_rate=0.05,
-              random_state=3)
+              random_state=3, cv=None)
 
 
 def assert_same_model(run, other, **tolerance):
@@ -127,7 +129,7 @@ def test_a_cv_search_killed_in_its_second_fold_resumes_to_the_uninterrupted_resu
     killed_run, whole_run = tmp_path / "killed", tmp_path / "whole"
     cmd = [sys.executable, "-m", "fgscale", "train", str(tiny_store.path), "--out",
            str(killed_run), "--max-epochs", str(epochs), "--n-workers", "1", "--patience",
-           str(epochs), "--cv", "2", *ARGS]
+           str(epochs), *ARGS, "--cv", "2"]
     metrics = killed_run / "metrics-fold-2.jsonl"
     kill_once_written(cmd, metrics, 3)
     assert 3 <= len(metrics.read_text().splitlines()) < epochs, "not killed mid-fold"

@@ -51,7 +51,7 @@ def test_bank_and_training_over_tls_and_a_client_without_certificates_refused(
     assert "3 groupings built" in capsys.readouterr().out
     assert main(["train", store, "--out", str(tmp_path / "run"), "--n-groupings", "3",
                  "--n-bootstrap", "8", "--n-clusters", "0.1", "--seed", "1", "--max-epochs", "2",
-                 "--batch-size", "8", "--no-progress", *tls]) == 0
+                 "--batch-size", "8", "--cv", "none", "--no-progress", *tls]) == 0
     assert "trained logreg/feature_grouping for 2 epochs" in capsys.readouterr().out
 
     # without certificates: one line, no traceback, nothing joined

@@ -293,10 +293,10 @@ class RandomState(Constraint):
 class CrossValidation(Constraint):
     """``cv`` as scikit-learn's searches and nilearn's decoders take it: None, a number of folds
     >= 2, or a splitter (an object with ``split`` and ``get_n_splits``, checked by duck typing so
-    that this module imports no scikit-learn)."""
+    that this module imports no scikit-learn); and ``"auto"``, folds where the rows are few."""
 
     def accepts(self, value):
-        if value is None:
+        if value is None or (isinstance(value, str) and value == "auto"):
             return True
         if _is_int(value):
             return value >= 2
@@ -304,8 +304,8 @@ class CrossValidation(Constraint):
             getattr(value, "get_n_splits", None))
 
     def describe(self):
-        return ("None, an int >= 2 (folds) or a scikit-learn splitter (an object with split and "
-                "get_n_splits, such as GroupKFold(5))")
+        return ('"auto", None, an int >= 2 (folds) or a scikit-learn splitter (an object with '
+                "split and get_n_splits, such as GroupKFold(5))")
 
     def hint(self, value):
         if _is_int(value) and value == 1:
@@ -313,7 +313,9 @@ class CrossValidation(Constraint):
         return ""
 
     def parse(self, text):
-        return None if text.lower() == "none" else int(text)
+        if text.lower() in ("none", "auto"):
+            return None if text.lower() == "none" else "auto"
+        return int(text)
 
 
 class Scoring(Constraint):

@@ -173,13 +173,16 @@ PARAMS: tuple[Param, ...] = (
           '{"loss", "accuracy"}'),
     Param("tol", 1e-4, Interval(float, 0, None),
           "an epoch improves when its loss is below the best one minus tol", "float"),
-    Param("cv", None, CrossValidation(),
+    Param("cv", "auto", CrossValidation(),
           "how the training rows are split to choose the hyper-parameters and the epoch: None, "
           "one validation split of validation_fraction; an int K, K folds (by subject when the "
           "rows have groups, else stratified for a classifier), every candidate trained on "
           "each and the one of best mean validation score kept; or a scikit-learn splitter "
-          "(its split(X, y, groups)); K folds cost K fits a candidate; on the command line an "
-          "int or none", "int, splitter or None"),
+          "(its split(X, y, groups)); K folds cost K fits a candidate; 'auto': 3 folds below "
+          "250 training rows (one split would validate on fewer than 50) when refit is on, "
+          "validation_fraction is its default and each class spans 3 rows (with groups, 3 "
+          "subjects), else one split; on the command line an int, auto or none",
+          'int, splitter, "auto" or None'),
     Param("scoring", None, Scoring(),
           "what chooses among candidates on the validation rows: None, the validation loss "
           "(the error with stop_on='accuracy'); or a scikit-learn scorer name ('accuracy', "

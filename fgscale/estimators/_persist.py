@@ -308,7 +308,7 @@ def _params(doc: dict, mask_img, path: Path, arrays: dict) -> dict:
                                 path.parent)
     if not (params.get("random_state") is None or isinstance(params["random_state"], int)):
         params["random_state"] = None  # a RandomState was saved as its repr: not restorable
-    if isinstance(params.get("cv"), str):
+    if isinstance(params.get("cv"), str) and params["cv"] != "auto":
         params["cv"] = None  # a splitter was saved as its repr: not restorable, not used to predict
     _as_given(params, doc.get("sequences", {}), path)
     if isinstance(params.get("hidden_layer_sizes"), list):  # a save without "sequences"

@@ -43,6 +43,12 @@ __all__ = ["candidates", "check_cv", "check_groups", "fold_splits", "image_group
            "warn_not_converged"]
 
 _DEFAULTS = {p.name: p.default for p in PARAMS}
+# cv="auto": K folds where one validation split would hold fewer than 50 rows (a fifth of 250),
+# one split above. Chosen on dev seeds (scripts/results/accuracy_k_grid_dev.md): three folds
+# and a refit were level or ahead wherever the rows were few, and level at 300 training rows
+# and more, at twice the time.
+AUTO_FOLDS = 3
+AUTO_FOLDS_BELOW = 250
 
 
 def _in_effect(estimator) -> dict:
@@ -241,7 +247,7 @@ def use_validation(estimator, y_idx: np.ndarray, warn: bool = False) -> bool:
     mistyped label silently turned early stopping and the search off."""
     if estimator.early_stopping != "auto":
         return bool(estimator.early_stopping)
-    if estimator.cv is not None:  # the folds validate: the splitter refuses rows too few
+    if estimator.cv not in (None, "auto"):  # the folds validate: the splitter refuses rows too few
         return True
     counts = np.bincount(y_idx) if is_classifier(estimator) else np.array([len(y_idx)])
     n_val = estimator.validation_fraction * len(y_idx)
@@ -281,11 +287,31 @@ def split_rows(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups
 def check_cv(estimator) -> None:
     """Refuse what ``cv`` cannot do with the other parameters, before any work: averaging the
     fold models' weights (``refit=False``) is defined for a linear model only."""
-    if estimator.cv is not None and not estimator.refit and estimator.model != "logreg":
+    if estimator.cv not in (None, "auto") and not estimator.refit and estimator.model != "logreg":
         raise ValueError(f"refit=False with cv={estimator.cv!r} averages the fold models' "
                          f"weights, which is defined for model='logreg' only, not "
                          f"model={estimator.model!r}; give refit=True (the chosen candidate "
                          "trained again on all the rows) or cv=None")
+
+
+def auto_folds(estimator, y_idx: np.ndarray, groups=None, *, validation: bool) -> int | None:
+    """What ``cv="auto"`` stands for on training targets ``y_idx`` (and their ``groups``):
+    :data:`AUTO_FOLDS` folds below :data:`AUTO_FOLDS_BELOW` rows, with a validation split and
+    a refit, where every fold can validate every class (each class in as many rows, or as
+    many groups, as folds; two rows a fold at least); else None, one validation split.
+    ``refit=False`` keeps one split: with folds it would average the fold models instead; so
+    does a ``validation_fraction`` other than its default, the size of one split."""
+    if not (validation and estimator.refit and 2 * AUTO_FOLDS <= len(y_idx) < AUTO_FOLDS_BELOW
+            and estimator.validation_fraction == _DEFAULTS["validation_fraction"]):
+        return None
+    if groups is not None and len(np.unique(groups)) < AUTO_FOLDS:
+        return None
+    if is_classifier(estimator):
+        spread = [len(y_idx[y_idx == c]) if groups is None else len(np.unique(groups[y_idx == c]))
+                  for c in np.unique(y_idx)]
+        if min(spread) < AUTO_FOLDS:
+            return None
+    return AUTO_FOLDS
 
 
 def fold_splits(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, groups=None, *,
@@ -293,16 +319,19 @@ def fold_splits(estimator, y_idx: np.ndarray, rows: np.ndarray, seed: int, group
     """The ``(fit_rows, val_rows)`` pairs among ``rows`` that candidates are trained and
     judged on: with ``cv=None``, the one split of :func:`split_rows`; with an int, K folds
     (scikit-learn's ``GroupKFold`` when the rows have groups, ``StratifiedKFold`` for a
-    classifier, ``KFold`` otherwise, shuffled by ``seed``); or the folds of the splitter
-    given, called as ``cv.split(X, y, groups)`` on the rows' positions."""
-    if estimator.cv is None:
+    classifier, ``KFold`` otherwise, shuffled by ``seed``); with ``"auto"``, those of
+    :func:`auto_folds`; or the folds of the splitter given, called as
+    ``cv.split(X, y, groups)`` on the rows' positions."""
+    sub_groups = None if groups is None else groups[rows]
+    splitter = estimator.cv
+    if splitter == "auto":
+        splitter = auto_folds(estimator, y_idx[rows], sub_groups, validation=validation)
+    if splitter is None:
         return [split_rows(estimator, y_idx, rows, seed, groups, validation=validation,
                            n_candidates=n_candidates)]
     if estimator.early_stopping is False:
         raise ValueError(f"cv={estimator.cv!r} chooses on validation folds, which "
                          "early_stopping=False turns off; give early_stopping='auto' or cv=None")
-    sub_groups = None if groups is None else groups[rows]
-    splitter = estimator.cv
     if isinstance(splitter, numbers.Integral):
         if sub_groups is not None:
             splitter = GroupKFold(int(splitter), shuffle=True, random_state=seed)

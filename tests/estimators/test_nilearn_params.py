@@ -53,6 +53,38 @@ def test_int_cv_folds_keep_subjects_apart_or_stratify(problem):
                                    share, atol=1.5 / len(val_rows))
 
 
+def test_auto_cv_is_three_folds_where_the_rows_are_few_and_one_split_elsewhere(problem):
+    """cv="auto" gives the splits of cv=3 below 250 training rows, with a refit and every
+    class in three rows (with groups, three subjects); else those of cv=None."""
+    from fgscale.estimators._selection import AUTO_FOLDS_BELOW
+
+    X, labels, mask, groups = problem
+    y = np.unique(labels, return_inverse=True)[1]
+
+    def splits(params, rows, groups=None, estimator=FeatureGroupingClassifier):
+        return fold_splits(estimator(**params), y, rows, 0, groups, validation=True,
+                           n_candidates=1)
+
+    def same(a, b):
+        return len(a) == len(b) and all(np.array_equal(p, q) for s, t in zip(a, b, strict=True)
+                                        for p, q in zip(s, t, strict=True))
+
+    few = np.arange(len(y))
+    assert len(few) < AUTO_FOLDS_BELOW
+    many = np.resize(few, AUTO_FOLDS_BELOW)  # rows may repeat: the splits only count them
+    assert same(splits({}, few), splits(dict(cv=3), few))
+    assert len(splits({}, few)) == 3
+    assert same(splits({}, few, groups), splits(dict(cv=3), few, groups))
+    assert same(splits({}, few, estimator=FeatureGroupingRegressor),
+                splits(dict(cv=3), few, estimator=FeatureGroupingRegressor))
+    with pytest.warns(UserWarning, match="cannot hold every class on both sides"):
+        lone = splits({}, few[(y == 0) | (np.arange(len(y)) < 2)])  # a class of one row
+    for one in [splits({}, many), splits(dict(refit=False), few), lone,
+                splits({}, few, groups % 2)]:  # two subjects: no three folds by subject
+        assert len(one) == 1
+    assert same(splits({}, many), splits(dict(cv=None), many))
+
+
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_a_folds_score_is_its_models_score_on_its_validation_rows(problem, task):
     """The fold score (taken from validation's record at the kept epoch) is the fold model's

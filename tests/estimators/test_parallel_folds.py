@@ -60,7 +60,7 @@ def test_a_regressor_cv_on_the_cluster_equals_the_one_in_this_process(problem, c
 def test_a_client_given_to_a_fit_of_one_phase_is_said_unused(problem, client):
     X, y, mask = problem
     # one candidate (not n_clusters="auto", a grid), one validation split
-    clf = FeatureGroupingClassifier(mask=mask, n_clusters=0.1, **SMALL)
+    clf = FeatureGroupingClassifier(mask=mask, n_clusters=0.1, cv=None, **SMALL)
     with pytest.warns(UserWarning, match=r"client is used by a fit on a store, and by a fit on "
                       r"arrays .* this fit trains one phase, in this process") as caught:
         clf.fit(X, y, client=client)

@@ -15,8 +15,9 @@ from fgscale.store import write_store
 
 # validation (early stopping, then a refit) and screening are the defaults: at 20 mm voxels
 # the mask is a larger volume than a brain's 20%, so screening keeps a part of the clusters
+# one validation split (cv=None): a phase of early stopping, then the refit
 PARAMS = dict(n_groupings=3, n_bootstrap=6, n_clusters=0.1, max_epochs=5, patience=2,
-              random_state=0)
+              random_state=0, cv=None)
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,8 @@ def test_without_standardization_raw_units_still_train_with_the_auto_step(rng):
 
 def test_stops_on_a_criterion_and_reports_n_iter(rng):
     X, y, mask = _problem(rng)
-    clf = FeatureGroupingClassifier(mask=mask, max_epochs=400, **SMALL).fit(X, y)
+    # one validation split (cv=None): the epoch kept is its best
+    clf = FeatureGroupingClassifier(mask=mask, max_epochs=400, cv=None, **SMALL).fit(X, y)
     search = [h for h in clf.history_ if "phase" not in h]
     refit = [h for h in clf.history_ if h.get("phase") == "refit"]
     assert len(search) < 400  # stopped by patience on the validation loss
@@ -197,7 +198,7 @@ def test_a_search_keeps_no_candidate_weights_it_does_not_need(rng, refit, expect
     # (1.9 GB for the MLP at 1 mm): with a refit none is kept while the next trains, without
     # one only the best candidate's weights (not its snapshot)
     X, y, mask = _problem(rng, n=90)
-    params = dict(mask=mask, n_clusters=[0.05, 0.1, 0.2], refit=refit, **SMALL)
+    params = dict(mask=mask, n_clusters=[0.05, 0.1, 0.2], refit=refit, cv=None, **SMALL)
     spy = _Spy(**params).fit(X, y)
     assert spy.live_at_phase_ == expected
     reference = FeatureGroupingClassifier(**params).fit(X, y)
