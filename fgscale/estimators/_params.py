@@ -178,10 +178,11 @@ PARAMS: tuple[Param, ...] = (
           "one validation split of validation_fraction; an int K, K folds (by subject when the "
           "rows have groups, else stratified for a classifier), every candidate trained on "
           "each and the one of best mean validation score kept; or a scikit-learn splitter "
-          "(its split(X, y, groups)); K folds cost K fits a candidate; 'auto': 3 folds below "
-          "250 training rows (one split would validate on fewer than 50) when refit is on, "
-          "validation_fraction is its default and each class spans 3 rows (with groups, 3 "
-          "subjects), else one split; on the command line an int, auto or none",
+          "(its split(X, y, groups)); K folds cost K fits a candidate; 'auto': with "
+          "model='logreg', 3 folds below 250 training rows (one split would validate on fewer "
+          "than 50) when refit is on, validation_fraction is its default and each class spans "
+          "3 rows (with groups, 3 subjects), else one split; on the command line an int, auto "
+          "or none",
           'int, splitter, "auto" or None'),
     Param("scoring", None, Scoring(),
           "what chooses among candidates on the validation rows: None, the validation loss "

@@ -296,12 +296,15 @@ def check_cv(estimator) -> None:
 
 def auto_folds(estimator, y_idx: np.ndarray, groups=None, *, validation: bool) -> int | None:
     """What ``cv="auto"`` stands for on training targets ``y_idx`` (and their ``groups``):
-    :data:`AUTO_FOLDS` folds below :data:`AUTO_FOLDS_BELOW` rows, with a validation split and
-    a refit, where every fold can validate every class (each class in as many rows, or as
-    many groups, as folds; two rows a fold at least); else None, one validation split.
-    ``refit=False`` keeps one split: with folds it would average the fold models instead; so
-    does a ``validation_fraction`` other than its default, the size of one split."""
-    if not (validation and estimator.refit and 2 * AUTO_FOLDS <= len(y_idx) < AUTO_FOLDS_BELOW
+    :data:`AUTO_FOLDS` folds below :data:`AUTO_FOLDS_BELOW` rows, for the linear model with a
+    validation split and a refit, where every fold can validate every class (each class in as
+    many rows, or as many groups, as folds; two rows a fold at least); else None, one
+    validation split. ``refit=False`` keeps one split: with folds it would average the fold
+    models instead; so does a ``validation_fraction`` other than its default, the size of one
+    split. The MLP and the CNN keep one split: the folds were measured with the linear model
+    alone, and theirs are the costliest phases (the MLP's at 1 mm, minutes each)."""
+    if not (validation and estimator.refit and estimator.model == "logreg"
+            and 2 * AUTO_FOLDS <= len(y_idx) < AUTO_FOLDS_BELOW
             and estimator.validation_fraction == _DEFAULTS["validation_fraction"]):
         return None
     if groups is not None and len(np.unique(groups)) < AUTO_FOLDS:

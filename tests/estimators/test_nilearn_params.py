@@ -54,8 +54,9 @@ def test_int_cv_folds_keep_subjects_apart_or_stratify(problem):
 
 
 def test_auto_cv_is_three_folds_where_the_rows_are_few_and_one_split_elsewhere(problem):
-    """cv="auto" gives the splits of cv=3 below 250 training rows, with a refit and every
-    class in three rows (with groups, three subjects); else those of cv=None."""
+    """cv="auto" gives the splits of cv=3 below 250 training rows, for the linear model with a
+    refit, the default validation_fraction and every class in three rows (with groups, three
+    subjects); else those of cv=None."""
     from fgscale.estimators._selection import AUTO_FOLDS_BELOW
 
     X, labels, mask, groups = problem
@@ -80,6 +81,7 @@ def test_auto_cv_is_three_folds_where_the_rows_are_few_and_one_split_elsewhere(p
     with pytest.warns(UserWarning, match="cannot hold every class on both sides"):
         lone = splits({}, few[(y == 0) | (np.arange(len(y)) < 2)])  # a class of one row
     for one in [splits({}, many), splits(dict(refit=False), few), lone,
+                splits(dict(model="mlp"), few), splits(dict(validation_fraction=0.3), few),
                 splits({}, few, groups % 2)]:  # two subjects: no three folds by subject
         assert len(one) == 1
     assert same(splits({}, many), splits(dict(cv=None), many))
