@@ -150,8 +150,8 @@ def fit_replicas(client, source: StoreSource, model: nn.Module, rows, *, replica
     keep : array-like or Tensor of bool of shape (n_groupings, [h,] n_clusters), optional
         Screening: the clusters each grouping keeps (see :func:`~fgscale.training.train_epoch`).
     timeout : float, default=300.0
-        Seconds a replica waits for the others to join the process group, and at a
-        collective, before it fails (a replica that never joins: a TimeoutError naming it). When one
+        Seconds a replica waits for the others to join the process group (one that never
+        joins: a TimeoutError naming it), and at a collective, before it fails. When one
         replica fails, or its worker leaves the cluster (its process killed or lost), the run
         fails at once (a :class:`ReplicaLost` that names it).
 
