@@ -139,11 +139,11 @@ class FeatureGroupingClassifier(ClassifierMixin, FeatureGroupingBase):
         y : array-like of shape (n_samples,)
             Labels; must be None with a store.
         groups : array-like of shape (n_samples,), optional
-            The subject (or session) of each sample: the validation split of early stopping
-            and of ``"auto"`` keeps each group on one side, as the split of a store with a
-            ``group`` column does. Must be None with a store. Default: with NIfTI files of
-            BIDS names (``sub-<label>_...``), their subjects, said in a warning; else none
-            (the rows are split one by one).
+            The subject (or session) of each sample: the validation split (or the folds of
+            ``cv``) of early stopping and of ``"auto"`` keeps each group on one side, as the
+            split of a store with a ``group`` column does. Must be None with a store.
+            Default: with NIfTI files of BIDS names (``sub-<label>_...``), their subjects,
+            said in a warning; else none (the rows are split one by one).
         client : distributed.Client, optional
             With a store: the cluster to use; default the active ``distributed`` client, else
             an embedded LocalCluster: threads up to 4 workers, processes beyond

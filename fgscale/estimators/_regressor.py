@@ -102,7 +102,8 @@ class FeatureGroupingRegressor(RegressorMixin, FeatureGroupingBase):
         y : array-like of shape (n_samples,)
             Numeric targets; None with a store.
         groups : array-like of shape (n_samples,), optional
-            The subject of each sample, kept on one side of the validation split, as
+            The subject of each sample, kept on one side of the validation split (or of the
+            folds of ``cv``), as
             :meth:`FeatureGroupingClassifier.fit` (by default the subjects of BIDS names).
         client : distributed.Client, optional
             With a store the cluster to use, with arrays or images the one that trains the
