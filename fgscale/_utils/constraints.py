@@ -313,9 +313,10 @@ class CrossValidation(Constraint):
         return ""
 
     def parse(self, text):
-        if text.lower() in ("none", "auto"):
-            return None if text.lower() == "none" else "auto"
-        return int(text)
+        word = text.lower()
+        if word == "auto":
+            return "auto"
+        return None if word == "none" else int(text)
 
 
 class Scoring(Constraint):
